@@ -1,0 +1,151 @@
+"""The contract between the engine and a federated algorithm.
+
+An algorithm fills a few hooks and keeps no state between them; everything it remembers lives in the
+``ServerState`` the engine passes in and takes back. Call order, once per round:
+
+1. driver: ``assign(state, round_idx, views)`` → an ``Assignment`` per sampled client;
+2. each client host, per client: ``local_train(model, x, y, task, ...)`` (the default loop calls ``local_loss``) →
+   ``ClientUpdate``;
+3. hosts and parameter-server shards: ``reducer`` (accumulate → merge → finalize) → ``Aggregate``;
+4. driver: ``server_update(state, round_idx, aggregate)`` → the next ``ServerState``;
+5. driver: ``eval_params(state)`` → the parameters the engine evaluates.
+
+Client-side hooks run inside Ray actors or in-process alike, so they must be pure functions of their arguments and
+draw randomness only from the task's derived generators. Algorithms never import Ray.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from torch import nn
+
+from rayfl.algorithms.payloads import (
+    Aggregate,
+    Assignment,
+    ClientUpdate,
+    ClientView,
+    Params,
+    ServerState,
+    TrainTask,
+)
+from rayfl.algorithms.reducers import MaskedWeightedMean
+from rayfl.config import TrainConfig
+from rayfl.models.inputs import InputSpec, to_input
+from rayfl.rng import derive_torch_generator
+
+__all__ = ["Algorithm", "round_lr"]
+
+
+def round_lr(train: TrainConfig, round_idx: int, num_rounds: int) -> float:
+    """The client learning rate for a round (a server-side schedule over rounds, as HeteroFL steps its LR)."""
+    if train.lr_schedule == "cosine":
+        return train.lr * 0.5 * (1.0 + math.cos(math.pi * round_idx / max(1, num_rounds)))
+    if train.lr_schedule == "step":
+        passed = sum(1 for r in train.lr_decay_rounds if round_idx >= r)
+        return train.lr * train.lr_decay**passed
+    return train.lr
+
+
+class Algorithm:
+    """Base class with FedAvg behaviour in every hook; subclasses override the hooks their paper changes."""
+
+    name: ClassVar[str] = "base"
+
+    def __init__(self, config: Any, train: TrainConfig) -> None:
+        self.config = config
+        self.train = train
+        self.reducer = MaskedWeightedMean()
+
+    # ------------------------------------------------------------------------------------------ server side
+    def init_state(self, params: Params) -> ServerState:
+        """The state before round 0, from freshly initialised global parameters."""
+        return ServerState(params=params)
+
+    def assign(self, state: ServerState, round_idx: int, views: Sequence[ClientView]) -> dict[int, Assignment]:
+        """Which (sub-)model each sampled client trains; the default gives everyone the full model."""
+        return {v.client_id: Assignment() for v in views}
+
+    def client_weight(self, num_examples: int) -> float:
+        """A client's weight in the reducer's mean."""
+        return float(num_examples)
+
+    def server_update(self, state: ServerState, round_idx: int, aggregate: Aggregate) -> ServerState:
+        """The next global state from the round's aggregate; the default adopts the mean."""
+        return ServerState(
+            params=aggregate.params,
+            round_idx=round_idx + 1,
+            opt_state=state.opt_state,
+            algo_state=state.algo_state,
+        )
+
+    def eval_params(self, state: ServerState) -> Params:
+        """The parameters the engine evaluates after a round."""
+        return state.params
+
+    # ------------------------------------------------------------------------------------------ client side
+    def local_loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, task: TrainTask) -> torch.Tensor:
+        """The client objective on one batch; the default is cross-entropy."""
+        if self.train.sequence_loss == "all":
+            # every prefix of a window predicts its next character; the last target is the window's label
+            targets = torch.cat([x[:, 1:], y[:, None]], dim=1)
+            logits = model(x, all_positions=True)
+            return nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
+        return nn.functional.cross_entropy(model(x), y)
+
+    def make_optimizer(self, params: Sequence[nn.Parameter], lr: float) -> torch.optim.Optimizer:
+        """A fresh optimizer per client and round (clients keep no optimizer state, as in HeteroFL and FedAvg)."""
+        if self.train.optimizer == "adam":
+            return torch.optim.Adam(params, lr=lr, weight_decay=self.train.weight_decay)
+        return torch.optim.SGD(params, lr=lr, momentum=self.train.momentum, weight_decay=self.train.weight_decay)
+
+    def local_train(
+        self,
+        model: nn.Module,
+        x: np.ndarray,
+        y: np.ndarray,
+        task: TrainTask,
+        input_spec: InputSpec,
+    ) -> ClientUpdate:
+        """Train ``model`` (already loaded with the client's weights) on one client's data.
+
+        Batches are drawn by a permutation from ``derive_torch_generator(seed, "train", round, client)``, so a client's
+        training is the same wherever and whenever it runs.
+        """
+        cfg = self.train
+        inputs = to_input(x, input_spec)
+        labels = torch.from_numpy(np.asarray(y, dtype=np.int64))
+        gen = derive_torch_generator(task.seed, "train", task.round_idx, task.client_id)
+        params = [p for p in model.parameters() if p.requires_grad]
+        opt = self.make_optimizer(params, task.lr)
+        model.train()
+        n = len(labels)
+        steps, loss_sum = 0, 0.0
+        for _epoch in range(cfg.epochs):
+            order = torch.randperm(n, generator=gen)
+            for start in range(0, n, cfg.batch_size):
+                if cfg.max_steps and steps >= cfg.max_steps:
+                    break
+                idx = order[start : start + cfg.batch_size]
+                opt.zero_grad(set_to_none=True)
+                loss = self.local_loss(model, inputs[idx], labels[idx], task)
+                loss.backward()  # type: ignore[no-untyped-call]  # torch stubs leave backward untyped
+                if cfg.grad_clip_norm > 0:
+                    nn.utils.clip_grad_norm_(params, cfg.grad_clip_norm)
+                opt.step()
+                loss_sum += float(loss.detach())
+                steps += 1
+        values = {k: v.detach().clone() for k, v in model.state_dict().items() if v.is_floating_point()}
+        return ClientUpdate(
+            client_id=task.client_id,
+            weight=self.client_weight(n),
+            values=values,
+            slices=dict(task.assignment.slices),
+            num_examples=n,
+            train_loss=loss_sum / steps if steps else float("nan"),
+            num_steps=steps,
+        )

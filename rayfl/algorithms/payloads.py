@@ -1,0 +1,123 @@
+"""Typed messages between the engine, the algorithm hooks and the client hosts.
+
+Everything that crosses a process boundary is here, frozen, and free of Ray types. Parameters travel as
+``dict[str, torch.Tensor]`` keyed by the global model's ``state_dict`` names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+__all__ = [
+    "Aggregate",
+    "Assignment",
+    "ClientOutcome",
+    "ClientUpdate",
+    "ClientView",
+    "Params",
+    "ServerState",
+    "TensorSlice",
+    "TrainTask",
+]
+
+Params = dict[str, torch.Tensor]
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSlice:
+    """The elements of a global tensor that a client's (smaller) tensor covers.
+
+    One entry per dimension: ``None`` keeps the whole dimension, an ``int64`` array keeps those global indices in
+    that order. The client tensor equals ``global[np.ix_(*index)]`` (with ``None`` read as "all").
+    """
+
+    index: tuple[np.ndarray | None, ...]
+
+    def torch_index(self, shape: tuple[int, ...]) -> tuple[torch.Tensor, ...]:
+        """Broadcastable index tensors addressing the covered elements of a tensor of ``shape``."""
+        ndim = len(shape)
+        parts: list[torch.Tensor] = []
+        for d, (idx, size) in enumerate(zip(self.index, shape, strict=True)):
+            t = torch.arange(size) if idx is None else torch.as_tensor(idx, dtype=torch.long)
+            parts.append(t.view([-1 if k == d else 1 for k in range(ndim)]))
+        return tuple(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class ClientView:
+    """What ``assign`` may know about a sampled client at check-in."""
+
+    client_id: int
+    num_examples: int
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """What a client trains this round.
+
+    ``slices`` maps a parameter name to the part of it the client gets; a missing name means the whole tensor, and a
+    name in ``skip`` is not sent at all. The sub-model library (models/elastic) fills these from a ``SubModelSpec``.
+    """
+
+    model_id: int = 0
+    slices: dict[str, TensorSlice] = field(default_factory=dict)
+    skip: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class TrainTask:
+    """One client's work for one round, built by the engine from an ``Assignment``."""
+
+    client_id: int
+    round_idx: int
+    seed: int
+    lr: float
+    assignment: Assignment
+
+
+@dataclass(frozen=True, slots=True)
+class ClientUpdate:
+    """A client's trained (sub-)tensors with the global elements they map to, and how much it counts."""
+
+    client_id: int
+    weight: float
+    values: Params
+    slices: dict[str, TensorSlice]
+    num_examples: int
+    train_loss: float
+    num_steps: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClientOutcome:
+    """What the driver hears back about a client: its numbers, or why it produced no update (failures are data)."""
+
+    client_id: int
+    num_examples: int
+    train_loss: float
+    num_steps: int
+    bytes_down: int
+    bytes_up: int
+    failure: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Aggregate:
+    """The reducer's result: the element-wise mean of the updates, with uncovered elements left as they were."""
+
+    params: Params
+    coverage: dict[str, float]  # fraction of each tensor's elements that some client covered
+    num_clients: int
+
+
+@dataclass(frozen=True, slots=True)
+class ServerState:
+    """Explicit server state: global parameters plus the algorithm's own typed state (``None`` when it has none)."""
+
+    params: Params
+    round_idx: int = 0
+    opt_state: Params = field(default_factory=dict)
+    algo_state: object | None = None

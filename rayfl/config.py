@@ -1,0 +1,186 @@
+"""The experiment schema: frozen, typed dataclasses that one YAML file fills.
+
+The YAML mirrors this tree. ``rayfl.config_loader`` turns a file (plus ``a.b=c`` overrides) into an
+``ExperimentConfig`` and refuses unknown keys, wrong types, out-of-range values and missing files before anything
+runs. Numeric bounds live in field metadata (``bounded``); sections with variants (model, algorithm) are tagged by
+their ``name`` key and looked up in the explicit tables below.
+
+Importing this module imports neither torch nor Ray, so ``rayfl validate`` is instant.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+__all__ = [
+    "ALGORITHM_CONFIGS",
+    "MODEL_CONFIGS",
+    "AlgorithmConfig",
+    "BackendConfig",
+    "CNNConfig",
+    "CharLSTMConfig",
+    "CharTransformerConfig",
+    "DataConfig",
+    "ExperimentConfig",
+    "FedAvgConfig",
+    "ModelConfig",
+    "TrainConfig",
+    "bounded",
+]
+
+
+def bounded(
+    default: Any,
+    *,
+    ge: float | None = None,
+    gt: float | None = None,
+    le: float | None = None,
+    lt: float | None = None,
+    path: Literal["file", "dir"] | None = None,
+) -> Any:
+    """A dataclass field with numeric bounds (and, for strings, an existence check) that the loader enforces."""
+    meta = {k: v for k, v in {"ge": ge, "gt": gt, "le": le, "lt": lt, "path": path}.items() if v is not None}
+    return field(default=default, metadata=meta)
+
+
+# ----------------------------------------------------------------------------------------------------- data
+@dataclass(frozen=True, kw_only=True)
+class DataConfig:
+    """Where the data comes from and how it is split into clients.
+
+    ``partition: natural`` keeps the source's own users (Shakespeare roles, FEMNIST writers); ``iid`` and
+    ``dirichlet`` split a centralised training set (CIFAR-10) into ``num_clients`` shards.
+    """
+
+    name: Literal["shakespeare", "cifar10", "leaf", "synthetic"] = "shakespeare"
+    root: str | None = bounded(None, path="dir")  # local copy of the data; None = rayfl's cache directory
+    download: bool = False  # allow torchvision to download CIFAR-10 (needs internet)
+    partition: Literal["natural", "iid", "dirichlet"] = "natural"
+    dirichlet_alpha: float = bounded(0.5, gt=0.0)
+    num_clients: int = bounded(
+        100, ge=1
+    )  # iid/dirichlet: clients made; natural: at most this many kept (0 = all)
+    min_samples: int = bounded(64, ge=1)  # natural users with fewer training samples are dropped (LEAF-style)
+    max_samples_per_client: int = bounded(0, ge=0)  # 0 = no cap; a cap keeps CPU-sized runs small
+    test_fraction: float = bounded(0.1, gt=0.0, lt=1.0)  # per-client test split for natural data
+    seq_len: int = bounded(80, ge=2)  # Shakespeare window (LEAF uses 80)
+    edition: Literal["modern", "folio", "both"] = "modern"  # which Shakespeare files are parsed
+    synthetic_samples: int = bounded(64, ge=1)  # 'synthetic': samples per client (benchmarks, tests)
+
+
+# ---------------------------------------------------------------------------------------------------- models
+@dataclass(frozen=True, kw_only=True)
+class CharLSTMConfig:
+    """LEAF's next-character model: embedding, stacked LSTM, linear read-out of the last step."""
+
+    name: Literal["char_lstm"] = "char_lstm"
+    embed_dim: int = bounded(8, ge=1)
+    hidden_dim: int = bounded(256, ge=1)
+    num_layers: int = bounded(2, ge=1)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CharTransformerConfig:
+    """A small causal transformer over characters that predicts the character after the window."""
+
+    name: Literal["char_transformer"] = "char_transformer"
+    dim: int = bounded(128, ge=8)
+    heads: int = bounded(4, ge=1)
+    num_layers: int = bounded(2, ge=1)
+    mlp_ratio: float = bounded(4.0, gt=0.0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CNNConfig:
+    """HeteroFL's conv net: blocks of conv → norm → ReLU → max-pool, global pooling, linear classifier."""
+
+    name: Literal["cnn"] = "cnn"
+    channels: tuple[int, ...] = (64, 128, 256, 512)
+    norm: Literal["batch", "group", "none"] = "none"
+
+
+ModelConfig = CharLSTMConfig | CharTransformerConfig | CNNConfig
+MODEL_CONFIGS: dict[str, type[Any]] = {
+    "char_lstm": CharLSTMConfig,
+    "char_transformer": CharTransformerConfig,
+    "cnn": CNNConfig,
+}
+
+
+# ------------------------------------------------------------------------------------------------ algorithms
+@dataclass(frozen=True, kw_only=True)
+class FedAvgConfig:
+    """FedAvg (McMahan et al., AISTATS 2017): full model everywhere, server step = SGD on the pseudo-gradient."""
+
+    name: Literal["fedavg"] = "fedavg"
+    weighting: Literal["samples", "uniform"] = "samples"  # client weight in the element-wise mean
+    server_lr: float = bounded(1.0, gt=0.0)  # 1.0 = plain averaging
+    server_momentum: float = bounded(0.0, ge=0.0, lt=1.0)
+
+
+AlgorithmConfig = FedAvgConfig
+ALGORITHM_CONFIGS: dict[str, type[Any]] = {"fedavg": FedAvgConfig}
+
+
+# ------------------------------------------------------------------------------------------- local training
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    """Client-side training, identical for every client unless an algorithm overrides it."""
+
+    epochs: int = bounded(1, ge=0)
+    max_steps: int = bounded(0, ge=0)  # 0 = no cap; otherwise stop after this many batches
+    batch_size: int = bounded(10, ge=1)
+    optimizer: Literal["sgd", "adam"] = "sgd"
+    lr: float = bounded(0.8, gt=0.0)
+    momentum: float = bounded(0.0, ge=0.0, lt=1.0)
+    weight_decay: float = bounded(0.0, ge=0.0)
+    grad_clip_norm: float = bounded(0.0, ge=0.0)  # 0 = no clipping
+    lr_schedule: Literal["constant", "cosine", "step"] = (
+        "constant"  # over rounds, as HeteroFL's server-side LR
+    )
+    lr_decay_rounds: tuple[int, ...] = ()  # 'step': rounds at which lr is multiplied by lr_decay
+    lr_decay: float = bounded(0.1, gt=0.0, le=1.0)
+    eval_batch_size: int = bounded(256, ge=1)
+    # Token windows: 'last' trains on the character after the window (LEAF); 'all' also on the character after
+    # every prefix of it (teacher forcing, 80 targets per window). Evaluation always scores the last one.
+    sequence_loss: Literal["last", "all"] = "last"
+
+
+# ---------------------------------------------------------------------------------------------------- backend
+@dataclass(frozen=True, kw_only=True)
+class BackendConfig:
+    """Where clients run: in this process, or on a pool of Ray ``ClientHost`` actors with sharded aggregation."""
+
+    kind: Literal["local", "ray"] = "ray"
+    num_hosts: int = bounded(
+        2, ge=1
+    )  # ClientHost actors (the in-process backend emulates the same partition)
+    num_shards: int = bounded(1, ge=1)  # parameter-server shard actors
+    cpus_per_host: float = bounded(
+        0.0, ge=0.0
+    )  # 0 = the cluster's CPUs split evenly over the hosts (at most 1)
+    gpus_per_host: float = bounded(0.0, ge=0.0)
+    cpus_per_shard: float = bounded(0.0, ge=0.0)
+    torch_threads: int = bounded(1, ge=1)  # intra-op threads per host; fixed so sums are reproducible
+    address: str | None = None  # an existing Ray cluster ("auto" or "host:port"); None = start a local one
+    num_cpus: int = bounded(0, ge=0)  # CPUs for a local Ray instance; 0 = all
+    object_store_mb: int = bounded(0, ge=0)  # object store of a local Ray instance; 0 = Ray's default
+
+
+# ---------------------------------------------------------------------------------------------- experiment
+@dataclass(frozen=True, kw_only=True)
+class ExperimentConfig:
+    """One simulation: data, model, algorithm, local training, backend, rounds and output."""
+
+    name: str = "experiment"
+    seed: int = bounded(0, ge=0)
+    rounds: int = bounded(20, ge=1)
+    clients_per_round: int = bounded(10, ge=1)
+    eval_every: int = bounded(1, ge=1)  # evaluate the global model every N rounds (and after the last)
+    output_dir: str = "runs"
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=CharLSTMConfig, metadata={"tagged": MODEL_CONFIGS})
+    algorithm: AlgorithmConfig = field(default_factory=FedAvgConfig, metadata={"tagged": ALGORITHM_CONFIGS})
+    train: TrainConfig = field(default_factory=TrainConfig)
+    backend: BackendConfig = field(default_factory=BackendConfig)

@@ -1,0 +1,658 @@
+"""Turn an experiment YAML file plus ``a.b=c`` overrides into a validated ``ExperimentConfig``.
+
+This module owns every check that can be made before anything runs: YAML syntax, unknown keys (with a
+"did you mean" hint), value types, ``Literal`` choices, the numeric bounds and path-existence flags kept in
+the schema's field metadata (``rayfl.config.bounded``), the variant tables of tagged sections (``model``,
+``algorithm``) and a few cross-field rules (``validate_semantics``). Each failure is a ``ConfigError`` that
+names the key path, the file and the line the value came from (or the override that set it).
+
+It also writes configs back (``config_to_dict``, ``dump_config``) in a form that ``load_config`` reads to an
+equal config. Like ``rayfl.config`` it imports neither torch nor Ray.
+
+Relative path values are resolved against the YAML file's directory when they come from the file, and
+against the current working directory when they come from an override (or when there is no file); the
+config keeps the resolved absolute path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal, Union
+
+import yaml
+
+from rayfl.config import ExperimentConfig
+
+__all__ = [
+    "ConfigError",
+    "config_to_dict",
+    "dump_config",
+    "load_config",
+    "validate_semantics",
+]
+
+# A key path inside the raw tree: mapping keys are strings, list positions are ints.
+KeyPath = tuple[str | int, ...]
+# Where a value came from: a 1-based line of the file, or the text of the override that set it.
+Origin = int | str
+
+MAX_SHARDS = 64
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_MAP_TAG = "tag:yaml.org,2002:map"
+_SEQ_TAG = "tag:yaml.org,2002:seq"
+_FLOAT_TAG = "tag:yaml.org,2002:float"
+
+
+class ConfigError(ValueError):
+    """An invalid experiment configuration, located by key path, file and line (or override)."""
+
+    def __init__(
+        self,
+        reason: str,
+        key_path: str = "",
+        file: str | None = None,
+        line: int | None = None,
+        override: str | None = None,
+    ) -> None:
+        self.reason = reason
+        self.key_path = key_path
+        self.file = file
+        self.line = line
+        self.override = override
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        where = self.file if self.file is not None else "<config>"
+        if self.override is not None:
+            where = f"{where}: override '{self.override}'"
+        elif self.line is not None:
+            where = f"{where}:{self.line}"
+        if self.key_path:
+            return f"{where}: {self.key_path}: {self.reason}"
+        return f"{where}: {self.reason}"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.reason, self.key_path, self.file, self.line, self.override))
+
+
+# ------------------------------------------------------------------------------------------------- YAML
+class _Loader(yaml.SafeLoader):
+    """``SafeLoader`` that also reads ``1e-3`` and ``1e3`` as floats (PyYAML's YAML 1.1 rule wants a dot)."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != _FLOAT_TAG]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Loader.add_implicit_resolver(
+    _FLOAT_TAG,
+    re.compile(
+        r"""^(?:[-+]?[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+        |[-+]?\.[0-9][0-9_]*(?:[eE][-+]?[0-9]+)?
+        |[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+
+        |[-+]?\.(?:inf|Inf|INF)
+        |\.(?:nan|NaN|NAN))$""",
+        re.VERBOSE,
+    ),
+    list("-+0123456789."),
+)
+
+
+class _Dumper(yaml.SafeDumper):
+    """``SafeDumper`` that quotes any string ``_Loader`` would read as something else (e.g. ``'1e5'``)."""
+
+
+_Dumper.yaml_implicit_resolvers = {k: list(v) for k, v in _Loader.yaml_implicit_resolvers.items()}
+
+
+def _yaml_error(err: yaml.YAMLError, file: str | None, override: str | None = None) -> ConfigError:
+    line: int | None = None
+    if isinstance(err, yaml.MarkedYAMLError):
+        mark = err.problem_mark or err.context_mark
+        if mark is not None:
+            line = mark.line + 1
+        context = err.context
+        if context and err.context_mark is not None and err.context_mark is not mark:
+            context += f" (from line {err.context_mark.line + 1})"
+        parts = [p for p in (context, err.problem) if p]
+        text = ", ".join(parts) if parts else str(err)
+    else:
+        text = str(err)
+    return ConfigError(f"invalid YAML: {text}", file=file, line=None if override else line, override=override)
+
+
+def _parse_yaml(text: str, file: str) -> tuple[Any, dict[KeyPath, int]]:
+    """The document's value (plain dicts, lists, scalars) and the 1-based line of every key path."""
+    loader = _Loader(text)
+    lines: dict[KeyPath, int] = {}
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return {}, lines
+        lines[()] = node.start_mark.line + 1
+        return _node_value(loader, node, (), lines, file, set()), lines
+    except yaml.YAMLError as err:
+        raise _yaml_error(err, file) from err
+    finally:
+        loader.dispose()
+
+
+def _node_value(
+    loader: _Loader, node: yaml.Node, path: KeyPath, lines: dict[KeyPath, int], file: str, active: set[int]
+) -> Any:
+    if id(node) in active:
+        raise ConfigError(
+            "recursive YAML alias", _format_path(path), file=file, line=node.start_mark.line + 1
+        )
+    if isinstance(node, yaml.MappingNode) and node.tag == _MAP_TAG:
+        active.add(id(node))
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == _MERGE_TAG:
+                continue
+            key = _scalar_key(loader, key_node, path, file)
+            if key in seen:
+                raise ConfigError(
+                    "duplicate key",
+                    _format_path((*path, str(key))),
+                    file=file,
+                    line=key_node.start_mark.line + 1,
+                )
+            seen.add(key)
+        loader.flatten_mapping(node)  # resolves '<<' merge keys; later entries win, as in PyYAML
+        mapping: dict[Any, Any] = {}
+        for key_node, value_node in node.value:
+            key = _scalar_key(loader, key_node, path, file)
+            child = (*path, key if isinstance(key, str) else str(key))
+            lines[child] = key_node.start_mark.line + 1
+            mapping[key] = _node_value(loader, value_node, child, lines, file, active)
+        active.discard(id(node))
+        return mapping
+    if isinstance(node, yaml.SequenceNode) and node.tag == _SEQ_TAG:
+        active.add(id(node))
+        items: list[Any] = []
+        for index, item_node in enumerate(node.value):
+            child = (*path, index)
+            lines[child] = item_node.start_mark.line + 1
+            items.append(_node_value(loader, item_node, child, lines, file, active))
+        active.discard(id(node))
+        return items
+    return loader.construct_object(node, deep=True)
+
+
+def _scalar_key(loader: _Loader, key_node: yaml.Node, path: KeyPath, file: str) -> Any:
+    if not isinstance(key_node, yaml.ScalarNode):
+        raise ConfigError(
+            "mapping keys must be plain names",
+            _format_path(path),
+            file=file,
+            line=key_node.start_mark.line + 1,
+        )
+    return loader.construct_object(key_node)
+
+
+# ------------------------------------------------------------------------------------------------- context
+def _format_path(path: KeyPath) -> str:
+    text = ""
+    for part in path:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text += f".{part}" if text else part
+    return text
+
+
+@dataclasses.dataclass
+class _Context:
+    """What errors and path checks need: the file, its directory and where each value came from."""
+
+    file: str | None
+    base_dir: Path
+    origins: dict[KeyPath, Origin]
+
+    def origin(self, path: KeyPath) -> Origin | None:
+        for end in range(len(path), -1, -1):
+            found = self.origins.get(path[:end])
+            if found is not None:
+                return found
+        return None
+
+    def error(self, path: KeyPath, reason: str) -> ConfigError:
+        origin = self.origin(path)
+        if isinstance(origin, str):
+            return ConfigError(reason, _format_path(path), file=self.file, override=origin)
+        return ConfigError(reason, _format_path(path), file=self.file, line=origin)
+
+    def base_for(self, path: KeyPath) -> Path:
+        return Path.cwd() if isinstance(self.origin(path), str) else self.base_dir
+
+
+# ------------------------------------------------------------------------------------------------- schema
+_HINTS: dict[type[Any], dict[str, Any]] = {}
+
+
+def _hints(cls: type[Any]) -> dict[str, Any]:
+    """The resolved field types of a dataclass (its annotations are strings), cached per class."""
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
+
+
+def _fields(cls: type[Any]) -> dict[str, dataclasses.Field[Any]]:
+    return {f.name: f for f in dataclasses.fields(cls)}
+
+
+def _default_of(f: dataclasses.Field[Any]) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return dataclasses.MISSING
+
+
+def _default_variant(f: dataclasses.Field[Any]) -> str:
+    default = _default_of(f)
+    return str(getattr(default, "name", ""))
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"bool {str(value).lower()}"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, list | tuple):
+        return f"a list {list(value)!r}"
+    return f"{type(value).__name__} {value!r}"
+
+
+def _expected(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if tp is bool:
+        return "a boolean (true/false)"
+    if tp is int:
+        return "an integer"
+    if tp is float:
+        return "a number"
+    if tp is str:
+        return "a string"
+    if origin is Literal:
+        return "one of " + ", ".join(repr(c) for c in typing.get_args(tp))
+    if origin in (tuple, list):
+        args = [a for a in typing.get_args(tp) if a is not Ellipsis]
+        plural = {bool: "booleans", int: "integers", float: "numbers", str: "strings"}
+        if not args:
+            return "a list"
+        return f"a list of {plural.get(args[0], f'values ({_expected(args[0])})')}"
+    if origin is dict:
+        return "a mapping"
+    if dataclasses.is_dataclass(tp):
+        return "a mapping (section)"
+    if origin in (Union, types.UnionType):
+        return " or ".join(_expected(a) for a in typing.get_args(tp))
+    if tp is type(None):
+        return "null"
+    return str(tp)
+
+
+def _suggest(word: str, choices: Sequence[str]) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    if close:
+        return f"did you mean '{close[0]}'?"
+    return "valid keys: " + ", ".join(choices)
+
+
+# ------------------------------------------------------------------------------------------------- building
+def _build(cls: type[Any], raw: Any, path: KeyPath, ctx: _Context, variant_of: str = "") -> Any:
+    """Instantiate dataclass ``cls`` from mapping ``raw``, checking every key and value."""
+    if not isinstance(raw, Mapping):
+        raise ctx.error(path, f"expected a mapping (section), got {_describe(raw)}")
+    fields = _fields(cls)
+    hints = _hints(cls)
+    kwargs: dict[str, Any] = {}
+    for key, value in raw.items():
+        if not isinstance(key, str):
+            raise ctx.error((*path, str(key)), f"keys must be strings, got {_describe(key)}")
+        child = (*path, key)
+        f = fields.get(key)
+        if f is None:
+            raise ctx.error(child, _unknown_key_reason(key, list(fields), path, variant_of))
+        kwargs[key] = _field_value(f, hints[key], value, child, ctx)
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as err:  # a dataclass __post_init__ may refuse a combination
+        raise ctx.error(path, str(err)) from err
+
+
+def _unknown_key_reason(key: str, valid: list[str], path: KeyPath, variant_of: str) -> str:
+    where = f"'{_format_path(path)}'" if path else "the top level"
+    reason = f"unknown key '{key}' in {where}; {_suggest(key, valid)}"
+    if variant_of:
+        owners = [
+            name
+            for name, other in _tagged_table_at(path).items()
+            if name != variant_of and key in _fields(other)
+        ]
+        if owners:
+            reason += (
+                f" ('{key}' belongs to {', '.join(repr(o) for o in owners)}; set {_format_path(path)}.name)"
+            )
+    return reason
+
+
+def _tagged_table_at(path: KeyPath) -> dict[str, type[Any]]:
+    """The variant table if ``path`` names a tagged section (reached via plain sections), else ``{}``."""
+    cls: type[Any] = ExperimentConfig
+    for depth, part in enumerate(path):
+        f = _fields(cls).get(str(part))
+        if f is None:
+            return {}
+        table: Mapping[str, type[Any]] | None = f.metadata.get("tagged")
+        if table is not None:
+            return dict(table) if depth == len(path) - 1 else {}
+        hint = _hints(cls)[f.name]
+        if not (dataclasses.is_dataclass(hint) and isinstance(hint, type)):
+            return {}
+        cls = hint
+    return {}
+
+
+def _field_value(f: dataclasses.Field[Any], hint: Any, value: Any, path: KeyPath, ctx: _Context) -> Any:
+    table: Mapping[str, type[Any]] | None = f.metadata.get("tagged")
+    if table is not None:
+        return _build_tagged(f, table, value, path, ctx)
+    result = _convert(value, hint, path, ctx)
+    _check_bounds(f, result, path, ctx)
+    if isinstance(result, str) and "path" in f.metadata:
+        result = _check_path(result, f.metadata["path"], path, ctx)
+    return result
+
+
+def _build_tagged(
+    f: dataclasses.Field[Any], table: Mapping[str, type[Any]], value: Any, path: KeyPath, ctx: _Context
+) -> Any:
+    if not isinstance(value, Mapping):
+        raise ctx.error(path, f"expected a mapping (section), got {_describe(value)}")
+    name = value.get("name", _default_variant(f))
+    known = ", ".join(repr(k) for k in table)
+    if not isinstance(name, str):
+        raise ctx.error((*path, "name"), f"expected one of {known}, got {_describe(name)}")
+    variant = table.get(name)
+    if variant is None:
+        close = difflib.get_close_matches(name, list(table), n=1, cutoff=0.6)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        raise ctx.error((*path, "name"), f"unknown {path[-1]} '{name}'{hint}; known: {known}")
+    return _build(variant, value, path, ctx, variant_of=name)
+
+
+def _convert(value: Any, tp: Any, path: KeyPath, ctx: _Context) -> Any:
+    """Check ``value`` against type hint ``tp`` and return it in the schema's form (floats, tuples)."""
+    origin = typing.get_origin(tp)
+    if tp is Any:
+        return value
+    if origin in (Union, types.UnionType):
+        members = typing.get_args(tp)
+        if value is None and type(None) in members:
+            return None
+        concrete = [m for m in members if m is not type(None)]
+        if len(concrete) == 1:
+            return _convert(value, concrete[0], path, ctx)
+        for member in concrete:
+            try:
+                return _convert(value, member, path, ctx)
+            except ConfigError:
+                continue
+        raise ctx.error(path, f"expected {_expected(tp)}, got {_describe(value)}")
+    if origin is Literal:
+        choices = typing.get_args(tp)
+        for choice in choices:
+            if type(value) is type(choice) and value == choice:
+                return value
+        listed = ", ".join(repr(c) for c in choices)
+        raise ctx.error(path, f"must be one of {listed}, got {_describe(value)}")
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif tp is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+    elif tp is str:
+        if isinstance(value, str):
+            return value
+        if value is not None and not isinstance(value, Mapping | list | tuple):
+            raise ctx.error(path, f"expected a string, got {_describe(value)} (quote it to make it a string)")
+    elif origin in (tuple, list):
+        if isinstance(value, list | tuple):
+            return _convert_sequence(value, tp, path, ctx)
+    elif origin is dict:
+        if isinstance(value, Mapping):
+            key_type, value_type = typing.get_args(tp) or (Any, Any)
+            return {
+                _convert(k, key_type, (*path, str(k)), ctx): _convert(v, value_type, (*path, str(k)), ctx)
+                for k, v in value.items()
+            }
+    elif dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        return _build(tp, value, path, ctx)
+    else:
+        raise TypeError(f"config_loader does not support the type {tp!r} (at {_format_path(path)})")
+    raise ctx.error(path, f"expected {_expected(tp)}, got {_describe(value)}")
+
+
+def _convert_sequence(value: Sequence[Any], tp: Any, path: KeyPath, ctx: _Context) -> Any:
+    args = typing.get_args(tp)
+    if typing.get_origin(tp) is list:
+        item = args[0] if args else Any
+        return [_convert(v, item, (*path, i), ctx) for i, v in enumerate(value)]
+    if not args:
+        return tuple(value)
+    if len(args) == 2 and args[1] is Ellipsis:
+        return tuple(_convert(v, args[0], (*path, i), ctx) for i, v in enumerate(value))
+    if len(value) != len(args):
+        raise ctx.error(path, f"expected a list of {len(args)} items, got {len(value)}")
+    return tuple(_convert(v, a, (*path, i), ctx) for i, (v, a) in enumerate(zip(value, args, strict=True)))
+
+
+_BOUNDS: tuple[tuple[str, str, typing.Callable[[float, float], bool]], ...] = (
+    ("ge", ">=", lambda v, b: v >= b),
+    ("gt", ">", lambda v, b: v > b),
+    ("le", "<=", lambda v, b: v <= b),
+    ("lt", "<", lambda v, b: v < b),
+)
+
+
+def _check_bounds(f: dataclasses.Field[Any], value: Any, path: KeyPath, ctx: _Context) -> None:
+    bounds = [(sym, f.metadata[key], ok) for key, sym, ok in _BOUNDS if key in f.metadata]
+    if not bounds:
+        return
+    items = list(enumerate(value)) if isinstance(value, tuple | list) else [(None, value)]
+    for index, item in items:
+        if isinstance(item, bool) or not isinstance(item, int | float):
+            continue
+        if not all(ok(item, bound) for _, bound, ok in bounds):
+            rule = " and ".join(f"{sym} {bound:g}" for sym, bound, _ in bounds)
+            where = path if index is None else (*path, index)
+            raise ctx.error(where, f"must be {rule}, got {item!r}")
+
+
+def _check_path(value: str, kind: str, path: KeyPath, ctx: _Context) -> str:
+    given = Path(value).expanduser()
+    resolved = (given if given.is_absolute() else ctx.base_for(path) / given).resolve()
+    if kind == "dir" and not resolved.is_dir():
+        what = "is not a directory" if resolved.exists() else "does not exist"
+        raise ctx.error(path, f"directory {value!r} {what} (resolved to {resolved})")
+    if kind == "file" and not resolved.is_file():
+        what = "is not a file" if resolved.exists() else "does not exist"
+        raise ctx.error(path, f"file {value!r} {what} (resolved to {resolved})")
+    return str(resolved)
+
+
+# ------------------------------------------------------------------------------------------------- overrides
+def _apply_override(raw: dict[str, Any], origins: dict[KeyPath, Origin], text: str, file: str | None) -> None:
+    """Set ``a.b=c`` in the raw tree, recording the override as the origin of everything it sets."""
+    key, sep, value_text = text.partition("=")
+    key = key.strip()
+    parts = key.split(".")
+    if not sep or not key or not all(p.strip() for p in parts):
+        raise ConfigError("expected KEY.PATH=VALUE, e.g. train.lr=0.1", file=file, override=text)
+    parts = [p.strip() for p in parts]
+    try:
+        value = yaml.load(value_text, Loader=_Loader)  # a SafeLoader: plain data only
+    except yaml.YAMLError as err:
+        raise _yaml_error(err, file, override=text) from err
+    node: dict[Any, Any] = raw
+    for depth, part in enumerate(parts[:-1]):
+        here = tuple(parts[: depth + 1])
+        child = node.get(part)
+        if child is None:
+            child = {}
+            node[part] = child
+            origins[here] = text
+        elif not isinstance(child, dict):
+            raise ConfigError(
+                f"cannot set '{'.'.join(parts[depth + 1 :])}' inside a value that is not a mapping",
+                _format_path(here),
+                file=file,
+                override=text,
+            )
+        node = child
+    full: KeyPath = tuple(parts)
+    last = parts[-1]
+    if (
+        last == "name"
+        and _tagged_table_at(full[:-1])
+        and node.get("name", _section_default(full[:-1])) != value
+    ):
+        # A new variant starts from its own defaults: keep only keys that overrides set.
+        for k in list(node):
+            if not isinstance(origins.get((*full[:-1], str(k))), str):
+                del node[k]
+                _forget(origins, (*full[:-1], str(k)))
+    node[last] = value
+    _forget(origins, full)
+    _mark(origins, full, value, text)
+
+
+def _section_default(path: KeyPath) -> Any:
+    default: Any = ExperimentConfig()
+    for part in path:
+        default = getattr(default, str(part), None)
+    return getattr(default, "name", None)
+
+
+def _forget(origins: dict[KeyPath, Origin], prefix: KeyPath) -> None:
+    for known in [p for p in origins if p[: len(prefix)] == prefix]:
+        del origins[known]
+
+
+def _mark(origins: dict[KeyPath, Origin], path: KeyPath, value: Any, text: str) -> None:
+    origins[path] = text
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            _mark(origins, (*path, str(k)), v, text)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _mark(origins, (*path, i), v, text)
+
+
+# ------------------------------------------------------------------------------------------------- semantics
+def _semantic_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:
+    problems: list[tuple[KeyPath, str]] = []
+    if cfg.backend.num_shards > MAX_SHARDS:
+        problems.append((("backend", "num_shards"), f"must be <= {MAX_SHARDS}, got {cfg.backend.num_shards}"))
+    if cfg.train.lr_schedule == "step":
+        rounds = cfg.train.lr_decay_rounds
+        if not rounds:
+            problems.append(
+                (
+                    ("train", "lr_decay_rounds"),
+                    "must list at least one round when train.lr_schedule is 'step'",
+                )
+            )
+        for index in range(1, len(rounds)):
+            if rounds[index] <= rounds[index - 1]:
+                problems.append(
+                    (
+                        ("train", "lr_decay_rounds", index),
+                        f"must be strictly increasing, got {rounds[index]} after {rounds[index - 1]}",
+                    )
+                )
+                break
+    return problems
+
+
+def validate_semantics(cfg: ExperimentConfig) -> None:
+    """Check rules that span fields (called by ``load_config``; also usable on configs built in code)."""
+    problems = _semantic_problems(cfg)
+    if problems:
+        key_path, reason = problems[0]
+        raise ConfigError(reason, _format_path(key_path))
+
+
+# ------------------------------------------------------------------------------------------------- public API
+def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> ExperimentConfig:
+    """Read ``path`` (``None``: the defaults), apply ``a.b=c`` overrides, validate and build the config."""
+    if isinstance(overrides, str):
+        raise TypeError("overrides must be a sequence of 'a.b=c' strings, not one string")
+    file = None if path is None else str(path)
+    raw: Any = {}
+    lines: dict[KeyPath, int] = {}
+    base_dir = Path.cwd()
+    if path is not None:
+        source = Path(path)
+        try:
+            text = source.read_text(encoding="utf-8")
+        except FileNotFoundError as err:
+            raise ConfigError("config file does not exist", file=file) from err
+        except (OSError, UnicodeDecodeError) as err:
+            raise ConfigError(f"cannot read config file: {err}", file=file) from err
+        raw, lines = _parse_yaml(text, str(path))
+        base_dir = source.absolute().parent
+    origins: dict[KeyPath, Origin] = dict(lines)
+    ctx = _Context(file=file, base_dir=base_dir, origins=origins)
+    if not isinstance(raw, dict):
+        raise ctx.error((), f"the top level must be a mapping of sections, got {_describe(raw)}")
+    for text in overrides:
+        _apply_override(raw, origins, text, file)
+    cfg: ExperimentConfig = _build(ExperimentConfig, raw, (), ctx)
+    problems = _semantic_problems(cfg)
+    if problems:
+        key_path, reason = problems[0]
+        raise ctx.error(key_path, reason)
+    return cfg
+
+
+def config_to_dict(cfg: Any) -> dict[str, Any]:
+    """A plain, YAML-serialisable dict of a config dataclass (tuples become lists), in field order."""
+    if not (dataclasses.is_dataclass(cfg) and not isinstance(cfg, type)):
+        raise TypeError(f"expected a config dataclass instance, got {type(cfg).__name__}")
+    return {f.name: _plain(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)}
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return config_to_dict(value)
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return value
+
+
+def dump_config(cfg: ExperimentConfig, path: str | Path) -> None:
+    """Write ``cfg`` as YAML that ``load_config`` reads back to an equal config."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    text = yaml.dump(
+        config_to_dict(cfg), Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True
+    )
+    target.write_text(text, encoding="utf-8")

@@ -1,0 +1,75 @@
+"""Data sources, partitions and the federated container.
+
+``build_federated_dataset`` turns a ``DataConfig`` into a ``FederatedDataset``. Loaders are imported only when
+called, so importing this package costs nothing beyond numpy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from rayfl.config import DataConfig
+from rayfl.data.federated import FederatedDataset, InputKind, from_client_arrays
+
+__all__ = ["LOADERS", "FederatedDataset", "InputKind", "build_federated_dataset", "from_client_arrays"]
+
+
+def _cache_dir(cache_dir: Path | None) -> Path:
+    if cache_dir is not None:
+        return Path(cache_dir)
+    from rayfl.data.shakespeare import default_cache_dir
+
+    return Path(default_cache_dir())
+
+
+def _data_root(cfg: DataConfig, cache_dir: Path | None, folder: str) -> Path:
+    """``cfg.root`` when set, else ``<cache_dir>/<folder>``."""
+    return Path(cfg.root) if cfg.root is not None else _cache_dir(cache_dir) / folder
+
+
+def _shakespeare(cfg: DataConfig, seed: int, cache_dir: Path | None) -> FederatedDataset:
+    from rayfl.data.shakespeare import load_shakespeare
+
+    return load_shakespeare(cfg, _cache_dir(cache_dir), seed)
+
+
+def _cifar10(cfg: DataConfig, seed: int, cache_dir: Path | None) -> FederatedDataset:
+    from rayfl.data.cifar10 import load_cifar10
+
+    return load_cifar10(cfg, seed, root=_data_root(cfg, cache_dir, "cifar10"))
+
+
+def _leaf(cfg: DataConfig, seed: int, cache_dir: Path | None) -> FederatedDataset:
+    from rayfl.data.leaf import load_leaf
+
+    return load_leaf(_data_root(cfg, cache_dir, "leaf"), None, cfg, seed)
+
+
+def _synthetic(cfg: DataConfig, seed: int, cache_dir: Path | None) -> FederatedDataset:
+    from rayfl.data.synthetic import load_synthetic
+
+    return load_synthetic(cfg, seed)
+
+
+# data.name -> loader(cfg, seed, cache_dir)
+LOADERS: dict[str, Callable[[DataConfig, int, Path | None], FederatedDataset]] = {
+    "shakespeare": _shakespeare,
+    "cifar10": _cifar10,
+    "leaf": _leaf,
+    "synthetic": _synthetic,
+}
+
+
+def build_federated_dataset(cfg: DataConfig, seed: int, cache_dir: Path | None = None) -> FederatedDataset:
+    """The federated data set ``cfg`` describes.
+
+    ``cache_dir`` (default: ``rayfl.data.shakespeare.default_cache_dir()``, resolved only when a loader
+    needs it) holds downloads; ``cfg.root``, when set, is the data folder of ``cifar10`` and ``leaf`` (else
+    ``<cache_dir>/cifar10`` and ``<cache_dir>/leaf``).
+    """
+    try:
+        loader = LOADERS[cfg.name]
+    except KeyError:
+        raise ValueError(f"unknown data.name {cfg.name!r}; known: {', '.join(sorted(LOADERS))}") from None
+    return loader(cfg, seed, cache_dir)

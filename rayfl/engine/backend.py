@@ -1,0 +1,163 @@
+"""Execution backends: where client hosts and parameter-server shards live.
+
+``Backend`` is the engine's only view of execution. Two implementations give the same numbers for the same seed:
+``LocalBackend`` (this module) runs hosts and shards as plain objects in this process, for tests and debugging;
+``RayBackend`` (``ray_backend.py``) runs them as Ray actors. Both use the same partition of clients over hosts
+(``client_id % num_hosts``), the same shard plan and the same canonical reduction order, and both evaluate on
+fixed-size test batches combined in batch order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, cast
+
+import numpy as np
+import torch
+
+from rayfl.algorithms.base import Algorithm
+from rayfl.algorithms.payloads import Aggregate, ClientOutcome, Params, TrainTask
+from rayfl.algorithms.reducers import Partial
+from rayfl.config import BackendConfig, ModelConfig
+from rayfl.data.federated import FederatedDataset
+from rayfl.engine.host import ClientHost, EvalStats, NumpyParams
+from rayfl.engine.param_server import ParamServerShard, plan_shards
+
+__all__ = [
+    "Backend",
+    "EvalResult",
+    "LocalBackend",
+    "assemble_aggregate",
+    "combine_eval",
+    "eval_batches",
+    "tasks_by_host",
+    "to_numpy",
+]
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    accuracy: float
+    loss: float
+    num_samples: int
+
+
+class Backend(Protocol):
+    """Runs a round's client tasks and the sharded reduction; evaluates global parameters."""
+
+    def train_and_reduce(
+        self, tasks: Sequence[TrainTask], params: Params
+    ) -> tuple[Aggregate, list[ClientOutcome]]: ...
+
+    def evaluate(self, params: Params) -> EvalResult: ...
+
+    def close(self) -> None: ...
+
+
+def to_numpy(params: Params) -> NumpyParams:
+    return {k: v.detach().cpu().numpy() for k, v in params.items()}
+
+
+def host_of(client_id: int, num_hosts: int) -> int:
+    return client_id % num_hosts
+
+
+def tasks_by_host(tasks: Sequence[TrainTask], num_hosts: int) -> list[list[TrainTask]]:
+    groups: list[list[TrainTask]] = [[] for _ in range(num_hosts)]
+    for task in tasks:
+        groups[host_of(task.client_id, num_hosts)].append(task)
+    return groups
+
+
+def eval_batches(num_samples: int, batch_size: int, num_hosts: int) -> list[list[int]]:
+    """Fixed-size test batches dealt round-robin to hosts (batch ids, not data, travel)."""
+    num_batches = -(-num_samples // batch_size)
+    return [list(range(h, num_batches, num_hosts)) for h in range(num_hosts)]
+
+
+def combine_eval(stats: Sequence[EvalStats]) -> EvalResult:
+    """Sum per-batch results in batch-id order, so the figures do not depend on how batches were spread."""
+    ids = np.concatenate([s.batch_ids for s in stats])
+    order = np.argsort(ids, kind="stable")
+    loss = np.concatenate([s.loss_sum for s in stats])[order]
+    correct = np.concatenate([s.correct for s in stats])[order]
+    count = np.concatenate([s.count for s in stats])[order]
+    total = int(count.sum())
+    loss_total = 0.0
+    for v in loss:  # sequential float64 sum in batch order (np.sum's pairwise order depends on length)
+        loss_total += float(v)
+    return EvalResult(
+        accuracy=float(correct.sum()) / max(1, total), loss=loss_total / max(1, total), num_samples=total
+    )
+
+
+def assemble_aggregate(
+    results: Sequence[tuple[NumpyParams, dict[str, float]]], outcomes: Sequence[ClientOutcome]
+) -> Aggregate:
+    params: Params = {}
+    coverage: dict[str, float] = {}
+    for new, cov in results:
+        params.update({k: torch.from_numpy(np.array(v)) for k, v in new.items()})
+        coverage.update(cov)
+    ok = [o for o in outcomes if o.failure is None]
+    return Aggregate(params=params, coverage=coverage, num_clients=len(ok))
+
+
+class LocalBackend:
+    """Hosts and shards as in-process objects; the same partition and order as the Ray backend."""
+
+    def __init__(
+        self,
+        dataset: FederatedDataset,
+        model_cfg: ModelConfig,
+        algorithm: Algorithm,
+        backend_cfg: BackendConfig,
+        shapes: dict[str, tuple[int, ...]],
+        eval_batch_size: int,
+        init_seed: int,
+    ) -> None:
+        self.dataset = dataset
+        self.num_hosts = backend_cfg.num_hosts
+        self.num_shards = backend_cfg.num_shards
+        self.eval_batch_size = eval_batch_size
+        self.shard_of = plan_shards(shapes, self.num_shards)
+        self.hosts = [
+            ClientHost(h, dataset, model_cfg, algorithm, backend_cfg.torch_threads, init_seed)
+            for h in range(self.num_hosts)
+        ]
+        self.shards = [
+            ParamServerShard(s, [n for n, k in self.shard_of.items() if k == s], algorithm.reducer)
+            for s in range(self.num_shards)
+        ]
+        self._threads = torch.get_num_threads()
+
+    def train_and_reduce(
+        self, tasks: Sequence[TrainTask], params: Params
+    ) -> tuple[Aggregate, list[ClientOutcome]]:
+        arrays = to_numpy(params)
+        per_shard: list[list[Partial]] = [[] for _ in range(self.num_shards)]
+        outcomes: list[ClientOutcome] = []
+        for host, host_tasks in zip(self.hosts, tasks_by_host(tasks, self.num_hosts), strict=True):
+            if not host_tasks:
+                continue
+            *partials, host_outcomes = host.run_round(host_tasks, arrays, self.shard_of, self.num_shards)
+            for s, p in enumerate(partials):
+                per_shard[s].append(cast(Partial, p))
+            outcomes.extend(cast(list[ClientOutcome], host_outcomes))
+        torch.set_num_threads(self._threads)
+        results = [shard.reduce(arrays, *per_shard[s]) for s, shard in enumerate(self.shards)]
+        outcomes.sort(key=lambda o: o.client_id)
+        return assemble_aggregate(results, outcomes), outcomes
+
+    def evaluate(self, params: Params) -> EvalResult:
+        arrays = to_numpy(params)
+        batches = eval_batches(len(self.dataset.y_test), self.eval_batch_size, self.num_hosts)
+        stats = [
+            h.evaluate(arrays, b, self.eval_batch_size) for h, b in zip(self.hosts, batches, strict=True) if b
+        ]
+        torch.set_num_threads(self._threads)
+        return combine_eval(stats)
+
+    def close(self) -> None:
+        torch.set_num_threads(self._threads)

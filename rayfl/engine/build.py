@@ -1,0 +1,79 @@
+"""Explicit factories from a config to the run's parts: data, initial global parameters, algorithm, backend."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rayfl.algorithms import Algorithm, build_algorithm
+from rayfl.algorithms.payloads import Params
+from rayfl.config import ExperimentConfig
+from rayfl.data.federated import FederatedDataset
+from rayfl.engine.backend import Backend, LocalBackend
+from rayfl.models import InputSpec, build_model
+from rayfl.rng import derive_seed
+
+__all__ = ["Setup", "build_backend", "build_setup", "initial_params"]
+
+
+@dataclass(frozen=True)
+class Setup:
+    """Everything a run needs besides its backend."""
+
+    dataset: FederatedDataset
+    input_spec: InputSpec
+    algorithm: Algorithm
+    params: Params
+
+
+def initial_params(cfg: ExperimentConfig, spec: InputSpec) -> Params:
+    """The global model's initial weights, drawn from a generator derived from the seed (global RNG untouched)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(derive_seed(cfg.seed, "init"))
+        model = build_model(cfg.model, spec)
+    return {k: v.detach().clone() for k, v in model.state_dict().items() if v.is_floating_point()}
+
+
+def build_setup(
+    cfg: ExperimentConfig, dataset: FederatedDataset | None = None, cache_dir: Path | None = None
+) -> Setup:
+    """Load (or take) the data, build the algorithm and initial parameters; checks config against the data."""
+    if dataset is None:
+        from rayfl.data import build_federated_dataset
+
+        dataset = build_federated_dataset(cfg.data, cfg.seed, cache_dir)
+    if dataset.num_clients < 1:
+        raise ValueError(f"data: {cfg.data.name!r} produced no clients")
+    spec = InputSpec.of(dataset.input_kind, dataset.num_classes, dataset.x, dataset.meta)
+    return Setup(
+        dataset=dataset,
+        input_spec=spec,
+        algorithm=build_algorithm(cfg.algorithm, cfg.train),
+        params=initial_params(cfg, spec),
+    )
+
+
+def _ray_backend(**kwargs: Any) -> Backend:
+    from rayfl.engine.ray_backend import RayBackend  # imports Ray only when asked for
+
+    return RayBackend(**kwargs)
+
+
+_BACKENDS: dict[str, Callable[..., Backend]] = {"local": LocalBackend, "ray": _ray_backend}
+
+
+def build_backend(cfg: ExperimentConfig, setup: Setup) -> Backend:
+    """The backend named by ``backend.kind``."""
+    return _BACKENDS[cfg.backend.kind](
+        dataset=setup.dataset,
+        model_cfg=cfg.model,
+        algorithm=setup.algorithm,
+        backend_cfg=cfg.backend,
+        shapes={k: tuple(v.shape) for k, v in setup.params.items()},
+        eval_batch_size=cfg.train.eval_batch_size,
+        init_seed=derive_seed(cfg.seed, "host-template"),
+    )

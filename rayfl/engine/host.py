@@ -1,0 +1,139 @@
+"""``ClientHost``: runs the clients of one partition, one after another, and pre-aggregates their updates.
+
+The same class serves both backends: the Ray backend wraps it in an actor (one per core or GPU share), the in-process
+backend instantiates it directly. A host receives the whole data set once (a zero-copy view of Ray's object store)
+and per round only task descriptions plus one reference to the global parameters.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from rayfl.algorithms.base import Algorithm
+from rayfl.algorithms.payloads import ClientOutcome, ClientUpdate, TrainTask
+from rayfl.algorithms.reducers import Partial, params_bytes, split_partial
+from rayfl.config import ModelConfig
+from rayfl.data.federated import FederatedDataset
+from rayfl.models import InputSpec, build_model, to_input
+
+__all__ = ["ClientHost", "EvalStats", "NumpyParams"]
+
+NumpyParams = dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class EvalStats:
+    """Per evaluation batch: summed loss, correct predictions and sample count (combined in batch order)."""
+
+    batch_ids: np.ndarray
+    loss_sum: np.ndarray
+    correct: np.ndarray
+    count: np.ndarray
+
+
+def as_tensors(params: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:
+    """Wrap (possibly read-only, object-store backed) arrays as tensors without copying; callers must not write."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*non-writable.*")
+        return {k: torch.from_numpy(v) for k, v in params.items()}
+
+
+class ClientHost:
+    """Hosts the virtual clients of one partition: trains them with the algorithm's hooks, pre-aggregates results."""
+
+    def __init__(
+        self,
+        host_id: int,
+        dataset: FederatedDataset,
+        model_cfg: ModelConfig,
+        algorithm: Algorithm,
+        torch_threads: int,
+        init_seed: int,
+    ) -> None:
+        self.host_id = host_id
+        self.dataset = dataset
+        self.algorithm = algorithm
+        self.torch_threads = torch_threads
+        self.input_spec = InputSpec.of(dataset.input_kind, dataset.num_classes, dataset.x, dataset.meta)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(init_seed)  # the host's template; its weights are always overwritten before use
+            self.model: nn.Module = build_model(model_cfg, self.input_spec)
+
+    def ready(self) -> int:
+        """Round-trip used to wait for actor start-up."""
+        return self.host_id
+
+    def _load(self, params: Mapping[str, torch.Tensor]) -> None:
+        with torch.no_grad():
+            for name, tensor in self.model.state_dict().items():
+                if name in params:
+                    tensor.copy_(params[name])
+
+    def run_round(
+        self,
+        tasks: Sequence[TrainTask],
+        params: NumpyParams,
+        shard_of: Mapping[str, int],
+        num_shards: int,
+    ) -> tuple[object, ...]:
+        """Train ``tasks`` in client-id order.
+
+        Returns ``num_shards`` partial sums (one per shard, so Ray can route each to its shard as its own object)
+        followed by the list of per-client ``ClientOutcome``s.
+        """
+        torch.set_num_threads(self.torch_threads)
+        base = as_tensors(params)
+        shapes = {k: v.shape for k, v in base.items()}
+        partial: Partial = {}
+        outcomes: list[ClientOutcome] = []
+        bytes_down = params_bytes(base)
+        for task in sorted(tasks, key=lambda t: t.client_id):
+            self._load(base)
+            x, y = self.dataset.client_train(task.client_id)
+            update = self.algorithm.local_train(self.model, x, y, task, self.input_spec)
+            failure = None if _finite(update) else "nan_update"
+            if failure is None:
+                self.algorithm.reducer.accumulate(partial, update, shapes)
+            outcomes.append(
+                ClientOutcome(
+                    client_id=task.client_id,
+                    num_examples=update.num_examples,
+                    train_loss=update.train_loss,
+                    num_steps=update.num_steps,
+                    bytes_down=bytes_down,
+                    bytes_up=params_bytes(update.values),
+                    failure=failure,
+                )
+            )
+        return (*split_partial(partial, shard_of, num_shards), outcomes)
+
+    def evaluate(self, params: NumpyParams, batch_ids: Sequence[int], batch_size: int) -> EvalStats:
+        """Loss and accuracy of ``params`` on the given fixed-size batches of the test set."""
+        torch.set_num_threads(self.torch_threads)
+        self._load(as_tensors(params))
+        self.model.eval()
+        ds = self.dataset
+        n = len(batch_ids)
+        loss_sum, correct, count = np.zeros(n), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+        with torch.no_grad():
+            for i, b in enumerate(batch_ids):
+                lo, hi = b * batch_size, min((b + 1) * batch_size, len(ds.y_test))
+                logits = self.model(to_input(ds.x_test[lo:hi], self.input_spec))
+                labels = torch.from_numpy(np.asarray(ds.y_test[lo:hi], dtype=np.int64))
+                loss_sum[i] = float(nn.functional.cross_entropy(logits, labels, reduction="sum"))
+                correct[i] = int((logits.argmax(dim=1) == labels).sum())
+                count[i] = hi - lo
+        return EvalStats(np.asarray(batch_ids, dtype=np.int64), loss_sum, correct, count)
+
+
+def _finite(update: ClientUpdate) -> bool:
+    return math.isfinite(update.train_loss) and all(
+        bool(torch.isfinite(v).all()) for v in update.values.values()
+    )

@@ -1,0 +1,46 @@
+"""Parameter-server shards: each owns a fixed set of global tensors and reduces the hosts' partial sums for them.
+
+Tensors are balanced over shards by element count (largest first onto the lightest shard), and each shard merges
+the hosts' partials in host-id order, so the result is the same for any number of shards and any arrival order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from rayfl.algorithms.reducers import MaskedWeightedMean, Partial
+from rayfl.engine.host import NumpyParams, as_tensors
+
+__all__ = ["ParamServerShard", "plan_shards"]
+
+
+def plan_shards(shapes: Mapping[str, tuple[int, ...]], num_shards: int) -> dict[str, int]:
+    """Assign each tensor to a shard, balancing element counts; deterministic (ties broken by name)."""
+    loads = [0] * num_shards
+    shard_of: dict[str, int] = {}
+    for name in sorted(shapes, key=lambda n: (-int(np.prod(shapes[n])), n)):
+        target = min(range(num_shards), key=lambda s: (loads[s], s))
+        shard_of[name] = target
+        loads[target] += int(np.prod(shapes[name]))
+    return shard_of
+
+
+class ParamServerShard:
+    """Reduces one shard's tensors: merge host partials in order, finalize against the previous values."""
+
+    def __init__(self, shard_id: int, names: Sequence[str], reducer: MaskedWeightedMean) -> None:
+        self.shard_id = shard_id
+        self.names = tuple(names)
+        self.reducer = reducer
+
+    def ready(self) -> int:
+        return self.shard_id
+
+    def reduce(self, previous: NumpyParams, *partials: Partial) -> tuple[NumpyParams, dict[str, float]]:
+        """New values of this shard's tensors from the hosts' partials (given in host-id order)."""
+        prev = as_tensors({n: previous[n] for n in self.names})
+        merged = self.reducer.merge(partials)
+        new, coverage = self.reducer.finalize(merged, prev)
+        return {k: v.numpy() for k, v in new.items()}, coverage

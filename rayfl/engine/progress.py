@@ -1,0 +1,31 @@
+"""A one-line-per-round progress display with an ETA, written to a stream the caller chooses."""
+
+from __future__ import annotations
+
+import math
+from typing import TextIO
+
+from rayfl.engine.records import RoundRecord
+
+__all__ = ["ProgressLine"]
+
+
+class ProgressLine:
+    """Prints ``round 7/20 | acc 31.2% | loss 2.41 | 1.9 s/round | ETA 0:25`` for each finished round."""
+
+    def __init__(self, stream: TextIO, total_rounds: int) -> None:
+        self.stream = stream
+        self.total = total_rounds
+
+    def __call__(self, record: RoundRecord) -> None:
+        done = record.round_idx + 1
+        per_round = record.wall_time_s / done
+        eta = int(per_round * (self.total - done))
+        acc = "" if math.isnan(record.test_acc) else f" | acc {100 * record.test_acc:5.2f}%"
+        line = (
+            f"round {done:>4}/{self.total} | train loss {record.train_loss:6.3f}{acc}"
+            f" | clients {record.clients_run - record.clients_failed}/{record.clients_run}"
+            f" | {per_round:5.2f} s/round | ETA {eta // 60}:{eta % 60:02d}"
+        )
+        self.stream.write(line + "\n")
+        self.stream.flush()

@@ -1,0 +1,47 @@
+"""Model families. ``build_model`` is the one entry point; the table below is the full list."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from torch import nn
+
+from rayfl.config import CharLSTMConfig, CharTransformerConfig, CNNConfig, ModelConfig
+from rayfl.models.char import CharLSTM, CharTransformer
+from rayfl.models.cnn import CNN
+from rayfl.models.inputs import InputSpec, to_input
+
+__all__ = ["InputSpec", "build_model", "to_input"]
+
+
+def _char_lstm(cfg: Any, spec: InputSpec) -> nn.Module:
+    _require(spec, "tokens", cfg)
+    return CharLSTM(cfg, spec.num_classes)
+
+
+def _char_transformer(cfg: Any, spec: InputSpec) -> nn.Module:
+    _require(spec, "tokens", cfg)
+    return CharTransformer(cfg, spec.num_classes, spec.sample_shape[0])
+
+
+def _cnn(cfg: Any, spec: InputSpec) -> nn.Module:
+    _require(spec, "image", cfg)
+    return CNN(cfg, spec.sample_shape[0], spec.num_classes)
+
+
+def _require(spec: InputSpec, kind: str, cfg: ModelConfig) -> None:
+    if spec.input_kind != kind:
+        raise ValueError(f"model.name={cfg.name!r} needs {kind} inputs, but the data gives {spec.input_kind}")
+
+
+_BUILDERS: dict[type[Any], Callable[[Any, InputSpec], nn.Module]] = {
+    CharLSTMConfig: _char_lstm,
+    CharTransformerConfig: _char_transformer,
+    CNNConfig: _cnn,
+}
+
+
+def build_model(cfg: ModelConfig, spec: InputSpec) -> nn.Module:
+    """Build the global model for a data set; weights are initialised by the caller's seeded generator."""
+    return _BUILDERS[type(cfg)](cfg, spec)

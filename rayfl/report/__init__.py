@@ -1,0 +1,77 @@
+"""``rayfl report``: comparison tables and accuracy plots built from finished run directories.
+
+``report`` is the one-call entry point the CLI uses; ``load_run``, ``markdown_table`` and
+``plot_accuracy`` are the pieces it is made of, usable on their own.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+from rayfl.report.plots import XAxis, plot_accuracy
+from rayfl.report.runs import RunRecords, load_run, unique_labels
+from rayfl.report.tables import markdown_table
+
+__all__ = [
+    "ACCURACY_VS_ROUNDS_PNG",
+    "ACCURACY_VS_SIM_HOURS_PNG",
+    "REPORT_MD",
+    "RunRecords",
+    "XAxis",
+    "load_run",
+    "markdown_table",
+    "plot_accuracy",
+    "report",
+    "unique_labels",
+]
+
+log = logging.getLogger(__name__)
+
+ACCURACY_VS_ROUNDS_PNG = "accuracy_vs_rounds.png"
+ACCURACY_VS_SIM_HOURS_PNG = "accuracy_vs_sim_hours.png"
+REPORT_MD = "report.md"
+
+
+def report(run_dirs: Sequence[Path], out_dir: Path | None = None) -> tuple[str, list[Path]]:
+    """Load ``run_dirs``, write the comparison report and its plots, and return the Markdown.
+
+    Writes into ``out_dir`` (default: the first run directory; created if needed):
+
+    * ``accuracy_vs_rounds.png`` — test accuracy against round index;
+    * ``accuracy_vs_sim_hours.png`` — against simulated hours, only when some run has nonzero simulated time;
+    * ``report.md`` — the returned Markdown text (a heading, the table, links to the plots).
+
+    Args:
+        run_dirs: the run directories to compare, in table/legend order.
+        out_dir: where to write; None means ``run_dirs[0]``.
+
+    Returns:
+        ``(markdown, png_paths)``: the text written to ``report.md`` and the PNG files written, in the
+        order above.
+
+    Raises:
+        ValueError: ``run_dirs`` is empty.
+        FileNotFoundError: an entry is not a run directory (see ``load_run``).
+    """
+    if not run_dirs:
+        raise ValueError("report needs at least one run directory")
+    runs = [load_run(run_dir) for run_dir in run_dirs]
+    target = Path(out_dir) if out_dir is not None else Path(run_dirs[0])
+    target.mkdir(parents=True, exist_ok=True)
+
+    pngs = [plot_accuracy(runs, target / ACCURACY_VS_ROUNDS_PNG, x="round_idx")]
+    if any(run.sim_time_s > 0 for run in runs):
+        pngs.append(plot_accuracy(runs, target / ACCURACY_VS_SIM_HOURS_PNG, x="sim_hours"))
+
+    sections = ["# rayfl report", "", markdown_table(runs)]
+    for png in pngs:
+        sections.append(f"![{png.stem.replace('_', ' ')}]({png.name})")
+        sections.append("")
+    markdown = "\n".join(sections).rstrip("\n") + "\n"
+
+    md_path = target / REPORT_MD
+    md_path.write_text(markdown, encoding="utf-8")
+    log.info("wrote %s and %d plot(s) for %d run(s)", md_path, len(pngs), len(runs))
+    return markdown, pngs

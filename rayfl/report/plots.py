@@ -1,0 +1,110 @@
+"""Accuracy curves as PNG files.
+
+Figures are built on ``matplotlib.figure.Figure`` with an explicit Agg canvas, so no pyplot state and no
+global backend setting is touched: safe to call from a CLI, a test or a headless worker.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from rayfl.report.runs import RunRecords, unique_labels
+
+__all__ = ["XAxis", "plot_accuracy"]
+
+log = logging.getLogger(__name__)
+
+XAxis = Literal["round_idx", "sim_hours"]
+
+_X_LABELS: dict[str, str] = {"round_idx": "Round", "sim_hours": "Simulated time (hours)"}
+_TITLES: dict[str, str] = {
+    "round_idx": "Test accuracy vs. rounds",
+    "sim_hours": "Test accuracy vs. simulated time",
+}
+
+
+def _x_values(evaluated: pd.DataFrame, x: XAxis) -> list[float] | None:
+    """The x coordinates of a run's evaluated rounds, or None if the run lacks the needed column."""
+    if x == "round_idx":
+        if "round_idx" in evaluated.columns:
+            return [float(v) for v in evaluated["round_idx"]]
+        return [float(v) for v in evaluated.index]
+    if "sim_time_s" not in evaluated.columns:
+        return None
+    return [float(v) / 3600.0 for v in evaluated["sim_time_s"]]
+
+
+def plot_accuracy(runs: Sequence[RunRecords], out_png: str | Path, x: XAxis = "round_idx") -> Path:
+    """Draw test accuracy (in percent) against rounds or simulated hours, one line per run, and save a PNG.
+
+    Only evaluated rounds (non-NaN ``test_acc``) are drawn. A run with a known most-frequent-class baseline
+    also gets a dashed horizontal line in its own colour. Runs with nothing to draw are skipped with a
+    warning; the figure (with its axes, labels and title) is written regardless.
+
+    Args:
+        runs: the loaded runs; legend labels are their names, disambiguated like the table's.
+        out_png: where to write the PNG (parent directories are created).
+        x: ``"round_idx"`` for the 0-based round index, ``"sim_hours"`` for simulated time in hours.
+
+    Returns:
+        The path written.
+
+    Raises:
+        ValueError: ``x`` is neither ``"round_idx"`` nor ``"sim_hours"``.
+    """
+    if x not in _X_LABELS:
+        raise ValueError(f"x must be 'round_idx' or 'sim_hours', got {x!r}")
+    out_path = Path(out_png)
+
+    figure = Figure(figsize=(8.0, 5.0), dpi=100)
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot(1, 1, 1)
+
+    drawn = 0
+    for label, run in zip(unique_labels(runs), runs, strict=True):
+        evaluated = run.evaluated()
+        xs = _x_values(evaluated, x)
+        if xs is None:
+            log.warning("run %s has no sim_time_s column; left out of the %s plot", run.path, x)
+            continue
+        ys = [100.0 * float(v) for v in evaluated["test_acc"]] if xs else []
+        points = [(xv, yv) for xv, yv in zip(xs, ys, strict=True) if math.isfinite(xv)]
+        if not points:
+            log.warning("run %s has no evaluated rounds; left out of the %s plot", run.path, x)
+            continue
+        (line,) = axes.plot(
+            [p[0] for p in points], [p[1] for p in points], marker="o", markersize=3, label=label
+        )
+        drawn += 1
+        baseline = run.baseline_acc
+        if baseline is not None:
+            axes.axhline(
+                100.0 * baseline,
+                linestyle="--",
+                linewidth=1.0,
+                color=line.get_color(),
+                label=f"{label} baseline",
+            )
+
+    axes.set_xlabel(_X_LABELS[x])
+    axes.set_ylabel("Test accuracy (%)")
+    axes.set_title(_TITLES[x])
+    axes.grid(True, alpha=0.3)
+    if drawn:
+        axes.legend(loc="best", fontsize="small")
+    else:
+        axes.text(0.5, 0.5, "no evaluated rounds", ha="center", va="center", transform=axes.transAxes)
+
+    figure.tight_layout()
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(out_path, format="png")
+    log.info("wrote %s", out_path)
+    return out_path

@@ -1,0 +1,35 @@
+"""Small, real data sets and configs for tests (no downloads)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rayfl.config import BackendConfig, CNNConfig, ExperimentConfig, TrainConfig
+from rayfl.data.federated import FederatedDataset, from_client_arrays
+
+
+def tiny_image_dataset(num_clients: int = 12, per_client: int = 20, seed: int = 0) -> FederatedDataset:
+    """A learnable 4-class problem on 3x8x8 uint8 images, labels from a fixed linear teacher."""
+    rng = np.random.default_rng(seed)
+    teacher = rng.normal(size=(3 * 8 * 8, 4))
+
+    def make(n: int) -> tuple[np.ndarray, np.ndarray]:
+        x = rng.integers(0, 256, size=(n, 3, 8, 8), dtype=np.uint8)
+        return x, (x.reshape(n, -1).astype(np.float64) @ teacher).argmax(1).astype(np.int64)
+
+    train = [make(per_client + c % 3) for c in range(num_clients)]
+    x_test, y_test = make(60)
+    return from_client_arrays(
+        "tiny", "image", 4, train, x_test, y_test, meta={"mean": [0.5] * 3, "std": [0.25] * 3}
+    )
+
+
+def tiny_config(**backend: object) -> ExperimentConfig:
+    return ExperimentConfig(
+        name="tiny",
+        rounds=3,
+        clients_per_round=5,
+        model=CNNConfig(channels=(8, 16)),
+        train=TrainConfig(lr=0.05, batch_size=5, eval_batch_size=16),
+        backend=BackendConfig(**backend),  # type: ignore[arg-type]
+    )
