@@ -16,10 +16,12 @@ class ProgressLine:
     def __init__(self, stream: TextIO, total_rounds: int) -> None:
         self.stream = stream
         self.total = total_rounds
+        self._round_s = 0.0
 
     def __call__(self, record: RoundRecord) -> None:
         done = record.round_idx + 1
-        per_round = record.wall_time_s / done
+        self._round_s += record.round_wall_s
+        per_round = self._round_s / done  # start-up excluded, so the ETA is not inflated by it
         eta = int(per_round * (self.total - done))
         acc = "" if math.isnan(record.test_acc) else f" | acc {100 * record.test_acc:5.2f}%"
         line = (
