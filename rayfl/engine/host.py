@@ -21,6 +21,7 @@ from rayfl.algorithms.payloads import ClientOutcome, ClientUpdate, TrainTask
 from rayfl.algorithms.reducers import Partial, params_bytes, split_partial
 from rayfl.config import ModelConfig
 from rayfl.data.federated import FederatedDataset
+from rayfl.engine.allocator import tune_allocator
 from rayfl.models import InputSpec, build_model, to_input
 
 __all__ = ["ClientHost", "EvalStats", "NumpyParams"]
@@ -57,6 +58,7 @@ class ClientHost:
         torch_threads: int,
         init_seed: int,
     ) -> None:
+        tune_allocator()  # before any training buffer is allocated; see engine/allocator.py
         self.host_id = host_id
         self.dataset = dataset
         self.algorithm = algorithm
@@ -134,6 +136,4 @@ class ClientHost:
 
 
 def _finite(update: ClientUpdate) -> bool:
-    return math.isfinite(update.train_loss) and all(
-        bool(torch.isfinite(v).all()) for v in update.values.values()
-    )
+    return math.isfinite(update.train_loss) and all(bool(torch.isfinite(v).all()) for v in update.values.values())
