@@ -3,8 +3,8 @@
 ``Backend`` is the engine's only view of execution. Two implementations give the same numbers for the same seed:
 ``LocalBackend`` (this module) runs hosts and shards as plain objects in this process, for tests and debugging;
 ``RayBackend`` (``ray_backend.py``) runs them as Ray actors. Both use the same partition of clients over hosts
-(``client_id % num_hosts``), the same shard plan and the same canonical reduction order, and both evaluate on
-fixed-size test batches combined in batch order.
+(balanced per round by ``tasks_by_host``), the same shard plan and the same canonical reduction order, and both
+evaluate on fixed-size test batches combined in batch order.
 """
 
 from __future__ import annotations
@@ -46,9 +46,7 @@ class EvalResult:
 class Backend(Protocol):
     """Runs a round's client tasks and the sharded reduction; evaluates global parameters."""
 
-    def train_and_reduce(
-        self, tasks: Sequence[TrainTask], params: Params
-    ) -> tuple[Aggregate, list[ClientOutcome]]: ...
+    def train_and_reduce(self, tasks: Sequence[TrainTask], params: Params) -> tuple[Aggregate, list[ClientOutcome]]: ...
 
     def evaluate(self, params: Params) -> EvalResult: ...
 
@@ -59,15 +57,21 @@ def to_numpy(params: Params) -> NumpyParams:
     return {k: v.detach().cpu().numpy() for k, v in params.items()}
 
 
-def host_of(client_id: int, num_hosts: int) -> int:
-    return client_id % num_hosts
+def tasks_by_host(tasks: Sequence[TrainTask], sizes: np.ndarray, num_hosts: int) -> list[list[TrainTask]]:
+    """Deal a round's tasks to hosts so that their training work is balanced.
 
-
-def tasks_by_host(tasks: Sequence[TrainTask], num_hosts: int) -> list[list[TrainTask]]:
+    Longest-processing-time first: tasks in decreasing order of sample count (ties by client id) each go to the host
+    with the least work so far (ties by host id). Deterministic, so a client trains on the same host on every
+    backend; where it trains does not change its update (its randomness is derived from its id and the round).
+    Every host maps the whole data set from the object store, so any host can train any client.
+    """
     groups: list[list[TrainTask]] = [[] for _ in range(num_hosts)]
-    for task in tasks:
-        groups[host_of(task.client_id, num_hosts)].append(task)
-    return groups
+    load = [0] * num_hosts
+    for task in sorted(tasks, key=lambda t: (-int(sizes[t.client_id]), t.client_id)):
+        target = min(range(num_hosts), key=lambda h: (load[h], h))
+        groups[target].append(task)
+        load[target] += int(sizes[task.client_id])
+    return [sorted(g, key=lambda t: t.client_id) for g in groups]
 
 
 def eval_batches(num_samples: int, batch_size: int, num_hosts: int) -> list[list[int]]:
@@ -87,9 +91,7 @@ def combine_eval(stats: Sequence[EvalStats]) -> EvalResult:
     loss_total = 0.0
     for v in loss:  # sequential float64 sum in batch order (np.sum's pairwise order depends on length)
         loss_total += float(v)
-    return EvalResult(
-        accuracy=float(correct.sum()) / max(1, total), loss=loss_total / max(1, total), num_samples=total
-    )
+    return EvalResult(accuracy=float(correct.sum()) / max(1, total), loss=loss_total / max(1, total), num_samples=total)
 
 
 def assemble_aggregate(
@@ -118,6 +120,7 @@ class LocalBackend:
         init_seed: int,
     ) -> None:
         self.dataset = dataset
+        self.sizes = dataset.client_sizes()
         self.num_hosts = backend_cfg.num_hosts
         self.num_shards = backend_cfg.num_shards
         self.eval_batch_size = eval_batch_size
@@ -132,13 +135,11 @@ class LocalBackend:
         ]
         self._threads = torch.get_num_threads()
 
-    def train_and_reduce(
-        self, tasks: Sequence[TrainTask], params: Params
-    ) -> tuple[Aggregate, list[ClientOutcome]]:
+    def train_and_reduce(self, tasks: Sequence[TrainTask], params: Params) -> tuple[Aggregate, list[ClientOutcome]]:
         arrays = to_numpy(params)
         per_shard: list[list[Partial]] = [[] for _ in range(self.num_shards)]
         outcomes: list[ClientOutcome] = []
-        for host, host_tasks in zip(self.hosts, tasks_by_host(tasks, self.num_hosts), strict=True):
+        for host, host_tasks in zip(self.hosts, tasks_by_host(tasks, self.sizes, self.num_hosts), strict=True):
             if not host_tasks:
                 continue
             *partials, host_outcomes = host.run_round(host_tasks, arrays, self.shard_of, self.num_shards)
@@ -153,9 +154,7 @@ class LocalBackend:
     def evaluate(self, params: Params) -> EvalResult:
         arrays = to_numpy(params)
         batches = eval_batches(len(self.dataset.y_test), self.eval_batch_size, self.num_hosts)
-        stats = [
-            h.evaluate(arrays, b, self.eval_batch_size) for h, b in zip(self.hosts, batches, strict=True) if b
-        ]
+        stats = [h.evaluate(arrays, b, self.eval_batch_size) for h, b in zip(self.hosts, batches, strict=True) if b]
         torch.set_num_threads(self._threads)
         return combine_eval(stats)
 

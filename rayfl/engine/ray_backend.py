@@ -92,6 +92,7 @@ class RayBackend:
         self.num_shards = backend_cfg.num_shards
         self.eval_batch_size = eval_batch_size
         self.num_test = len(dataset.y_test)
+        self.sizes = dataset.client_sizes()
         self.shard_of = plan_shards(shapes, self.num_shards)
         dataset_ref = ray.put(dataset)
         cpus = backend_cfg.cpus_per_host or host_cpu_share(self.num_hosts)
@@ -115,13 +116,11 @@ class RayBackend:
         _wait_ready([*self.hosts, *self.shards], cpus, backend_cfg)
         log.info("ray backend: %d client hosts, %d parameter-server shards", self.num_hosts, self.num_shards)
 
-    def train_and_reduce(
-        self, tasks: Sequence[TrainTask], params: Params
-    ) -> tuple[Aggregate, list[ClientOutcome]]:
+    def train_and_reduce(self, tasks: Sequence[TrainTask], params: Params) -> tuple[Aggregate, list[ClientOutcome]]:
         params_ref = ray.put(to_numpy(params))
         per_shard: list[list[Any]] = [[] for _ in range(self.num_shards)]
         outcome_refs = []
-        for host, host_tasks in zip(self.hosts, tasks_by_host(tasks, self.num_hosts), strict=True):
+        for host, host_tasks in zip(self.hosts, tasks_by_host(tasks, self.sizes, self.num_hosts), strict=True):
             if not host_tasks:
                 continue
             *partial_refs, outcomes_ref = host.run_round.options(num_returns=self.num_shards + 1).remote(
@@ -147,12 +146,7 @@ class RayBackend:
     def node_ids(self) -> list[str]:
         """The Ray node each client host runs on (for placement checks)."""
         return list(
-            ray.get(
-                [
-                    h.__ray_call__.remote(lambda _self: ray.get_runtime_context().get_node_id())
-                    for h in self.hosts
-                ]
-            )
+            ray.get([h.__ray_call__.remote(lambda _self: ray.get_runtime_context().get_node_id()) for h in self.hosts])
         )
 
     def close(self) -> None:
