@@ -45,8 +45,12 @@ def workload(rounds: int, kind: str, hosts: int) -> ExperimentConfig:
     )
 
 
-def pure_compute_s(cfg: ExperimentConfig, rounds: int) -> float:
-    """Seconds of the bare training loop for the same clients, one thread, no framework."""
+def pure_compute_s(cfg: ExperimentConfig, rounds: int, part: int = 0, parts: int = 1) -> float:
+    """Seconds of the bare training loop for the same clients, one thread, no framework.
+
+    With ``parts > 1`` only every ``parts``-th sampled client (offset ``part``) is trained, so that ``parts`` copies
+    running side by side cover the round between them.
+    """
     torch.set_num_threads(1)
     setup = build_setup(cfg)
     ds = setup.dataset
@@ -55,18 +59,40 @@ def pure_compute_s(cfg: ExperimentConfig, rounds: int) -> float:
     model = build_model(cfg.model, spec)
     params = setup.params
     total = 0.0
-    for round_idx in range(rounds):
-        for cid in sample_clients(cfg.seed, round_idx, ds.num_clients, cfg.clients_per_round):
+    for round_idx in range(-1, rounds):  # round -1 warms up and is not counted
+        for cid in sample_clients(cfg.seed, max(round_idx, 0), ds.num_clients, cfg.clients_per_round)[part::parts]:
             x, y = ds.client_train(int(cid))
             start = time.perf_counter()
-            model.load_state_dict(params, strict=False)
-            task = TrainTask(int(cid), round_idx, cfg.seed, cfg.train.lr, Assignment())
+            with torch.no_grad():
+                for name, tensor in model.state_dict().items():
+                    tensor.copy_(params[name])
+            task = TrainTask(int(cid), max(round_idx, 0), cfg.seed, cfg.train.lr, Assignment())
             algo.local_train(model, x, y, task, spec)
-            total += time.perf_counter() - start
+            if round_idx >= 0:
+                total += time.perf_counter() - start
     return total
 
 
-def measure(kind: str, rounds: int, hosts: int, pure_per_round: float) -> None:
+def pure_in_ray_workers_s(cfg: ExperimentConfig, rounds: int, hosts: int) -> float:
+    """Per-round seconds of the bare loop split over ``hosts`` concurrent Ray worker processes (no rayfl engine).
+
+    This is the floor any Ray-based engine can reach on this machine: it includes what running inside Ray workers
+    costs the kernels themselves (Ray's own processes and threads share the same cores), but none of rayfl's work.
+    """
+    import ray
+
+    from rayfl.engine.ray_backend import ensure_ray
+
+    owned = ensure_ray(cfg.backend)
+    try:
+        work = ray.remote(num_cpus=1)(pure_compute_s)
+        return max(ray.get([work.remote(cfg, rounds, h, hosts) for h in range(hosts)])) / rounds
+    finally:
+        if owned:
+            ray.shutdown()
+
+
+def measure(kind: str, rounds: int, hosts: int, pure_per_round: float, floor: float | None = None) -> None:
     cfg = workload(rounds, kind, hosts)
     start = time.perf_counter()
     result = run_experiment(cfg, write=False)
@@ -82,6 +108,12 @@ def measure(kind: str, rounds: int, hosts: int, pure_per_round: float) -> None:
         f"end to end {updates * rounds / end_to_end:6.1f} updates/s, {end_to_end:.1f} s, "
         f"ratio {end_to_end / (ideal * rounds):.3f}"
     )
+    if floor is not None:
+        print(
+            f"      bare loop in {hosts} concurrent Ray workers: {floor:.3f} s/round "
+            f"(ratio {floor / ideal:.3f} to ideal pure); rayfl steady over that floor: "
+            f"{steady_s / len(steady) / floor:.3f}"
+        )
 
 
 def main() -> None:
@@ -98,7 +130,9 @@ def main() -> None:
         f"({cfg.clients_per_round / pure:.1f} updates/s on one thread)"
     )
     measure("local", args.rounds, 1, pure)
-    measure("ray", args.rounds, args.hosts, pure)
+    ray_cfg = workload(args.rounds, "ray", args.hosts)
+    floor = pure_in_ray_workers_s(ray_cfg, args.rounds, args.hosts)
+    measure("ray", args.rounds, args.hosts, pure, floor)
 
 
 if __name__ == "__main__":
