@@ -65,9 +65,7 @@ def _cmd_run(ns: argparse.Namespace) -> int:
 def _cmd_validate(ns: argparse.Namespace) -> int:
     path, overrides = _split(ns.args)
     cfg = _load(path, overrides)
-    print(
-        f"{path or DEFAULT_CONFIG}: OK ({cfg.name}: {cfg.algorithm.name}, {cfg.model.name}, {cfg.data.name})"
-    )
+    print(f"{path or DEFAULT_CONFIG}: OK ({cfg.name}: {cfg.algorithm.name}, {cfg.model.name}, {cfg.data.name})")
     return 0
 
 

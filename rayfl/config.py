@@ -58,9 +58,7 @@ class DataConfig:
     download: bool = False  # allow torchvision to download CIFAR-10 (needs internet)
     partition: Literal["natural", "iid", "dirichlet"] = "natural"
     dirichlet_alpha: float = bounded(0.5, gt=0.0)
-    num_clients: int = bounded(
-        100, ge=1
-    )  # iid/dirichlet: clients made; natural: at most this many kept (0 = all)
+    num_clients: int = bounded(100, ge=1)  # iid/dirichlet: clients made; natural: at most this many kept (0 = all)
     min_samples: int = bounded(64, ge=1)  # natural users with fewer training samples are dropped (LEAF-style)
     max_samples_per_client: int = bounded(0, ge=0)  # 0 = no cap; a cap keeps CPU-sized runs small
     test_fraction: float = bounded(0.1, gt=0.0, lt=1.0)  # per-client test split for natural data
@@ -136,9 +134,7 @@ class TrainConfig:
     momentum: float = bounded(0.0, ge=0.0, lt=1.0)
     weight_decay: float = bounded(0.0, ge=0.0)
     grad_clip_norm: float = bounded(0.0, ge=0.0)  # 0 = no clipping
-    lr_schedule: Literal["constant", "cosine", "step"] = (
-        "constant"  # over rounds, as HeteroFL's server-side LR
-    )
+    lr_schedule: Literal["constant", "cosine", "step"] = "constant"  # over rounds, as HeteroFL's server-side LR
     lr_decay_rounds: tuple[int, ...] = ()  # 'step': rounds at which lr is multiplied by lr_decay
     lr_decay: float = bounded(0.1, gt=0.0, le=1.0)
     eval_batch_size: int = bounded(256, ge=1)
@@ -153,13 +149,9 @@ class BackendConfig:
     """Where clients run: in this process, or on a pool of Ray ``ClientHost`` actors with sharded aggregation."""
 
     kind: Literal["local", "ray"] = "ray"
-    num_hosts: int = bounded(
-        2, ge=1
-    )  # ClientHost actors (the in-process backend emulates the same partition)
+    num_hosts: int = bounded(2, ge=1)  # ClientHost actors (the in-process backend emulates the same partition)
     num_shards: int = bounded(1, ge=1)  # parameter-server shard actors
-    cpus_per_host: float = bounded(
-        0.0, ge=0.0
-    )  # 0 = the cluster's CPUs split evenly over the hosts (at most 1)
+    cpus_per_host: float = bounded(0.0, ge=0.0)  # 0 = the cluster's CPUs split evenly over the hosts (at most 1)
     gpus_per_host: float = bounded(0.0, ge=0.0)
     cpus_per_shard: float = bounded(0.0, ge=0.0)
     torch_threads: int = bounded(1, ge=1)  # intra-op threads per host; fixed so sums are reproducible

@@ -147,9 +147,7 @@ def _node_value(
     loader: _Loader, node: yaml.Node, path: KeyPath, lines: dict[KeyPath, int], file: str, active: set[int]
 ) -> Any:
     if id(node) in active:
-        raise ConfigError(
-            "recursive YAML alias", _format_path(path), file=file, line=node.start_mark.line + 1
-        )
+        raise ConfigError("recursive YAML alias", _format_path(path), file=file, line=node.start_mark.line + 1)
     if isinstance(node, yaml.MappingNode) and node.tag == _MAP_TAG:
         active.add(id(node))
         seen: set[Any] = set()
@@ -336,14 +334,10 @@ def _unknown_key_reason(key: str, valid: list[str], path: KeyPath, variant_of: s
     reason = f"unknown key '{key}' in {where}; {_suggest(key, valid)}"
     if variant_of:
         owners = [
-            name
-            for name, other in _tagged_table_at(path).items()
-            if name != variant_of and key in _fields(other)
+            name for name, other in _tagged_table_at(path).items() if name != variant_of and key in _fields(other)
         ]
         if owners:
-            reason += (
-                f" ('{key}' belongs to {', '.join(repr(o) for o in owners)}; set {_format_path(path)}.name)"
-            )
+            reason += f" ('{key}' belongs to {', '.join(repr(o) for o in owners)}; set {_format_path(path)}.name)"
     return reason
 
 
@@ -527,11 +521,7 @@ def _apply_override(raw: dict[str, Any], origins: dict[KeyPath, Origin], text: s
         node = child
     full: KeyPath = tuple(parts)
     last = parts[-1]
-    if (
-        last == "name"
-        and _tagged_table_at(full[:-1])
-        and node.get("name", _section_default(full[:-1])) != value
-    ):
+    if last == "name" and _tagged_table_at(full[:-1]) and node.get("name", _section_default(full[:-1])) != value:
         # A new variant starts from its own defaults: keep only keys that overrides set.
         for k in list(node):
             if not isinstance(origins.get((*full[:-1], str(k))), str):
@@ -652,7 +642,5 @@ def dump_config(cfg: ExperimentConfig, path: str | Path) -> None:
     """Write ``cfg`` as YAML that ``load_config`` reads back to an equal config."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    text = yaml.dump(
-        config_to_dict(cfg), Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True
-    )
+    text = yaml.dump(config_to_dict(cfg), Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True)
     target.write_text(text, encoding="utf-8")

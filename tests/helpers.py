@@ -19,9 +19,7 @@ def tiny_image_dataset(num_clients: int = 12, per_client: int = 20, seed: int = 
 
     train = [make(per_client + c % 3) for c in range(num_clients)]
     x_test, y_test = make(60)
-    return from_client_arrays(
-        "tiny", "image", 4, train, x_test, y_test, meta={"mean": [0.5] * 3, "std": [0.25] * 3}
-    )
+    return from_client_arrays("tiny", "image", 4, train, x_test, y_test, meta={"mean": [0.5] * 3, "std": [0.25] * 3})
 
 
 def tiny_config(**backend: object) -> ExperimentConfig:

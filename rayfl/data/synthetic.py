@@ -50,9 +50,7 @@ def _label(x: npt.NDArray[np.uint8], seed: int) -> npt.NDArray[np.int64]:
     return out
 
 
-def synthetic_images(
-    num: int, seed: int, purpose: str
-) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
+def synthetic_images(num: int, seed: int, purpose: str) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
     """``num`` images ``uint8[num, 3, 32, 32]`` from ``derive_rng(seed, purpose)`` and their labels."""
     x = derive_rng(seed, purpose).integers(0, 256, size=(num, 3, 32, 32), dtype=np.uint8)
     return x, _label(x, seed)

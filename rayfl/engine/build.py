@@ -38,9 +38,7 @@ def initial_params(cfg: ExperimentConfig, spec: InputSpec) -> Params:
     return {k: v.detach().clone() for k, v in model.state_dict().items() if v.is_floating_point()}
 
 
-def build_setup(
-    cfg: ExperimentConfig, dataset: FederatedDataset | None = None, cache_dir: Path | None = None
-) -> Setup:
+def build_setup(cfg: ExperimentConfig, dataset: FederatedDataset | None = None, cache_dir: Path | None = None) -> Setup:
     """Load (or take) the data, build the algorithm and initial parameters; checks config against the data."""
     if dataset is None:
         from rayfl.data import build_federated_dataset

@@ -55,9 +55,7 @@ def run_experiment(
     setup = build_setup(cfg, dataset, cache_dir)
     ds, algorithm = setup.dataset, setup.algorithm
     if cfg.clients_per_round > ds.num_clients:
-        raise ValueError(
-            f"clients_per_round={cfg.clients_per_round} exceeds the {ds.num_clients} clients of the data"
-        )
+        raise ValueError(f"clients_per_round={cfg.clients_per_round} exceeds the {ds.num_clients} clients of the data")
     writer = _open_writer(cfg) if write else None
     backend = build_backend(cfg, setup)
     state = algorithm.init_state(setup.params)

@@ -42,9 +42,7 @@ class RoundRecord:
     lr: float
 
 
-_SCHEMA = pa.schema(
-    [(f.name, pa.int64() if f.type in ("int", int) else pa.float64()) for f in fields(RoundRecord)]
-)
+_SCHEMA = pa.schema([(f.name, pa.int64() if f.type in ("int", int) else pa.float64()) for f in fields(RoundRecord)])
 
 
 def make_run_dir(output_dir: str | Path, name: str) -> Path:
@@ -88,9 +86,7 @@ class RunWriter:
     def finish(self, summary: Mapping[str, Any]) -> None:
         self.write_parquet()
         self._csv.close()
-        clean = {
-            k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in summary.items()
-        }
+        clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in summary.items()}
         _atomic_write(self.run_dir / "summary.json", json.dumps(clean, indent=2) + "\n")
 
     def close(self) -> None:

@@ -15,6 +15,7 @@ from typing import Literal
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from rayfl.report.runs import RunRecords, unique_labels
 
@@ -46,8 +47,9 @@ def plot_accuracy(runs: Sequence[RunRecords], out_png: str | Path, x: XAxis = "r
     """Draw test accuracy (in percent) against rounds or simulated hours, one line per run, and save a PNG.
 
     Only evaluated rounds (non-NaN ``test_acc``) are drawn. A run with a known most-frequent-class baseline
-    also gets a dashed horizontal line in its own colour. Runs with nothing to draw are skipped with a
-    warning; the figure (with its axes, labels and title) is written regardless.
+    also gets a dashed horizontal line in its own colour. Runs with nothing to draw (no evaluated rounds, or
+    no simulated time on the ``sim_hours`` axis) are skipped with a warning; the figure (with its axes, labels
+    and title) is written regardless.
 
     Args:
         runs: the loaded runs; legend labels are their names, disambiguated like the table's.
@@ -70,6 +72,9 @@ def plot_accuracy(runs: Sequence[RunRecords], out_png: str | Path, x: XAxis = "r
 
     drawn = 0
     for label, run in zip(unique_labels(runs), runs, strict=True):
+        if x == "sim_hours" and run.sim_time_s <= 0:
+            log.warning("run %s has no simulated time; left out of the sim_hours plot", run.path)
+            continue
         evaluated = run.evaluated()
         xs = _x_values(evaluated, x)
         if xs is None:
@@ -80,9 +85,7 @@ def plot_accuracy(runs: Sequence[RunRecords], out_png: str | Path, x: XAxis = "r
         if not points:
             log.warning("run %s has no evaluated rounds; left out of the %s plot", run.path, x)
             continue
-        (line,) = axes.plot(
-            [p[0] for p in points], [p[1] for p in points], marker="o", markersize=3, label=label
-        )
+        (line,) = axes.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=3, label=label)
         drawn += 1
         baseline = run.baseline_acc
         if baseline is not None:
@@ -95,6 +98,8 @@ def plot_accuracy(runs: Sequence[RunRecords], out_png: str | Path, x: XAxis = "r
             )
 
     axes.set_xlabel(_X_LABELS[x])
+    if x == "round_idx":
+        axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.set_ylabel("Test accuracy (%)")
     axes.set_title(_TITLES[x])
     axes.grid(True, alpha=0.3)

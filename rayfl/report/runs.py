@@ -191,8 +191,7 @@ def _read_rounds(run_dir: Path) -> pd.DataFrame:
         frame = pd.read_csv(csv)
     else:
         raise FileNotFoundError(
-            f"{run_dir} is not a run directory: {ROUNDS_PARQUET} (or {ROUNDS_CSV}) is missing "
-            f"(looked for {parquet})"
+            f"{run_dir} is not a run directory: {ROUNDS_PARQUET} (or {ROUNDS_CSV}) is missing (looked for {parquet})"
         )
     if "round_idx" in frame.columns:
         frame = frame.sort_values("round_idx", kind="stable").reset_index(drop=True)

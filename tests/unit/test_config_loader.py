@@ -557,9 +557,7 @@ def test_unknown_variant_by_override() -> None:
 
 
 # ---------------------------------------------------------------------------------------- paths
-def test_relative_path_resolves_against_the_yaml_directory(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_relative_path_resolves_against_the_yaml_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "datasets" / "cifar").mkdir(parents=True)
     path = write(tmp_path, "data:\n  root: ../datasets/cifar\n", "experiments/exp.yaml")
     elsewhere = tmp_path / "elsewhere"
@@ -570,9 +568,7 @@ def test_relative_path_resolves_against_the_yaml_directory(
     assert Path(cfg.data.root).is_absolute()
 
 
-def test_relative_path_in_override_resolves_against_cwd(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_relative_path_in_override_resolves_against_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "here").mkdir()
     path = write(tmp_path, "seed: 1\n", "experiments/exp.yaml")
     monkeypatch.chdir(tmp_path)

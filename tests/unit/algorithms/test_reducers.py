@@ -13,9 +13,7 @@ from rayfl.engine.param_server import plan_shards
 def _update(cid: int, weight: float, value: list[list[float]], rows=None, cols=None) -> ClientUpdate:
     slices = {}
     if rows is not None or cols is not None:
-        slices["w"] = TensorSlice(
-            (None if rows is None else np.array(rows), None if cols is None else np.array(cols))
-        )
+        slices["w"] = TensorSlice((None if rows is None else np.array(rows), None if cols is None else np.array(cols)))
     return ClientUpdate(cid, weight, {"w": torch.tensor(value)}, slices, 1, 0.0, 1)
 
 

@@ -62,9 +62,7 @@ def make_cifar(root: Path, *, str_keys: bool = False) -> tuple[np.ndarray, np.nd
         b"ship",
         b"truck",
     ]
-    _write(
-        folder / "batches.meta", {b"label_names": names, b"num_cases_per_batch": PER_BATCH, b"num_vis": 3072}
-    )
+    _write(folder / "batches.meta", {b"label_names": names, b"num_cases_per_batch": PER_BATCH, b"num_vis": 3072})
     return np.concatenate(datas), np.array(labels)
 
 

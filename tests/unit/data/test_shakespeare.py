@@ -54,9 +54,7 @@ FOLIO_ROLES = {
         "And the onely one whose doore doth shut. "
         "Vnindented, yet the Captaine speakes."
     ),
-    "1. Sayl": (
-        "I Captaine, the skie is cleere enough. A Gull, quoth he: the Boy would see a Gull in a storme."
-    ),
+    "1. Sayl": ("I Captaine, the skie is cleere enough. A Gull, quoth he: the Boy would see a Gull in a storme."),
     "Boy": "A Gull.",
     "La.Gull": "Is this the Cabin from whence I shall sleepe?",
 }
@@ -194,9 +192,7 @@ def test_build_keeps_roles_with_min_samples_and_skips_poems(tmp_path: Path) -> N
     clients, stats = build_shakespeare(
         archive, edition="modern", seq_len=SEQ_LEN, test_fraction=TEST_FRACTION, min_samples=MIN_SAMPLES
     )
-    expected = [
-        r for r, t in MODERN_ROLES.items() if split_point(len(t), SEQ_LEN, TEST_FRACTION)[1] >= MIN_SAMPLES
-    ]
+    expected = [r for r, t in MODERN_ROLES.items() if split_point(len(t), SEQ_LEN, TEST_FRACTION)[1] >= MIN_SAMPLES]
     assert expected == ["CAPTAIN", "FIRST SAILOR", "Lady Gull"]  # BOY and EPILOGUE say too little
     assert [c.name for c in clients] == [f"tiny_play/{r}" for r in expected]
     assert stats["plays"] == 1  # the sonnets and metadata.txt are not plays
@@ -276,12 +272,8 @@ def test_load_caps_and_client_subset_are_seeded(tmp_path: Path) -> None:
         return ds.client_names, ds.x, ds.offsets, ds.test_offsets
 
     everyone = load(0)[0]
-    big = [
-        r for r, t in MODERN_ROLES.items() if split_point(len(t), SEQ_LEN, TEST_FRACTION)[1] >= MIN_SAMPLES
-    ]
-    big_f = [
-        r for r, t in FOLIO_ROLES.items() if split_point(len(t), SEQ_LEN, TEST_FRACTION)[1] >= MIN_SAMPLES
-    ]
+    big = [r for r, t in MODERN_ROLES.items() if split_point(len(t), SEQ_LEN, TEST_FRACTION)[1] >= MIN_SAMPLES]
+    big_f = [r for r, t in FOLIO_ROLES.items() if split_point(len(t), SEQ_LEN, TEST_FRACTION)[1] >= MIN_SAMPLES]
     assert everyone == tuple([f"tiny_play/{r}" for r in big] + [f"tiny_play_f/{r}" for r in big_f])
     assert len(everyone) == 6  # Boy and BOY, EPILOGUE say too little
 

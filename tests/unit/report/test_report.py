@@ -291,9 +291,20 @@ def test_plot_accuracy_rejects_unknown_axis(two_runs: list[Path], tmp_path: Path
     assert not (tmp_path / "bad.png").exists()
 
 
+def test_sim_hours_plot_leaves_out_runs_without_sim_time(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    timed = load_run(write_run(tmp_path / "timed", name="timed", test_acc=[0.2, 0.4], sim_step_s=600.0))
+    untimed = load_run(write_run(tmp_path / "untimed", name="untimed", test_acc=[0.3, 0.5]))
+    with caplog.at_level("WARNING", logger="rayfl.report.plots"):
+        out = plot_accuracy([timed, untimed], tmp_path / "sim.png", x="sim_hours")
+    assert_png(out)
+    skipped = [r.getMessage() for r in caplog.records if "no simulated time" in r.getMessage()]
+    assert len(skipped) == 1
+    assert "untimed" in skipped[0]
+
+
 def test_plot_without_any_evaluation_still_writes(tmp_path: Path) -> None:
     run = load_run(write_run(tmp_path / "noeval", name="noeval", test_acc=[NAN, NAN]))
-    assert_png(plot_accuracy([run], tmp_path / "noeval.png", x="sim_hours"))
+    assert_png(plot_accuracy([run], tmp_path / "noeval.png", x="round_idx"))
 
 
 # ------------------------------------------------------------------------------------------------ report
