@@ -19,13 +19,17 @@ __all__ = [
     "AlgorithmConfig",
     "BackendConfig",
     "CNNConfig",
+    "CharBertConfig",
     "CharLSTMConfig",
     "CharTransformerConfig",
     "DataConfig",
     "ExperimentConfig",
     "FedAvgConfig",
+    "FemnistCNNConfig",
     "ModelConfig",
+    "ResNetConfig",
     "TrainConfig",
+    "ViTConfig",
     "bounded",
 ]
 
@@ -98,11 +102,68 @@ class CNNConfig:
     norm: Literal["batch", "group", "none"] = "none"
 
 
-ModelConfig = CharLSTMConfig | CharTransformerConfig | CNNConfig
+@dataclass(frozen=True, kw_only=True)
+class ResNetConfig:
+    """Pre-activation ResNet for 32x32 images as in HeteroFL (stage widths 64-128-256-512, 3x3 stem, no max-pool).
+
+    ``norm``: ``bn`` = HeteroFL's static BN (batch statistics in training, never tracked on clients), ``gn`` =
+    GroupNorm (FedHeN), ``none``. ``scaler``: HeteroFL's divide-by-width-rate before every norm. ``act``: ``relu6``
+    bounds activations so that skipping blocks cannot blow them up (paper 000, Sec. 3.4).
+    """
+
+    name: Literal["resnet"] = "resnet"
+    depth: Literal[18, 34, 50, 101, 152] = 18
+    widths: tuple[int, ...] = (64, 128, 256, 512)
+    norm: Literal["bn", "gn", "none"] = "bn"
+    gn_groups: int = bounded(2, ge=1)
+    act: Literal["relu", "relu6"] = "relu"
+    scaler: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class ViTConfig:
+    """Vision transformer for 32x32 images: ``tiny`` (paper 000 setting 5: 4x4 patches, width 192, 12 blocks of 3
+    heads) or ``tiny_tiny`` (the same with one block); explicit fields override the preset."""
+
+    name: Literal["vit"] = "vit"
+    size: Literal["tiny", "tiny_tiny"] = "tiny"
+    patch_size: int = bounded(4, ge=1)
+    act: Literal["gelu", "relu6"] = "gelu"
+    dropout: float = bounded(0.0, ge=0.0, lt=1.0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CharBertConfig:
+    """BERT-style character encoder predicting the next character (paper 000 setting 6), sizes ``tiny`` (6 layers,
+    hidden 256) to ``large`` (24 layers, hidden 1024); per-layer FFN width and heads are searchable."""
+
+    name: Literal["char_bert"] = "char_bert"
+    size: Literal["tiny", "mini", "small", "medium", "base", "large"] = "tiny"
+    act: Literal["gelu", "relu6"] = "gelu"
+    dropout: float = bounded(0.0, ge=0.0, lt=1.0)
+    all_positions: bool = True  # predict the next character at every position (train.sequence_loss=all uses it)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FemnistCNNConfig:
+    """The LEAF FEMNIST CNN: conv5x5(32) → pool → conv5x5(64) → pool → dense 2048 → classes, for 28x28 images."""
+
+    name: Literal["femnist_cnn"] = "femnist_cnn"
+    channels: tuple[int, int] = (32, 64)
+    hidden: int = bounded(2048, ge=1)
+
+
+ModelConfig = (
+    CharLSTMConfig | CharTransformerConfig | CNNConfig | ResNetConfig | ViTConfig | CharBertConfig | FemnistCNNConfig
+)
 MODEL_CONFIGS: dict[str, type[Any]] = {
     "char_lstm": CharLSTMConfig,
     "char_transformer": CharTransformerConfig,
     "cnn": CNNConfig,
+    "resnet": ResNetConfig,
+    "vit": ViTConfig,
+    "char_bert": CharBertConfig,
+    "femnist_cnn": FemnistCNNConfig,
 }
 
 

@@ -7,7 +7,16 @@ from typing import Any
 
 from torch import nn
 
-from rayfl.config import CharLSTMConfig, CharTransformerConfig, CNNConfig, ModelConfig
+from rayfl.config import (
+    CharBertConfig,
+    CharLSTMConfig,
+    CharTransformerConfig,
+    CNNConfig,
+    FemnistCNNConfig,
+    ModelConfig,
+    ResNetConfig,
+    ViTConfig,
+)
 from rayfl.models.char import CharLSTM, CharTransformer
 from rayfl.models.cnn import CNN
 from rayfl.models.inputs import InputSpec, to_input
@@ -30,6 +39,12 @@ def _cnn(cfg: Any, spec: InputSpec) -> nn.Module:
     return CNN(cfg, spec.sample_shape[0], spec.num_classes)
 
 
+def _elastic(cfg: Any, spec: InputSpec) -> nn.Module:
+    from rayfl.models.elastic import build_family  # the elastic package imports this module's InputSpec
+
+    return build_family(cfg, spec).global_model()
+
+
 def _require(spec: InputSpec, kind: str, cfg: ModelConfig) -> None:
     if spec.input_kind != kind:
         raise ValueError(f"model.name={cfg.name!r} needs {kind} inputs, but the data gives {spec.input_kind}")
@@ -39,6 +54,10 @@ _BUILDERS: dict[type[Any], Callable[[Any, InputSpec], nn.Module]] = {
     CharLSTMConfig: _char_lstm,
     CharTransformerConfig: _char_transformer,
     CNNConfig: _cnn,
+    ResNetConfig: _elastic,
+    ViTConfig: _elastic,
+    CharBertConfig: _elastic,
+    FemnistCNNConfig: _elastic,
 }
 
 
