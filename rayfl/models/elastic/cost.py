@@ -181,7 +181,7 @@ def _store_disk(fits: dict[str, UnitFit]) -> None:
         tmp.write_text(json.dumps(raw))
         tmp.replace(path)  # atomic: concurrent writers never leave a torn file
     except OSError:
-        pass  # a read-only home only costs a re-measurement next time
+        return  # a read-only home only costs a re-measurement next time
 
 
 def cached_fit(unit: CostUnit, use_disk: bool = True) -> UnitFit:

@@ -33,23 +33,27 @@ __all__ = ["FirstK", "RandomSubset", "Rolling", "Selection", "Selector", "SubMod
 
 @dataclass(frozen=True, slots=True)
 class FirstK:
-    pass
+    """The leading ``k`` units of every dimension."""
 
 
 @dataclass(frozen=True, slots=True)
 class Rolling:
+    """FedRolex's window, shifted by the round."""
+
     round_idx: int
 
 
 @dataclass(frozen=True, slots=True)
 class RandomSubset:
+    """``k`` units drawn from a generator derived from ``(seed, "dropout", *keys, dimension)``."""
+
     seed: int
     keys: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class TopKNorm:
-    pass
+    """The ``k`` units with the largest L2 norm of the weights that write them."""
 
 
 Selector = FirstK | Rolling | RandomSubset | TopKNorm
