@@ -18,7 +18,6 @@ from rayfl.config import (
     ViTConfig,
 )
 from rayfl.models.char import CharLSTM, CharTransformer
-from rayfl.models.cnn import CNN
 from rayfl.models.inputs import InputSpec, to_input
 
 __all__ = ["InputSpec", "build_model", "to_input"]
@@ -32,11 +31,6 @@ def _char_lstm(cfg: Any, spec: InputSpec) -> nn.Module:
 def _char_transformer(cfg: Any, spec: InputSpec) -> nn.Module:
     _require(spec, "tokens", cfg)
     return CharTransformer(cfg, spec.num_classes, spec.sample_shape[0])
-
-
-def _cnn(cfg: Any, spec: InputSpec) -> nn.Module:
-    _require(spec, "image", cfg)
-    return CNN(cfg, spec.sample_shape[0], spec.num_classes)
 
 
 def _elastic(cfg: Any, spec: InputSpec) -> nn.Module:
@@ -53,7 +47,7 @@ def _require(spec: InputSpec, kind: str, cfg: ModelConfig) -> None:
 _BUILDERS: dict[type[Any], Callable[[Any, InputSpec], nn.Module]] = {
     CharLSTMConfig: _char_lstm,
     CharTransformerConfig: _char_transformer,
-    CNNConfig: _cnn,
+    CNNConfig: _elastic,
     ResNetConfig: _elastic,
     ViTConfig: _elastic,
     CharBertConfig: _elastic,

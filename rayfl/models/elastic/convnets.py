@@ -1,11 +1,11 @@
 """Elastic plain CNNs: HeteroFL's conv net (``src/models/conv.py``) and LEAF's FEMNIST CNN.
 
 ``HeteroCNNFamily``: per width in ``cfg.channels`` a block 3x3 conv (with bias) → ``Scaler`` → norm → ReLU, a 2x2
-max-pool between blocks (not after the last), global average pooling and a linear classifier. Tensor names and shapes
-of the global model are exactly those of ``rayfl.models.cnn.CNN`` (the scalers hold no state), so a state dict moves
-between the two. One dimension per conv output (``conv1`` .. ``convN``); none is skippable, since removing a conv
-changes the stream. Index rules (ALGORITHMS.md section 1, plain conv model): each conv's weight rows, its bias and the
-norm after it follow that conv's output set, its columns the previous conv's; the classifier keeps all classes.
+max-pool between blocks (not after the last), global average pooling and a linear classifier (the scalers hold no
+state; the full-width model is HeteroFL's conv net, and ``model.name: cnn``'s global model). One dimension per conv
+output (``conv1`` .. ``convN``); none is skippable, since removing a conv changes the stream. Index rules
+(ALGORITHMS.md section 1, plain conv model): each conv's weight rows, its bias and the norm after it follow that
+conv's output set, its columns the previous conv's; the classifier keeps all classes.
 
 ``FemnistCNNFamily``: conv5x5(32, pad 2) → ReLU → pool → conv5x5(64, pad 2) → ReLU → pool → flatten → dense 2048 →
 ReLU → dense classes (6,603,710 parameters for 62 classes). Dimensions ``conv1``, ``conv2``, ``fc1``. The flattened
@@ -27,7 +27,7 @@ from rayfl.models.elastic.space import Axis, Dimension, SearchSpace, TensorLayou
 
 __all__ = ["ElasticCNN", "ElasticFemnistCNN", "FemnistCNNFamily", "HeteroCNNFamily"]
 
-_GN_GROUPS = 4  # rayfl.models.cnn.CNN's GroupNorm groups
+_GN_GROUPS = 4  # GroupNorm groups (gcd with the width for narrower sub-models)
 _MakeInput = Callable[[int, torch.device], torch.Tensor]
 
 

@@ -12,7 +12,6 @@ import torch
 from torch import nn
 
 from rayfl.config import CNNConfig, FemnistCNNConfig
-from rayfl.models.cnn import CNN
 from rayfl.models.elastic.convnets import FemnistCNNFamily, HeteroCNNFamily
 from rayfl.models.elastic.cost import CostModel, saved_tensors
 from rayfl.models.elastic.family import ElasticFamily
@@ -79,20 +78,6 @@ def fam(request: pytest.FixtureRequest) -> ElasticFamily:
 
 
 # ------------------------------------------------------------------------------------------- parameter counts
-@pytest.mark.parametrize("norm", ["batch", "group", "none"])
-def test_hetero_global_model_has_cnn_names_and_shapes(norm: Norm) -> None:
-    cfg = CNNConfig(norm=norm)  # HeteroFL's (64, 128, 256, 512)
-    fam = HeteroCNNFamily(cfg, in_channels=3, num_classes=10)
-    model, plain = fam.global_model(), CNN(cfg, in_channels=3, num_classes=10)
-    shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-    assert shapes == {k: tuple(v.shape) for k, v in plain.state_dict().items()}
-    count = sum(p.numel() for p in model.parameters())
-    assert count == sum(p.numel() for p in plain.parameters()) == fam.space.num_params(fam.full_units)
-    plain.load_state_dict(model.state_dict())  # the state dicts are interchangeable
-    x = images(fam, 2)
-    torch.testing.assert_close(model.eval()(x), plain.eval()(x))
-
-
 def test_hetero_default_parameter_count() -> None:
     # conv: 3*64*9+64 + 64*128*9+128 + 128*256*9+256 + 256*512*9+512; BN: 2*(64+128+256+512); linear: 512*10+10
     assert hetero("batch", channels=(64, 128, 256, 512)).space.num_params((64, 128, 256, 512)) == 1_558_026
