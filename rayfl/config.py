@@ -28,6 +28,8 @@ __all__ = [
     "FemnistCNNConfig",
     "ModelConfig",
     "ResNetConfig",
+    "ResourceConfig",
+    "SystemConfig",
     "TrainConfig",
     "ViTConfig",
     "bounded",
@@ -204,6 +206,65 @@ class TrainConfig:
     sequence_loss: Literal["last", "all"] = "last"
 
 
+# ----------------------------------------------------------------------------------------------------- system
+@dataclass(frozen=True, kw_only=True)
+class ResourceConfig:
+    """Where one resource's per-client values come from (``rayfl/system/resources.py``).
+
+    Units: memory ``MiB``, bandwidth ``Mbit/s``, compute ``GFLOP/s``, availability 0/1 (values in files are read in
+    the unit their format declares).
+
+    * ``none``: unlimited (the resource never constrains anyone).
+    * ``constant``: ``low`` for every client.
+    * ``uniform``: uniform in ``[low, high]``; ``binary``: ``low`` or ``high`` with equal odds. Drawn per client and
+      round (``per_round``, paper 000 settings 3-4) or once per client.
+    * ``levels``: each round the sampled clients are split into ``len(values)`` equal groups, group ``i`` getting
+      ``values[i]`` (HeteroFL/FedRolex's "exactly 1/5 of the clients per model level", paper 000 settings 1-2).
+    * ``trace``: replay logs of ``(timestamp, value)``: ``file`` (one log) or ``directory`` (every log in it, sorted by
+      name), in ``format``; clients get logs round-robin (``assign: round_robin``) or at random, start at a random
+      offset into the log (``offset: random``) or at 0, and the log loops at its end.
+    * ``empirical``: values drawn per client and round from a distribution file (``format: mobilebandwidth``).
+    """
+
+    source: Literal["none", "constant", "uniform", "binary", "levels", "trace", "empirical"] = "none"
+    low: float = bounded(0.0, ge=0.0)
+    high: float = bounded(0.0, ge=0.0)
+    values: tuple[float, ...] = ()
+    per_round: bool = True
+    file: str | None = bounded(None, path="file")
+    directory: str | None = bounded(None, path="dir")
+    format: Literal["rayfl", "mahimahi", "pensieve", "ucc", "mobilebandwidth"] = "rayfl"
+    direction: Literal["down", "up"] = "down"  # which column of a two-way log (ucc)
+    technology: str = ""  # empirical mobilebandwidth: keep only tests of this technology (e.g. 4G, 5G, WiFi)
+    assign: Literal["round_robin", "random"] = "round_robin"
+    offset: Literal["random", "zero"] = "random"
+    scale: float = bounded(1.0, gt=0.0)  # multiply every value (e.g. to map a host's free RAM onto a phone's)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SystemConfig:
+    """System heterogeneity: per-client budgets and the simulated clock (paper 000 Sec. 4.1.2, Appendix D).
+
+    A client fits a round when its model's peak training memory fits its memory at the round's start and its
+    download plus upload fit in ``comm_limit_s`` at its current bandwidths. The clock integrates the bandwidth traces
+    over the transfers, models compute time from FLOPs and ``compute`` speed (or measured training time x
+    ``measured_time_scale``), and fails a client whose memory drops below its need while it trains or that becomes
+    unavailable. Round time = slowest surviving client (+ measured server time with ``server_time: measured``).
+    """
+
+    memory: ResourceConfig = field(default_factory=ResourceConfig)
+    bandwidth_down: ResourceConfig = field(default_factory=ResourceConfig)
+    bandwidth_up: ResourceConfig | None = None  # None: the download source serves uploads too
+    compute: ResourceConfig = field(default_factory=lambda: ResourceConfig(source="constant", low=1000.0))
+    availability: ResourceConfig = field(default_factory=ResourceConfig)
+    comm_limit_s: float = bounded(60.0, gt=0.0)  # the communication time limit that defines bandwidth budgets
+    deadline_s: float = bounded(0.0, ge=0.0)  # 0: no deadline; else clients that would finish later are not run
+    compute_time: Literal["modelled", "measured"] = "modelled"
+    measured_time_scale: float = bounded(1.0, gt=0.0)
+    server_time: Literal["none", "measured"] = "none"
+    memory_overhead_mib: float = bounded(0.0, ge=0.0)  # runtime memory added to every model's need
+
+
 # ---------------------------------------------------------------------------------------------------- backend
 @dataclass(frozen=True, kw_only=True)
 class BackendConfig:
@@ -237,3 +298,4 @@ class ExperimentConfig:
     algorithm: AlgorithmConfig = field(default_factory=FedAvgConfig, metadata={"tagged": ALGORITHM_CONFIGS})
     train: TrainConfig = field(default_factory=TrainConfig)
     backend: BackendConfig = field(default_factory=BackendConfig)
+    system: SystemConfig = field(default_factory=SystemConfig)

@@ -577,6 +577,36 @@ def _semantic_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:
                     )
                 )
                 break
+    problems.extend(_resource_problems(cfg))
+    return problems
+
+
+def _resource_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:
+    """Each resource source needs the fields its kind reads."""
+    problems: list[tuple[KeyPath, str]] = []
+    system = cfg.system
+    for name in ("memory", "bandwidth_down", "bandwidth_up", "compute", "availability"):
+        res = getattr(system, name)
+        if res is None:
+            continue
+        at: KeyPath = ("system", name)
+        if res.source in ("uniform", "binary") and res.high < res.low:
+            problems.append(((*at, "high"), f"must be >= low ({res.low}) for a {res.source} source, got {res.high}"))
+        top = res.low if res.source == "constant" else res.high
+        if res.source in ("constant", "uniform", "binary") and name != "availability" and top <= 0:
+            problems.append(
+                ((*at, "low" if res.source == "constant" else "high"), f"a {res.source} source needs a positive value")
+            )
+        if res.source == "levels" and not res.values:
+            problems.append(((*at, "values"), "a levels source needs one value per level"))
+        if res.source == "trace" and (res.file is None) == (res.directory is None):
+            problems.append(((*at, "file"), "a trace source needs exactly one of file or directory"))
+        if res.source == "empirical" and res.file is None:
+            problems.append(((*at, "file"), "an empirical source needs the distribution file"))
+        if res.source == "empirical" and res.format != "mobilebandwidth":
+            problems.append(((*at, "format"), "an empirical source reads format 'mobilebandwidth'"))
+        if res.source == "trace" and res.format == "mobilebandwidth":
+            problems.append(((*at, "format"), "'mobilebandwidth' is a distribution: use source 'empirical'"))
     return problems
 
 

@@ -48,10 +48,13 @@ class TensorSlice:
 
 @dataclass(frozen=True, slots=True)
 class ClientView:
-    """What ``assign`` may know about a sampled client at check-in."""
+    """What ``assign`` may know about a sampled client at check-in: its data size and its budgets for this round
+    (bytes of training memory; bytes it can move within the round's communication limit; inf when unconstrained)."""
 
     client_id: int
     num_examples: int
+    memory_budget: float = float("inf")
+    bandwidth_budget: float = float("inf")
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +68,7 @@ class Assignment:
     model_id: int = 0
     slices: dict[str, TensorSlice] = field(default_factory=dict)
     skip: frozenset[str] = frozenset()
+    units: tuple[int, ...] | None = None  # the sub-model's units per search dimension; None = the whole model
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +106,7 @@ class ClientOutcome:
     bytes_down: int
     bytes_up: int
     failure: str | None = None
+    train_wall_s: float = 0.0  # host time of local training (used only with system.compute_time: measured)
 
 
 @dataclass(frozen=True, slots=True)

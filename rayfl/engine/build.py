@@ -1,4 +1,4 @@
-"""Explicit factories from a config to the run's parts: data, initial global parameters, algorithm, backend."""
+"""Explicit factories from a config to the run's parts: data, initial global parameters, algorithm, clock, backend."""
 
 from __future__ import annotations
 
@@ -16,8 +16,10 @@ from rayfl.data.federated import FederatedDataset
 from rayfl.engine.backend import Backend, LocalBackend
 from rayfl.models import InputSpec, build_model
 from rayfl.rng import derive_seed
+from rayfl.system.clock import SimClock
+from rayfl.system.costs import CostOracle
 
-__all__ = ["Setup", "build_backend", "build_setup", "initial_params"]
+__all__ = ["Setup", "build_backend", "build_clock", "build_setup", "initial_params"]
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,13 @@ def build_setup(cfg: ExperimentConfig, dataset: FederatedDataset | None = None, 
         algorithm=build_algorithm(cfg.algorithm, cfg.train),
         params=initial_params(cfg, spec),
     )
+
+
+def build_clock(cfg: ExperimentConfig, setup: Setup) -> SimClock:
+    """The simulated clock with its resource sources and the cost oracle for this model and training set-up."""
+    shapes = {k: tuple(v.shape) for k, v in setup.params.items()}
+    oracle = CostOracle(cfg.model, setup.input_spec, cfg.train, shapes)  # the clock adds the runtime overhead
+    return SimClock(cfg.system, cfg.train, cfg.seed, oracle)
 
 
 def _ray_backend(**kwargs: Any) -> Backend:

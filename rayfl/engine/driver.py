@@ -16,13 +16,14 @@ from pathlib import Path
 import numpy as np
 
 from rayfl.algorithms import round_lr
-from rayfl.algorithms.payloads import ClientView, ServerState, TrainTask
+from rayfl.algorithms.payloads import Aggregate, ClientOutcome, ServerState, TrainTask
 from rayfl.config import ExperimentConfig
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine.backend import EvalResult
-from rayfl.engine.build import build_backend, build_setup
-from rayfl.engine.records import RoundRecord, RunWriter, make_run_dir
+from rayfl.engine.build import build_backend, build_clock, build_setup
+from rayfl.engine.records import ClientRecord, RoundRecord, RunWriter, make_run_dir
 from rayfl.engine.sampling import sample_clients
+from rayfl.system.clock import ClientPlan
 
 __all__ = ["RunResult", "run_experiment"]
 
@@ -57,6 +58,7 @@ def run_experiment(
     if cfg.clients_per_round > ds.num_clients:
         raise ValueError(f"clients_per_round={cfg.clients_per_round} exceeds the {ds.num_clients} clients of the data")
     writer = _open_writer(cfg) if write else None
+    clock = build_clock(cfg, setup)
     backend = build_backend(cfg, setup)
     state = algorithm.init_state(setup.params)
     records: list[RoundRecord] = []
@@ -64,37 +66,49 @@ def run_experiment(
     try:
         for round_idx in range(cfg.rounds):
             round_start = time.perf_counter()
-            # 1. Check-in: who is sampled, and what the algorithm may know about them.
+            # 1. Check-in: who is sampled, their data sizes and their budgets at the round's simulated start.
             client_ids = sample_clients(cfg.seed, round_idx, ds.num_clients, cfg.clients_per_round)
-            views = [ClientView(int(c), ds.num_examples(int(c))) for c in client_ids]
+            views = clock.check_in(round_idx, client_ids, [ds.num_examples(int(c)) for c in client_ids])
             # 2. Assignment: which (sub-)model each client trains.
             assignments = algorithm.assign(state, round_idx, views)
+            server_s = time.perf_counter() - round_start
+            # 3. Plan: who fits, who fails, how long each takes; only clients that can finish are run.
+            plan = clock.plan(round_idx, views, assignments)
             lr = round_lr(cfg.train, round_idx, cfg.rounds)
-            tasks = [TrainTask(v.client_id, round_idx, cfg.seed, lr, assignments[v.client_id]) for v in views]
-            # 3. Local training on the hosts and sharded reduction.
-            aggregate, outcomes = backend.train_and_reduce(tasks, state.params)
+            tasks = [
+                TrainTask(v.client_id, round_idx, cfg.seed, lr, assignments[v.client_id])
+                for v, runs in zip(views, plan.runs, strict=True)
+                if runs
+            ]
+            # 4. Local training on the hosts and sharded reduction.
+            aggregate, outcomes = backend.train_and_reduce(tasks, state.params) if tasks else (_NOTHING, [])
             train_done = time.perf_counter()
-            # 4. Server update (skipped when every client failed: the global model stays).
+            plan = clock.measured_compute(plan, {o.client_id: o.train_wall_s for o in outcomes})
+            # 5. Server update (skipped when every client failed: the global model stays); the clock moves on.
             if aggregate.num_clients > 0:
                 state = algorithm.server_update(state, round_idx, aggregate)
-            # 5. Evaluation of the global model.
+            server_s += time.perf_counter() - train_done
+            sim_duration = clock.advance(plan, server_s)
+            # 6. Evaluation of the global model.
             evaluated = (round_idx + 1) % cfg.eval_every == 0 or round_idx == cfg.rounds - 1
             eval_start = time.perf_counter()
             if evaluated:
                 last_eval = backend.evaluate(algorithm.eval_params(state))
             now = time.perf_counter()
-            # 6. Records.
+            # 7. Records.
             ok = [o for o in outcomes if o.failure is None]
+            client_records = _client_records(plan, outcomes)
+            causes = [r.failure for r in client_records]
             weights = np.array([o.num_examples for o in ok], dtype=np.float64)
             losses = np.array([o.train_loss for o in ok], dtype=np.float64)
             record = RoundRecord(
                 round_idx=round_idx,
-                sim_time_s=0.0,
+                sim_time_s=clock.now,
                 train_loss=float(weights @ losses / weights.sum()) if len(ok) else math.nan,
                 test_acc=last_eval.accuracy if evaluated else math.nan,
                 test_loss=last_eval.loss if evaluated else math.nan,
                 clients_run=len(outcomes),
-                clients_failed=len(outcomes) - len(ok),
+                clients_failed=len(client_ids) - len(ok),
                 bytes_down=sum(o.bytes_down for o in outcomes),
                 bytes_up=sum(o.bytes_up for o in ok),
                 wall_time_s=now - start,
@@ -102,9 +116,18 @@ def run_experiment(
                 train_wall_s=train_done - round_start,
                 eval_wall_s=now - eval_start,
                 lr=lr,
+                sim_duration_s=sim_duration,
+                clients_sampled=len(client_ids),
+                memory_util=_mean_finite(plan.memory_util),
+                bandwidth_util=_mean_finite(plan.bandwidth_util),
+                failed_memory=causes.count("memory"),
+                failed_bandwidth=causes.count("bandwidth"),
+                failed_memory_dip=causes.count("memory_dip"),
+                failed_other=sum(1 for c in causes if c not in ("", "memory", "bandwidth", "memory_dip")),
             )
             records.append(record)
             if writer is not None:
+                writer.append_clients(client_records)
                 writer.append(record)
             for callback in callbacks:
                 callback(record)
@@ -116,6 +139,37 @@ def run_experiment(
     if writer is not None:
         writer.finish(_summary(cfg, records, last_eval, baseline))
     return RunResult(records, state, writer.run_dir if writer else None, last_eval, baseline)
+
+
+_NOTHING = Aggregate(params={}, coverage={}, num_clients=0)
+_MIB, _MB = 2.0**20, 1e6
+
+
+def _mean_finite(values: np.ndarray) -> float:
+    finite = values[np.isfinite(values)]
+    return float(finite.mean()) if len(finite) else math.nan
+
+
+def _client_records(plan: ClientPlan, outcomes: Sequence[ClientOutcome]) -> list[ClientRecord]:
+    """One row per sampled client: the plan's numbers, and the failure the plan or the training produced."""
+    trained = {o.client_id: o.failure for o in outcomes}
+    return [
+        ClientRecord(
+            round_idx=plan.round_idx,
+            client_id=int(c),
+            memory_budget_mib=float(plan.memory_budget[i] / _MIB),
+            memory_need_mib=float(plan.memory_need[i] / _MIB),
+            memory_util=float(plan.memory_util[i]),
+            bandwidth_budget_mb=float(plan.bandwidth_budget[i] / _MB),
+            bandwidth_need_mb=float(plan.bandwidth_need[i] / _MB),
+            bandwidth_util=float(plan.bandwidth_util[i]),
+            download_s=float(plan.download_s[i]),
+            compute_s=float(plan.compute_s[i]),
+            upload_s=float(plan.upload_s[i]),
+            failure=plan.failure[i] or trained.get(int(c)) or "",
+        )
+        for i, c in enumerate(plan.client_id)
+    ]
 
 
 def most_frequent_label_accuracy(ds: FederatedDataset) -> float:

@@ -8,6 +8,7 @@ and per round only task descriptions plus one reference to the global parameters
 from __future__ import annotations
 
 import math
+import time
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -97,9 +98,11 @@ class ClientHost:
         outcomes: list[ClientOutcome] = []
         bytes_down = params_bytes(base)
         for task in sorted(tasks, key=lambda t: t.client_id):
+            began = time.perf_counter()
             self._load(base)
             x, y = self.dataset.client_train(task.client_id)
             update = self.algorithm.local_train(self.model, x, y, task, self.input_spec)
+            train_wall_s = time.perf_counter() - began
             failure = None if _finite(update) else "nan_update"
             if failure is None:
                 self.algorithm.reducer.accumulate(partial, update, shapes)
@@ -112,6 +115,7 @@ class ClientHost:
                     bytes_down=bytes_down,
                     bytes_up=params_bytes(update.values),
                     failure=failure,
+                    train_wall_s=train_wall_s,
                 )
             )
         return (*split_partial(partial, shard_of, num_shards), outcomes)

@@ -19,7 +19,7 @@ from typing import Any, TextIO
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-__all__ = ["RoundRecord", "RunWriter", "make_run_dir"]
+__all__ = ["ClientRecord", "RoundRecord", "RunWriter", "make_run_dir"]
 
 
 @dataclass(frozen=True)
@@ -40,9 +40,41 @@ class RoundRecord:
     train_wall_s: float
     eval_wall_s: float
     lr: float
+    sim_duration_s: float = 0.0
+    clients_sampled: int = 0
+    memory_util: float = math.nan  # mean need / budget over sampled clients with a finite budget
+    bandwidth_util: float = math.nan
+    failed_memory: int = 0  # at check-in: the model does not fit the memory budget
+    failed_bandwidth: int = 0
+    failed_memory_dip: int = 0  # memory fell below the need while training
+    failed_other: int = 0  # unavailable, dropped out, past the deadline, or a non-finite update
 
 
-_SCHEMA = pa.schema([(f.name, pa.int64() if f.type in ("int", int) else pa.float64()) for f in fields(RoundRecord)])
+@dataclass(frozen=True)
+class ClientRecord:
+    """One sampled client in one round: budgets, needs, utilisation, planned times and why it failed (if it did)."""
+
+    round_idx: int
+    client_id: int
+    memory_budget_mib: float
+    memory_need_mib: float
+    memory_util: float
+    bandwidth_budget_mb: float  # megabytes movable within the communication limit
+    bandwidth_need_mb: float  # megabytes down + up
+    bandwidth_util: float
+    download_s: float
+    compute_s: float
+    upload_s: float
+    failure: str  # "" when the client trained and was aggregated
+
+
+def _schema(cls: type) -> pa.Schema:
+    kinds = {"int": pa.int64(), "str": pa.string()}
+    return pa.schema([(f.name, kinds.get(str(f.type), pa.float64())) for f in fields(cls)])
+
+
+_SCHEMA = _schema(RoundRecord)
+_CLIENT_SCHEMA = _schema(ClientRecord)
 
 
 def make_run_dir(output_dir: str | Path, name: str) -> Path:
@@ -69,6 +101,15 @@ class RunWriter:
         self._csv: TextIO = (run_dir / "rounds.csv").open("w", newline="")
         self._writer = csv.DictWriter(self._csv, fieldnames=[f.name for f in fields(RoundRecord)])
         self._writer.writeheader()
+        self.client_rows: list[ClientRecord] = []
+        self._clients_csv: TextIO = (run_dir / "clients.csv").open("w", newline="")
+        self._clients_writer = csv.DictWriter(self._clients_csv, fieldnames=[f.name for f in fields(ClientRecord)])
+        self._clients_writer.writeheader()
+
+    def append_clients(self, records: list[ClientRecord]) -> None:
+        self.client_rows.extend(records)
+        self._clients_writer.writerows(asdict(r) for r in records)
+        self._clients_csv.flush()
 
     def append(self, record: RoundRecord, parquet_every: int = 10) -> None:
         self.rows.append(record)
@@ -78,20 +119,25 @@ class RunWriter:
             self.write_parquet()
 
     def write_parquet(self) -> None:
-        table = pa.Table.from_pylist([asdict(r) for r in self.rows], schema=_SCHEMA)
-        tmp = self.run_dir / "rounds.parquet.tmp"
-        pq.write_table(table, tmp)
-        os.replace(tmp, self.run_dir / "rounds.parquet")
+        for name, rows, schema in (
+            ("rounds", self.rows, _SCHEMA),
+            ("clients", self.client_rows, _CLIENT_SCHEMA),
+        ):
+            table = pa.Table.from_pylist([asdict(r) for r in rows], schema=schema)
+            tmp = self.run_dir / f"{name}.parquet.tmp"
+            pq.write_table(table, tmp)
+            os.replace(tmp, self.run_dir / f"{name}.parquet")
 
     def finish(self, summary: Mapping[str, Any]) -> None:
         self.write_parquet()
-        self._csv.close()
+        self.close()
         clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in summary.items()}
         _atomic_write(self.run_dir / "summary.json", json.dumps(clean, indent=2) + "\n")
 
     def close(self) -> None:
-        if not self._csv.closed:
-            self._csv.close()
+        for f in (self._csv, self._clients_csv):
+            if not f.closed:
+                f.close()
 
 
 def _yaml(data: Mapping[str, Any]) -> str:

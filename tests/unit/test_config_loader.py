@@ -88,6 +88,21 @@ backend:
   address: auto
   num_cpus: 4
   object_store_mb: 128
+system:
+  memory:
+    source: levels
+    values: [1500, 2000]
+  bandwidth_down:
+    source: uniform
+    low: 1
+    high: 180
+  bandwidth_up:
+    source: binary
+    low: 1
+    high: 10
+    per_round: false
+  comm_limit_s: 30
+  deadline_s: 600
 """
 
 
@@ -151,6 +166,7 @@ def test_full_yaml_round_trips_through_dump_config(tmp_path: Path) -> None:
         "algorithm",
         "train",
         "backend",
+        "system",
     ]
     assert list(dumped["train"])[:3] == ["epochs", "max_steps", "batch_size"]
 
@@ -591,3 +607,18 @@ def test_config_error_is_a_value_error_and_pickles(tmp_path: Path) -> None:
     copy = pickle.loads(pickle.dumps(err))
     assert str(copy) == str(err)
     assert (copy.key_path, copy.file, copy.line) == ("train.lr", str(path), 2)
+
+
+@pytest.mark.parametrize(
+    ("override", "key_path"),
+    [
+        (("system.memory.source=uniform", "system.memory.low=2", "system.memory.high=1"), "system.memory.high"),
+        (("system.memory.source=levels",), "system.memory.values"),
+        (("system.bandwidth_down.source=trace",), "system.bandwidth_down.file"),
+        (("system.bandwidth_down.source=empirical",), "system.bandwidth_down.file"),
+        (("system.compute.source=constant", "system.compute.low=0"), "system.compute.low"),
+    ],
+)
+def test_resource_sources_need_their_fields(override: tuple[str, ...], key_path: str) -> None:
+    err = load_error(None, override)
+    assert err.key_path == key_path

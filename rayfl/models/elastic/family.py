@@ -103,7 +103,7 @@ class ElasticFamily(ABC):
     def assignment(self, selection: Selection, model_id: int = 0) -> Assignment:
         slices = self.slices(selection)
         skip = frozenset(n for n in self.space.layouts if n not in slices)
-        return Assignment(model_id=model_id, slices=slices, skip=skip)
+        return Assignment(model_id=model_id, slices=slices, skip=skip, units=selection.units)
 
     def extract(self, params: Mapping[str, torch.Tensor], selection: Selection) -> nn.Module:
         """A real sub-model holding the covered global elements (gradients flow only into the sub-model)."""

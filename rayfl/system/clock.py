@@ -1,0 +1,205 @@
+"""The simulated clock: budgets at check-in, a plan of every client's round before it runs, and round durations.
+
+Per client in round ``r`` starting at simulated time ``T`` (all times in simulated seconds):
+
+1. *Check-in* reads the budgets at ``T``: memory = the memory value; bandwidth = the bytes it can move within
+   ``comm_limit_s`` at its current download and upload rates (``2 L / (1/down + 1/up)`` bytes for equal download and
+   upload sizes, i.e. ``L x rate`` when both rates are equal).
+2. *Fit*: the assignment's peak training memory must fit the memory budget and ``down/rate_down + up/rate_up`` must
+   fit ``comm_limit_s`` (failure ``memory`` or ``bandwidth``); an unavailable client fails ``unavailable``.
+3. *Timeline*: the download starts at ``T`` and takes the exact integral of the bandwidth log; compute takes
+   ``train FLOPs / compute speed`` (modelled) from the end of the download; the upload follows. A client whose memory
+   value drops below its need during its compute window fails ``memory_dip`` (paper 000, Appendix D.2.2), one that
+   goes unavailable before it finishes fails ``dropped``, and one that would finish after ``deadline_s`` fails
+   ``deadline``. Failed clients are not run and not aggregated.
+4. *Duration* = the latest finish among the clients that run (``comm_limit_s`` when none does: the server waits out
+   the round), plus the measured server time with ``server_time: measured``.
+
+Everything here is a function of the seed, the traces and the assignments: the host's speed never enters the clock
+(``compute_time: measured`` is the one opt-in exception, and then memory dips are checked at check-in only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from rayfl.algorithms.payloads import Assignment, ClientView
+from rayfl.config import SystemConfig, TrainConfig
+from rayfl.system.costs import CostOracle
+from rayfl.system.resources import ResourceSource, build_source
+
+__all__ = ["ClientPlan", "SimClock"]
+
+
+@dataclass(frozen=True)
+class ClientPlan:
+    """One round's plan, one entry per sampled client (in check-in order)."""
+
+    round_idx: int
+    start_s: float
+    client_id: np.ndarray
+    memory_budget: np.ndarray
+    memory_need: np.ndarray
+    bandwidth_budget: np.ndarray  # bytes within comm_limit_s
+    bytes_down: np.ndarray
+    bytes_up: np.ndarray
+    download_s: np.ndarray
+    compute_s: np.ndarray
+    upload_s: np.ndarray
+    failure: tuple[str | None, ...]
+
+    @property
+    def runs(self) -> np.ndarray:
+        return np.array([f is None for f in self.failure], dtype=bool)
+
+    @property
+    def bandwidth_need(self) -> np.ndarray:
+        need: np.ndarray = self.bytes_down + self.bytes_up
+        return need
+
+    @property
+    def finish_s(self) -> np.ndarray:
+        finish: np.ndarray = self.download_s + self.compute_s + self.upload_s
+        return finish
+
+    @property
+    def memory_util(self) -> np.ndarray:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            util: np.ndarray = np.where(np.isfinite(self.memory_budget), self.memory_need / self.memory_budget, np.nan)
+        return util
+
+    @property
+    def bandwidth_util(self) -> np.ndarray:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            util: np.ndarray = np.where(
+                np.isfinite(self.bandwidth_budget), self.bandwidth_need / self.bandwidth_budget, np.nan
+            )
+        return util
+
+    def duration_s(self, comm_limit_s: float) -> float:
+        runs = self.runs
+        return float(self.finish_s[runs].max()) if runs.any() else float(comm_limit_s)
+
+
+class SimClock:
+    """Owns simulated time and the resource sources of every client."""
+
+    def __init__(self, cfg: SystemConfig, train: TrainConfig, seed: int, oracle: CostOracle) -> None:
+        self.cfg = cfg
+        self.train = train
+        self.oracle = oracle
+        self.now = 0.0
+        self.memory = build_source(cfg.memory, "memory", seed, "memory")
+        self.down = build_source(cfg.bandwidth_down, "bandwidth", seed, "bandwidth_down")
+        self.up: ResourceSource = (
+            self.down if cfg.bandwidth_up is None else build_source(cfg.bandwidth_up, "bandwidth", seed, "bandwidth_up")
+        )
+        self.compute = build_source(cfg.compute, "compute", seed, "compute")
+        self.availability = build_source(cfg.availability, "availability", seed, "availability")
+
+    # 1. check-in --------------------------------------------------------------------------------------------------
+    def check_in(self, round_idx: int, clients: np.ndarray, num_examples: Sequence[int]) -> list[ClientView]:
+        mem = self.memory.at(clients, self.now, round_idx)
+        bw = self._bandwidth_budget(clients, round_idx)
+        return [
+            ClientView(int(c), int(n), float(m), float(b))
+            for c, n, m, b in zip(clients, num_examples, mem, bw, strict=True)
+        ]
+
+    def _bandwidth_budget(self, clients: np.ndarray, round_idx: int) -> np.ndarray:
+        down = self.down.at(clients, self.now, round_idx)
+        up = self.up.at(clients, self.now, round_idx)
+        with np.errstate(divide="ignore"):
+            return 2.0 * self.cfg.comm_limit_s / (8.0 / down + 8.0 / up)  # bytes; inf when both are unlimited
+
+    # 2-3. plan ----------------------------------------------------------------------------------------------------
+    def plan(self, round_idx: int, views: Sequence[ClientView], assignments: Mapping[int, Assignment]) -> ClientPlan:
+        clients = np.array([v.client_id for v in views], dtype=np.int64)
+        n = len(clients)
+        costs = self.oracle.costs([assignments[int(c)] for c in clients])
+        mem_budget = np.array([v.memory_budget for v in views], dtype=np.float64)
+        bw_budget = np.array([v.bandwidth_budget for v in views], dtype=np.float64)
+        need = costs.memory + self.cfg.memory_overhead_mib * 2.0**20
+        t0 = np.full(n, self.now)
+        rate_down = self.down.at(clients, self.now, round_idx)
+        rate_up = self.up.at(clients, self.now, round_idx)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            comm_need_s = 8.0 * costs.bytes_down / rate_down + 8.0 * costs.bytes_up / rate_up
+        download = self.down.transfer_time(clients, t0, 8.0 * costs.bytes_down, round_idx)
+        samples = np.array([self._samples(v.num_examples) for v in views], dtype=np.float64)
+        speed = self.compute.at(clients, self.now, round_idx)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            compute = np.where(np.isfinite(speed), costs.train_flops_per_sample * samples / speed, 0.0)
+        upload = self.up.transfer_time(clients, t0 + download + compute, 8.0 * costs.bytes_up, round_idx)
+        available = self.availability.at(clients, self.now, round_idx) >= 0.5
+        finish = download + compute + upload
+        stays = self.availability.window_min(clients, t0, t0 + np.where(np.isfinite(finish), finish, 0.0), round_idx)
+        if self.cfg.compute_time == "modelled":
+            lowest = self.memory.window_min(clients, t0 + download, t0 + download + compute, round_idx)
+        else:
+            lowest = mem_budget
+        failure: list[str | None] = []
+        for i in range(n):
+            if not available[i]:
+                failure.append("unavailable")
+            elif need[i] > mem_budget[i]:
+                failure.append("memory")
+            elif comm_need_s[i] > self.cfg.comm_limit_s:
+                failure.append("bandwidth")
+            elif need[i] > lowest[i]:
+                failure.append("memory_dip")
+            elif stays[i] < 0.5:
+                failure.append("dropped")
+            elif self.cfg.deadline_s > 0 and finish[i] > self.cfg.deadline_s:
+                failure.append("deadline")
+            else:
+                failure.append(None)
+        return ClientPlan(
+            round_idx=round_idx,
+            start_s=self.now,
+            client_id=clients,
+            memory_budget=mem_budget,
+            memory_need=need,
+            bandwidth_budget=bw_budget,
+            bytes_down=costs.bytes_down,
+            bytes_up=costs.bytes_up,
+            download_s=download,
+            compute_s=compute,
+            upload_s=upload,
+            failure=tuple(failure),
+        )
+
+    def _samples(self, num_examples: int) -> int:
+        """Samples a client processes in local training (epochs over its data, capped by ``max_steps``)."""
+        t = self.train
+        steps_per_epoch = -(-num_examples // t.batch_size)
+        total = t.epochs * num_examples
+        if t.max_steps:
+            full_epochs, extra = divmod(t.max_steps, max(steps_per_epoch, 1))
+            if full_epochs < t.epochs:
+                total = full_epochs * num_examples + min(extra * t.batch_size, num_examples)
+        return total
+
+    def measured_compute(self, plan: ClientPlan, wall_s: Mapping[int, float]) -> ClientPlan:
+        """With ``compute_time: measured``, replace modelled compute by measured training time x the scale."""
+        if self.cfg.compute_time != "measured":
+            return plan
+        compute = np.array(
+            [wall_s.get(int(c), 0.0) * self.cfg.measured_time_scale for c in plan.client_id], dtype=np.float64
+        )
+        t0 = np.full(len(plan.client_id), plan.start_s)
+        start_up = t0 + plan.download_s + compute
+        upload = self.up.transfer_time(plan.client_id, start_up, 8.0 * plan.bytes_up, plan.round_idx)
+        return replace(plan, compute_s=compute, upload_s=upload)
+
+    # 4. advance ---------------------------------------------------------------------------------------------------
+    def advance(self, plan: ClientPlan, server_s: float) -> float:
+        """Move the clock past the round; returns the round's simulated duration."""
+        duration = plan.duration_s(self.cfg.comm_limit_s)
+        if self.cfg.server_time == "measured":
+            duration += server_s
+        self.now += duration
+        return duration

@@ -1,0 +1,113 @@
+"""What a client's assignment costs it: peak training memory, bytes down and up, training FLOPs per sample.
+
+Elastic models use the family's vectorised ``CostModel`` on the assignment's unit counts. A fixed model (the
+char-LSTM, for instance) has one cost, measured once: parameters from the module, and saved activations and FLOPs of
+one forward pass at batch sizes 1 and 2 (so per-sample and fixed parts separate), the same accounting as
+``CostModel``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from rayfl.algorithms.payloads import Assignment
+from rayfl.config import ModelConfig, TrainConfig
+from rayfl.models import InputSpec, build_model
+from rayfl.models.elastic.cost import CostModel, optimizer_slots, saved_tensors
+
+__all__ = ["AssignmentCosts", "CostOracle"]
+
+TRAIN_FLOPS_PER_FORWARD = 3.0  # forward + backward (about twice the forward) per sample
+
+
+@dataclass(frozen=True)
+class AssignmentCosts:
+    """Per client (arrays aligned with the assignments asked about)."""
+
+    memory: np.ndarray  # peak training bytes
+    bytes_down: np.ndarray
+    bytes_up: np.ndarray
+    train_flops_per_sample: np.ndarray
+
+
+class CostOracle:
+    """Costs of assignments for one model and local-training set-up."""
+
+    def __init__(
+        self,
+        model_cfg: ModelConfig,
+        spec: InputSpec,
+        train: TrainConfig,
+        shapes: Mapping[str, tuple[int, ...]],
+        overhead_bytes: float = 0.0,
+        dtype_bytes: int = 4,
+    ) -> None:
+        from rayfl.models.elastic import FAMILIES, build_family
+
+        self.shapes = dict(shapes)
+        self.dtype_bytes = dtype_bytes
+        self.batch = train.batch_size
+        self.elastic: CostModel | None = None
+        if type(model_cfg) in FAMILIES:
+            family = build_family(model_cfg, spec)
+            self.full_units = np.asarray(family.full_units)
+            self.elastic = CostModel(
+                family, train.batch_size, train.optimizer, train.momentum, dtype_bytes, overhead_bytes
+            )
+        else:
+            self.fixed = _measure_fixed(build_model(model_cfg, spec), spec, train, dtype_bytes, overhead_bytes)
+
+    def costs(self, assignments: Sequence[Assignment]) -> AssignmentCosts:
+        n = len(assignments)
+        down = np.array([self._bytes(a) for a in assignments], dtype=np.float64)
+        if self.elastic is not None:
+            units = np.stack([np.asarray(a.units) if a.units is not None else self.full_units for a in assignments])
+            c = self.elastic.evaluate(units) if n else None
+            memory = c.peak_memory if c is not None else np.zeros(0)
+            flops = c.flops if c is not None else np.zeros(0)
+        else:
+            memory = np.full(n, self.fixed[0])
+            flops = np.full(n, self.fixed[1])
+        return AssignmentCosts(memory, down, down.copy(), TRAIN_FLOPS_PER_FORWARD * flops)
+
+    def _bytes(self, a: Assignment) -> float:
+        """Elements the assignment moves (its slices of every tensor it does not skip), times the dtype size."""
+        total = 0
+        for name, shape in self.shapes.items():
+            if name in a.skip:
+                continue
+            tslice = a.slices.get(name)
+            if tslice is None:
+                total += int(np.prod(shape))
+            else:
+                total += int(np.prod([s if i is None else len(i) for s, i in zip(shape, tslice.index, strict=True)]))
+        return float(total * self.dtype_bytes)
+
+
+def _measure_fixed(
+    model: nn.Module, spec: InputSpec, train: TrainConfig, dtype_bytes: int, overhead: float
+) -> tuple[float, float]:
+    """(peak training bytes at the batch size, forward FLOPs per sample) of a fixed model, measured on the CPU."""
+    model.train()
+    measured = []
+    for batch in (1, 2):
+        shape = (batch, *spec.sample_shape)
+        x = torch.randint(0, max(spec.num_classes, 1), shape) if spec.input_kind == "tokens" else torch.randn(shape)
+        saved, _, flops = saved_tensors(model, x)
+        measured.append((float(sum(t.numel() * t.element_size() for t in saved)), flops))
+    (s1, f1), (s2, _) = measured
+    per_sample, fixed = s2 - s1, 2 * s1 - s2
+    params = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    if f1 <= 0:
+        # Fused kernels that FlopCounterMode does not count (a CPU LSTM, for one): two FLOPs per weight per
+        # position of the input, the multiply-add of every weight at every step.
+        positions = spec.sample_shape[0] if spec.input_kind == "tokens" else 1
+        f1 = 2.0 * params * positions
+    slots = optimizer_slots(train.optimizer, train.momentum)
+    memory = overhead + params * dtype_bytes * (2 + slots) + fixed + train.batch_size * per_sample
+    return memory, f1

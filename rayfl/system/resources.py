@@ -1,0 +1,295 @@
+"""Per-client resource values as pure functions of ``(client, time, round)``, vectorised over clients.
+
+Every source returns values in SI units (bytes, bit/s, FLOP/s, 0/1). ``TraceReplay`` is the step function of a
+``(timestamp, value)`` log: the value at ``t`` is the last sample at or before ``(t + offset) mod period``, where the
+period is the log's length plus one median sampling interval (so the last sample holds as long as the others), and
+the log loops. It can also integrate a bandwidth log exactly (``transfer_time``) and find the lowest value in a time
+window (``window_min``), which is what the simulated clock needs.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from rayfl.config import ResourceConfig
+from rayfl.rng import derive_rng
+
+__all__ = [
+    "Constant",
+    "Empirical",
+    "Levels",
+    "Log",
+    "RangeSource",
+    "ResourceSource",
+    "TraceReplay",
+    "Unlimited",
+    "build_source",
+]
+
+# config units -> SI
+UNIT_SCALE = {"memory": 2.0**20, "bandwidth": 1e6, "compute": 1e9, "availability": 1.0}
+
+
+class ResourceSource(ABC):
+    """Values of one resource for a set of clients at simulated time ``t`` (seconds) in round ``round_idx``."""
+
+    @abstractmethod
+    def at(self, clients: np.ndarray, t: float, round_idx: int) -> np.ndarray:
+        """Value per client (SI units)."""
+
+    def window_min(self, clients: np.ndarray, start: np.ndarray, end: np.ndarray, round_idx: int) -> np.ndarray:
+        """Lowest value per client over ``[start, end]``; sources that hold a value for the round return it."""
+        return self.at(clients, float(np.min(start)) if len(start) else 0.0, round_idx)
+
+    def transfer_time(self, clients: np.ndarray, start: np.ndarray, bits: np.ndarray, round_idx: int) -> np.ndarray:
+        """Seconds to move ``bits`` per client from ``start`` at this (bandwidth) resource's rate."""
+        rate = self.at(clients, float(np.min(start)) if len(start) else 0.0, round_idx)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out = np.where(bits <= 0, 0.0, bits / rate)
+        return np.where(rate <= 0, np.where(bits <= 0, 0.0, np.inf), out)
+
+
+class Unlimited(ResourceSource):
+    def at(self, clients: np.ndarray, t: float, round_idx: int) -> np.ndarray:
+        return np.full(len(clients), np.inf)
+
+
+@dataclass(frozen=True)
+class Constant(ResourceSource):
+    value: float
+
+    def at(self, clients: np.ndarray, t: float, round_idx: int) -> np.ndarray:
+        return np.full(len(clients), self.value)
+
+
+@dataclass(frozen=True)
+class RangeSource(ResourceSource):
+    """Uniform in ``[low, high]`` (or only its two ends with ``binary``), per client and round or per client."""
+
+    low: float
+    high: float
+    binary: bool
+    per_round: bool
+    seed: int
+    purpose: str
+
+    def at(self, clients: np.ndarray, t: float, round_idx: int) -> np.ndarray:
+        key = round_idx if self.per_round else -1
+        out = np.empty(len(clients))
+        for i, c in enumerate(clients):  # one derived generator per (client, round): order-free and reproducible
+            u = derive_rng(self.seed, self.purpose, int(c), key).random()
+            out[i] = (self.high if u >= 0.5 else self.low) if self.binary else self.low + u * (self.high - self.low)
+        return out
+
+
+@dataclass(frozen=True)
+class Levels(ResourceSource):
+    """Each round, the given clients split into ``len(values)`` equal groups by a seeded permutation.
+
+    With ``n`` clients and ``L`` levels every level gets ``n // L`` clients and the first ``n % L`` levels one more:
+    exactly 1/L each when ``L`` divides the cohort. The value of a client depends on the round's cohort, which is
+    what "exactly 1/5 of the sampled clients per level" means.
+    """
+
+    values: tuple[float, ...]
+    seed: int
+    purpose: str
+
+    def at(self, clients: np.ndarray, t: float, round_idx: int) -> np.ndarray:
+        order = np.argsort(np.asarray(clients), kind="stable")  # canonical: independent of the caller's order
+        perm = derive_rng(self.seed, f"{self.purpose}/levels", round_idx).permutation(len(clients))
+        level = np.empty(len(clients), dtype=np.int64)
+        level[order[perm]] = np.arange(len(clients)) * len(self.values) // max(len(clients), 1)
+        return np.asarray(self.values, dtype=np.float64)[level]
+
+
+@dataclass(frozen=True)
+class Empirical(ResourceSource):
+    """Values drawn per client and round from an empirical distribution (e.g. phone bandwidth tests)."""
+
+    samples: np.ndarray
+    seed: int
+    purpose: str
+    per_round: bool = True
+
+    def at(self, clients: np.ndarray, t: float, round_idx: int) -> np.ndarray:
+        key = round_idx if self.per_round else -1
+        idx = [derive_rng(self.seed, self.purpose, int(c), key).integers(len(self.samples)) for c in clients]
+        return self.samples[np.asarray(idx, dtype=np.int64)]
+
+
+@dataclass(frozen=True)
+class Log:
+    """One ``(timestamp, value)`` log in SI units, as a looping step function."""
+
+    t: np.ndarray  # seconds from the log's start, non-decreasing, t[0] == 0
+    values: np.ndarray
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        if len(self.t) == 0 or len(self.t) != len(self.values):
+            raise ValueError(f"log {self.name!r}: needs as many timestamps as values, at least one")
+
+    @property
+    def period(self) -> float:
+        if len(self.t) == 1:
+            return 1.0
+        step = float(np.median(np.diff(self.t)))
+        return float(self.t[-1]) + (step if step > 0 else 1.0)
+
+    @property
+    def edges(self) -> np.ndarray:
+        """Segment boundaries of one period: sample i holds on [edges[i], edges[i+1])."""
+        return np.append(self.t, self.period)
+
+    @property
+    def cumulative(self) -> np.ndarray:
+        """Integral of the value from 0 to each edge (for transfer times)."""
+        return np.concatenate([[0.0], np.cumsum(self.values * np.diff(self.edges))])
+
+
+class TraceReplay(ResourceSource):
+    """Logs assigned to clients (round-robin or seeded at random), each client with its own offset into its log."""
+
+    def __init__(self, logs: Sequence[Log], assign: str, offset: str, seed: int, purpose: str) -> None:
+        if not logs:
+            raise ValueError("trace replay needs at least one log")
+        self.logs = list(logs)
+        self.assign = assign
+        self.offset_mode = offset
+        self.seed = seed
+        self.purpose = purpose
+        self._edges = [log.edges for log in self.logs]
+        self._cum = [log.cumulative for log in self.logs]
+
+    def log_of(self, clients: np.ndarray) -> np.ndarray:
+        c = np.asarray(clients, dtype=np.int64)
+        if self.assign == "round_robin":
+            out: np.ndarray = c % len(self.logs)
+            return out
+        return np.array([derive_rng(self.seed, f"{self.purpose}/log", int(k)).integers(len(self.logs)) for k in c])
+
+    def offset_of(self, clients: np.ndarray, logs: np.ndarray) -> np.ndarray:
+        if self.offset_mode == "zero":
+            return np.zeros(len(clients))
+        periods = np.array([self.logs[k].period for k in logs])
+        u = np.array([derive_rng(self.seed, f"{self.purpose}/offset", int(c)).random() for c in clients])
+        offsets: np.ndarray = u * periods
+        return offsets
+
+    def _groups(self, clients: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        logs = self.log_of(clients)
+        return logs, self.offset_of(clients, logs)
+
+    def at(self, clients: np.ndarray, t: float, round_idx: int) -> np.ndarray:
+        return self.at_times(clients, np.full(len(clients), float(t)))
+
+    def at_times(self, clients: np.ndarray, times: np.ndarray) -> np.ndarray:
+        """Value per client at its own time."""
+        logs, offsets = self._groups(clients)
+        out = np.empty(len(clients))
+        for k in np.unique(logs):  # a loop over logs, vectorised over the clients replaying each
+            sel = logs == k
+            log = self.logs[k]
+            tau = np.mod(times[sel] + offsets[sel], log.period)
+            out[sel] = log.values[np.searchsorted(log.t, tau, side="right") - 1]
+        return out
+
+    def window_min(self, clients: np.ndarray, start: np.ndarray, end: np.ndarray, round_idx: int) -> np.ndarray:
+        logs, offsets = self._groups(clients)
+        out = np.empty(len(clients))
+        for i, (k, off) in enumerate(zip(logs, offsets, strict=True)):
+            log = self.logs[k]
+            if end[i] - start[i] >= log.period:
+                out[i] = log.values.min()
+                continue
+            a = np.mod(start[i] + off, log.period)
+            b = a + (end[i] - start[i])
+            first = np.searchsorted(log.t, a, side="right") - 1
+            if b < log.period:
+                last = np.searchsorted(log.t, b, side="right") - 1
+                out[i] = log.values[first : last + 1].min()
+            else:  # the window wraps past the end of the log
+                last = np.searchsorted(log.t, b - log.period, side="right") - 1
+                out[i] = min(log.values[first:].min(), log.values[: last + 1].min())
+        return out
+
+    def transfer_time(self, clients: np.ndarray, start: np.ndarray, bits: np.ndarray, round_idx: int) -> np.ndarray:
+        """Exact time to move ``bits`` from ``start`` by integrating the looping step function (inf if it is all 0)."""
+        logs, offsets = self._groups(clients)
+        out = np.empty(len(clients))
+        for k in np.unique(logs):
+            sel = logs == k
+            edges, cum, period = self._edges[k], self._cum[k], self.logs[k].period
+            per_period = cum[-1]
+            tau0 = np.mod(start[sel] + offsets[sel], period)
+            seg = np.searchsorted(edges, tau0, side="right") - 1
+            done0 = cum[seg] + self.logs[k].values[seg] * (tau0 - edges[seg])  # integral from 0 to tau0
+            target = done0 + bits[sel]
+            if per_period <= 0:
+                out[sel] = np.where(bits[sel] <= 0, 0.0, np.inf)
+                continue
+            laps = np.floor(target / per_period)
+            rest = target - laps * per_period
+            # first edge whose cumulative reaches ``rest``; the crossing lies in the segment before it
+            j = np.clip(np.searchsorted(cum, rest, side="left"), 1, len(cum) - 1)
+            rate = self.logs[k].values[j - 1]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                within = np.where(rate > 0, (rest - cum[j - 1]) / rate, 0.0)
+            tau1 = edges[j - 1] + within
+            out[sel] = np.where(bits[sel] <= 0, 0.0, laps * period + tau1 - tau0)
+        return out
+
+
+def _trace_files(cfg: ResourceConfig) -> list[Path]:
+    if cfg.file:
+        return [Path(cfg.file)]
+    assert cfg.directory is not None
+    skip = {"license", "readme", "source"}
+    files = [
+        p
+        for p in sorted(Path(cfg.directory).iterdir())
+        if p.is_file()
+        and not p.name.startswith(".")
+        and p.stem.lower().split(".")[0] not in skip
+        and p.suffix.lower() not in {".md", ".txt.license"}
+    ]
+    if not files:
+        raise ValueError(f"no trace files in {cfg.directory}")
+    return files
+
+
+def load_logs(cfg: ResourceConfig, kind: str) -> list[Log]:
+    """Read every log of a ``trace`` source in SI units (the file's declared unit, times ``cfg.scale``)."""
+    from rayfl.system.logs import load_si
+
+    logs = []
+    for path in _trace_files(cfg):
+        t, values = load_si(path, cfg.format, kind, direction=cfg.direction)
+        logs.append(Log(np.asarray(t, dtype=np.float64), np.asarray(values, dtype=np.float64) * cfg.scale, path.name))
+    return logs
+
+
+def build_source(cfg: ResourceConfig | None, kind: str, seed: int, purpose: str) -> ResourceSource:
+    """The source a ``ResourceConfig`` describes; ``kind`` is memory, bandwidth, compute or availability."""
+    if cfg is None or cfg.source == "none":
+        return Unlimited()
+    unit = UNIT_SCALE[kind] * cfg.scale
+    if cfg.source == "constant":
+        return Constant(cfg.low * unit)
+    if cfg.source in ("uniform", "binary"):
+        return RangeSource(cfg.low * unit, cfg.high * unit, cfg.source == "binary", cfg.per_round, seed, purpose)
+    if cfg.source == "levels":
+        return Levels(tuple(v * unit for v in cfg.values), seed, purpose)
+    if cfg.source == "empirical":
+        from rayfl.system.logs import load_distribution_si
+
+        assert cfg.file is not None
+        samples = np.asarray(load_distribution_si(Path(cfg.file), cfg.format, kind, cfg.technology)) * cfg.scale
+        return Empirical(samples, seed, purpose, cfg.per_round)
+    return TraceReplay(load_logs(cfg, kind), cfg.assign, cfg.offset, seed, purpose)

@@ -1,0 +1,129 @@
+"""The simulated clock: budgets, fits, the timeline of a round, failures, and independence from host speed."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import time
+
+import numpy as np
+import pytest
+
+from rayfl.algorithms.fedavg import FedAvg
+from rayfl.algorithms.payloads import Assignment
+from rayfl.config import ResourceConfig, SystemConfig
+from rayfl.engine.build import build_clock, build_setup
+from rayfl.engine.driver import run_experiment
+from rayfl.system.clock import SimClock
+from rayfl.system.resources import Log, TraceReplay
+from tests.helpers import tiny_config, tiny_image_dataset
+
+
+def clock_for(system: SystemConfig) -> tuple[SimClock, float, float]:
+    """A clock for the tiny CNN, with the model's memory need and its bytes each way."""
+    cfg = dataclasses.replace(tiny_config(kind="local"), system=system)
+    setup = build_setup(cfg, tiny_image_dataset())
+    clock = build_clock(cfg, setup)
+    costs = clock.oracle.costs([Assignment()])
+    return clock, float(costs.memory[0]), float(costs.bytes_down[0])
+
+
+def plan_one(clock: SimClock, clients: list[int], round_idx: int = 0):  # type: ignore[no-untyped-def]
+    views = clock.check_in(round_idx, np.array(clients), [20] * len(clients))
+    return clock.plan(round_idx, views, {c: Assignment() for c in clients})
+
+
+def test_budgets_decide_who_fits() -> None:
+    _, need, nbytes = clock_for(SystemConfig())
+    mib = 2.0**20
+    system = SystemConfig(
+        memory=ResourceConfig(source="levels", values=(need / mib * 0.5, need / mib * 2)),
+        bandwidth_down=ResourceConfig(source="constant", low=1.0),  # 1 Mbit/s
+        comm_limit_s=60.0,
+    )
+    clock, _, _ = clock_for(system)
+    plan = plan_one(clock, [0, 1, 2, 3])
+    assert sorted(str(f) for f in plan.failure) == ["None", "None", "memory", "memory"]  # half below the need
+    np.testing.assert_allclose(plan.bandwidth_budget, 60 * 1e6 / 8)  # bytes movable in 60 s at 1 Mbit/s
+    np.testing.assert_allclose(plan.bandwidth_util, 2 * nbytes / (60 * 1e6 / 8))
+    np.testing.assert_allclose(plan.download_s, 8 * nbytes / 1e6)  # the exact transfer time at 1 Mbit/s
+    tight = dataclasses.replace(system, comm_limit_s=0.5 * 16 * nbytes / 1e6)  # half the time both ways need
+    clock, _, _ = clock_for(tight)
+    assert set(plan_one(clock, [0, 1, 2, 3]).failure) == {"memory", "bandwidth"}
+
+
+def test_a_memory_dip_during_training_fails_the_client() -> None:
+    clock, need, _nbytes = clock_for(SystemConfig(bandwidth_down=ResourceConfig(source="constant", low=1.0)))
+    plan = plan_one(clock, [0])
+    down, comp = float(plan.download_s[0]), float(plan.compute_s[0])
+    assert comp > 0
+    ok, low = 2 * need, 0.5 * need
+    mid = down + comp / 2  # the dip happens while it trains
+    dip = Log(np.array([0.0, mid, mid + 1e-3, 1e6]), np.array([ok, low, ok, ok]))
+    after = Log(np.array([0.0, down + comp + 1.0, 1e6]), np.array([ok, low, ok]))
+    clock.memory = TraceReplay([dip, after], "round_robin", "zero", 0, "memory")
+    plan = plan_one(clock, [0, 1])
+    assert plan.failure == ("memory_dip", None)  # client 1's dip comes after its training window
+    np.testing.assert_array_equal(plan.memory_budget, [ok, ok])
+
+
+def test_round_duration_is_the_slowest_client_and_the_clock_only_moves_forward() -> None:
+    system = SystemConfig(
+        bandwidth_down=ResourceConfig(source="uniform", low=0.5, high=5.0),
+        compute=ResourceConfig(source="uniform", low=0.5, high=5.0),
+    )
+    clock, _, _ = clock_for(system)
+    times = [clock.now]
+    for r in range(5):
+        plan = plan_one(clock, [0, 1, 2, 3], r)
+        expected = float((plan.download_s + plan.compute_s + plan.upload_s).max())
+        assert clock.advance(plan, server_s=123.0) == pytest.approx(expected)  # server time off by default
+        times.append(clock.now)
+    assert all(b > a for a, b in itertools.pairwise(times))
+
+
+def test_deadline_and_an_empty_round() -> None:
+    clock, _, _ = clock_for(SystemConfig(bandwidth_down=ResourceConfig(source="constant", low=1.0)))
+    slowest = float(plan_one(clock, [0]).finish_s[0])
+    clock, _, _ = clock_for(
+        SystemConfig(bandwidth_down=ResourceConfig(source="constant", low=1.0), deadline_s=slowest / 2)
+    )
+    plan = plan_one(clock, [0, 1])
+    assert plan.failure == ("deadline", "deadline")
+    assert clock.advance(plan, 0.0) == clock.cfg.comm_limit_s  # nobody ran: the server waits out the limit
+
+
+def _slow(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    original = FedAvg.local_train
+    calls: list[int] = []
+
+    def slowed(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        time.sleep(0.05)  # the simulation host is artificially slow
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(FedAvg, "local_train", slowed)
+    return calls
+
+
+def test_simulated_time_does_not_depend_on_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    _, need, _ = clock_for(SystemConfig())
+    system = SystemConfig(  # some clients fail on memory, bandwidth and compute differ per client and round
+        memory=ResourceConfig(source="uniform", low=0.5 * need / 2**20, high=2.0 * need / 2**20),
+        bandwidth_down=ResourceConfig(source="uniform", low=0.01, high=0.1),
+        compute=ResourceConfig(source="uniform", low=0.001, high=0.01),
+    )
+    cfg = dataclasses.replace(tiny_config(kind="local"), system=system, rounds=4)
+    fast = run_experiment(cfg, write=False, dataset=tiny_image_dataset())
+    calls = _slow(monkeypatch)
+    slow = run_experiment(cfg, write=False, dataset=tiny_image_dataset())
+    assert len(calls) == sum(r.clients_run for r in slow.records) > 0  # the slowed training really ran
+    assert [r.sim_time_s for r in fast.records] == [r.sim_time_s for r in slow.records]
+    assert [r.failed_memory for r in fast.records] == [r.failed_memory for r in slow.records]
+    assert sum(r.failed_memory for r in fast.records) > 0
+    np.testing.assert_array_equal(
+        np.concatenate([p.numpy().ravel() for p in fast.state.params.values()]),
+        np.concatenate([p.numpy().ravel() for p in slow.state.params.values()]),
+    )
+    sim = [r.sim_time_s for r in fast.records]
+    assert all(b > a for a, b in itertools.pairwise(sim)) and sim[0] > 0
