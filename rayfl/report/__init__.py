@@ -12,7 +12,7 @@ from pathlib import Path
 
 from rayfl.report.plots import XAxis, plot_accuracy
 from rayfl.report.runs import RunRecords, load_run, unique_labels
-from rayfl.report.tables import markdown_table
+from rayfl.report.tables import markdown_table, system_table
 
 __all__ = [
     "ACCURACY_VS_ROUNDS_PNG",
@@ -69,6 +69,10 @@ def report(run_dirs: Sequence[Path], out_dir: Path | None = None) -> tuple[str, 
     for png in pngs:
         sections.append(f"![{png.stem.replace('_', ' ')}]({png.name})")
         sections.append("")
+    for label, run in zip(unique_labels(runs), runs, strict=True):
+        table = system_table(run)
+        if table is not None:
+            sections += [f"## {label}: simulated time, utilisation and failures per round", "", table]
     markdown = "\n".join(sections).rstrip("\n") + "\n"
 
     md_path = target / REPORT_MD

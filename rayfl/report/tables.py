@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from rayfl.report.runs import RunRecords, unique_labels
 
-__all__ = ["MISSING", "TABLE_COLUMNS", "format_percent", "markdown_table"]
+__all__ = ["MISSING", "SYSTEM_COLUMNS", "TABLE_COLUMNS", "format_percent", "markdown_table", "system_table"]
 
 MISSING = "—"
 """What a cell shows when the run did not record the quantity."""
@@ -24,9 +24,28 @@ TABLE_COLUMNS: tuple[str, ...] = (
     "Sim hours",
     "Wall time (s)",
     "MB moved",
+    "Mem util",
+    "BW util",
+    "Failed",
 )
 
 _RIGHT_ALIGNED = frozenset(TABLE_COLUMNS[4:])
+
+SYSTEM_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    # (header, rounds column, format)
+    ("Round", "round_idx", "d"),
+    ("Sim time (h)", "sim_time_s", "h"),
+    ("Duration (s)", "sim_duration_s", ".1f"),
+    ("Sampled", "clients_sampled", "d"),
+    ("Run", "clients_run", "d"),
+    ("Failed: memory", "failed_memory", "d"),
+    ("bandwidth", "failed_bandwidth", "d"),
+    ("memory dip", "failed_memory_dip", "d"),
+    ("other", "failed_other", "d"),
+    ("Mem util", "memory_util", "%"),
+    ("BW util", "bandwidth_util", "%"),
+    ("Test acc", "test_acc", "%"),
+)
 
 
 def format_percent(fraction: float | None) -> str:
@@ -60,7 +79,57 @@ def _row(label: str, run: RunRecords) -> list[str]:
         f"{run.sim_time_s / 3600.0:.2f}",
         _number(run.wall_time_s, ".1f"),
         _number(None if total_bytes is None else total_bytes / 1e6, ".2f"),
+        format_percent(_mean(run, "memory_util")),
+        format_percent(_mean(run, "bandwidth_util")),
+        _failed(run),
     ]
+
+
+def _mean(run: RunRecords, column: str) -> float | None:
+    values = run.column(column)
+    if values is None:
+        return None
+    finite = values.dropna()
+    return float(finite.mean()) if len(finite) else None
+
+
+def _failed(run: RunRecords) -> str:
+    failed, sampled = run.column("clients_failed"), run.column("clients_sampled")
+    if failed is None or sampled is None or sampled.sum() == 0:
+        return MISSING
+    return f"{int(failed.sum())}/{int(sampled.sum())}"
+
+
+def _format(value: object, spec: str) -> str:
+    if value is None or (isinstance(value, float) and value != value):
+        return MISSING
+    if spec == "%":
+        return format_percent(float(value))  # type: ignore[arg-type]
+    if spec == "h":
+        return f"{float(value) / 3600.0:.3f}"  # type: ignore[arg-type]
+    if spec == "d":
+        return str(int(value))  # type: ignore[call-overload]
+    return format(float(value), spec)  # type: ignore[arg-type]
+
+
+def system_table(run: RunRecords) -> str | None:
+    """Per round: simulated time and duration, clients sampled, run and failed by cause, utilisation, accuracy.
+
+    ``None`` when the run has no system columns (written before the simulated clock existed).
+    """
+    present = [c for c in SYSTEM_COLUMNS if run.column(c[1]) is not None]
+    if run.column("sim_duration_s") is None:
+        return None
+    header = "| " + " | ".join(c[0] for c in present) + " |"
+    rule = "|" + "|".join("---:" for _ in present) + "|"
+    columns = [run.column(c[1]) for c in present]
+    lines = [header, rule]
+    for i in range(run.rounds_run):
+        cells = [
+            _format(col.iloc[i] if col is not None else None, c[2]) for col, c in zip(columns, present, strict=True)
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def markdown_table(runs: Sequence[RunRecords]) -> str:
