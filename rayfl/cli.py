@@ -4,6 +4,7 @@ rayfl run [FILE] [key=value ...]      run an experiment (no FILE: the embedded d
 rayfl validate FILE [key=value ...]   check a config without running it
 rayfl data prepare shakespeare        build the embedded default data set into the cache
 rayfl report RUN_DIR [RUN_DIR ...]    markdown table and accuracy plot of finished runs
+rayfl traces record|show|import|synth resource traces: record this machine, inspect, convert, generate
 """
 
 from __future__ import annotations
@@ -113,7 +114,43 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("run_dirs", nargs="+")
     rep.add_argument("--out", default=None, help="directory for report.md and PNGs (default: the first run)")
     rep.set_defaults(func=_cmd_report)
+    _add_traces_commands(sub)
     return parser
+
+
+def _add_traces_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``rayfl traces ...``; the handlers are in ``rayfl.traces.commands`` (imported only when one runs)."""
+
+    def run(ns: argparse.Namespace) -> int:
+        from rayfl.traces.commands import run_traces_command
+
+        return run_traces_command(ns)
+
+    traces = sub.add_parser("traces", help="record, inspect, import and generate resource traces")
+    tsub = traces.add_subparsers(dest="traces_command", required=True)
+    rec = tsub.add_parser("record", help="sample this machine's free memory and network throughput")
+    rec.add_argument("out", metavar="OUT", help="writes OUT.memory.csv, OUT.bandwidth_down.csv, ...")
+    rec.add_argument("--interval", type=float, default=1.0, help="seconds between samples (default 1)")
+    rec.add_argument("--duration", type=float, default=60.0, help="seconds to record (default 60)")
+    rec.add_argument("--note", default="", help="the load that ran meanwhile, for the '# load:' header")
+    rec.add_argument("--kinds", nargs="+", default=None, metavar="KIND", help="memory gpu_memory bandwidth_down ...")
+    show = tsub.add_parser("show", help="statistics of a trace file, and optionally a plot")
+    show.add_argument("file", metavar="FILE")
+    show.add_argument("--plot", default=None, metavar="OUT.png", help="write a PNG of value against time")
+    imp = tsub.add_parser("import", help="convert a published network log to a rayfl trace")
+    imp.add_argument("format", metavar="FORMAT", help="mahimahi, pensieve or ucc")
+    imp.add_argument("src", metavar="SRC", help="the log (for ucc, a CSV or ARCHIVE.zip/MEMBER.csv)")
+    imp.add_argument("out", metavar="OUT")
+    imp.add_argument("--direction", choices=["down", "up"], default=None)
+    imp.add_argument("--window-s", type=float, default=None, help="mahimahi: seconds per throughput window")
+    syn = tsub.add_parser("synth", help="write a seeded synthetic trace")
+    syn.add_argument("kind", choices=["memory", "bandwidth_down", "bandwidth_up"])
+    syn.add_argument("out", metavar="OUT")
+    syn.add_argument("--seed", type=int, default=0)
+    syn.add_argument("--duration", type=float, default=600.0, help="seconds (default 600)")
+    syn.add_argument("--interval", type=float, default=1.0, help="seconds between samples (default 1)")
+    for parser in (rec, show, imp, syn):
+        parser.set_defaults(func=run)
 
 
 def main(argv: list[str] | None = None) -> int:
