@@ -222,7 +222,8 @@ class ResourceConfig:
       ``values[i]`` (HeteroFL/FedRolex's "exactly 1/5 of the clients per model level", paper 000 settings 1-2).
     * ``trace``: replay logs of ``(timestamp, value)``: ``file`` (one log) or ``directory`` (every log in it, sorted by
       name), in ``format``; clients get logs round-robin (``assign: round_robin``) or at random, start at a random
-      offset into the log (``offset: random``) or at 0, and the log loops at its end.
+      offset into the log (``offset: random``) or at 0, and the log loops at its end. ``pattern`` picks the logs
+      of a directory (``*.down``).
     * ``empirical``: values drawn per client and round from a distribution file (``format: mobilebandwidth``).
     """
 
@@ -233,6 +234,7 @@ class ResourceConfig:
     per_round: bool = True
     file: str | None = bounded(None, path="file")
     directory: str | None = bounded(None, path="dir")
+    pattern: str = "*"  # which files of ``directory`` are logs (e.g. ``*.down``); licence and readme files are skipped
     format: Literal["rayfl", "mahimahi", "pensieve", "ucc", "mobilebandwidth"] = "rayfl"
     direction: Literal["down", "up"] = "down"  # which column of a two-way log (ucc)
     technology: str = ""  # empirical mobilebandwidth: keep only tests of this technology (e.g. 4G, 5G, WiFi)

@@ -26,8 +26,8 @@ class ProgressLine:
         acc = "" if math.isnan(record.test_acc) else f" | acc {100 * record.test_acc:5.2f}%"
         line = (
             f"round {done:>4}/{self.total} | train loss {record.train_loss:6.3f}{acc}"
-            f" | clients {record.clients_run - record.clients_failed}/{record.clients_run}"
-            f" | {per_round:5.2f} s/round | ETA {eta // 60}:{eta % 60:02d}"
+            f" | clients {record.clients_sampled - record.clients_failed}/{record.clients_sampled} ok"
+            f" | sim {record.sim_time_s / 3600:6.3f} h | {per_round:5.2f} s/round | ETA {eta // 60}:{eta % 60:02d}"
         )
         self.stream.write(line + "\n")
         self.stream.flush()

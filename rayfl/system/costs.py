@@ -103,11 +103,21 @@ def _measure_fixed(
     (s1, f1), (s2, _) = measured
     per_sample, fixed = s2 - s1, 2 * s1 - s2
     params = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    if f1 <= 0:
-        # Fused kernels that FlopCounterMode does not count (a CPU LSTM, for one): two FLOPs per weight per
-        # position of the input, the multiply-add of every weight at every step.
-        positions = spec.sample_shape[0] if spec.input_kind == "tokens" else 1
-        f1 = 2.0 * params * positions
+    f1 += _recurrent_flops(model, spec)
     slots = optimizer_slots(train.optimizer, train.momentum)
     memory = overhead + params * dtype_bytes * (2 + slots) + fixed + train.batch_size * per_sample
     return memory, f1
+
+
+def _recurrent_flops(model: nn.Module, spec: InputSpec) -> float:
+    """Forward FLOPs per sample of recurrent layers, which ``FlopCounterMode`` does not see inside fused CPU kernels:
+    a multiply-add per weight per position (gate nonlinearities are ignored, as for every other layer)."""
+    positions = spec.sample_shape[0] if spec.input_kind == "tokens" else 1
+    weights = sum(
+        p.numel()
+        for m in model.modules()
+        if isinstance(m, nn.RNNBase)
+        for name, p in m.named_parameters()
+        if name.startswith("weight")
+    )
+    return 2.0 * weights * positions

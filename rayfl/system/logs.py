@@ -28,7 +28,7 @@ def load_si(path: Path, fmt: str, kind: str, direction: str = "down") -> tuple[n
 
 def load_distribution_si(path: Path, fmt: str, kind: str, technology: str = "") -> np.ndarray:
     """Every value of an empirical distribution file, in SI units (bit/s for bandwidth)."""
-    from rayfl.traces.importers import MobileBandwidthSampler
+    from rayfl.traces.samplers import MobileBandwidthSampler
 
     if fmt != "mobilebandwidth" or kind != "bandwidth":
         raise ValueError(f"{path}: an empirical {kind} distribution in format {fmt!r} is not supported")

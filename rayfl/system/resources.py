@@ -246,21 +246,20 @@ class TraceReplay(ResourceSource):
         return out
 
 
+_NOT_LOGS = {"license", "copying", "readme", "source", "notice"}
+
+
 def _trace_files(cfg: ResourceConfig) -> list[Path]:
     if cfg.file:
         return [Path(cfg.file)]
     assert cfg.directory is not None
-    skip = {"license", "readme", "source"}
     files = [
         p
-        for p in sorted(Path(cfg.directory).iterdir())
-        if p.is_file()
-        and not p.name.startswith(".")
-        and p.stem.lower().split(".")[0] not in skip
-        and p.suffix.lower() not in {".md", ".txt.license"}
+        for p in sorted(Path(cfg.directory).glob(cfg.pattern))
+        if p.is_file() and not p.name.startswith(".") and p.name.split(".")[0].lower() not in _NOT_LOGS
     ]
     if not files:
-        raise ValueError(f"no trace files in {cfg.directory}")
+        raise ValueError(f"no trace files matching {cfg.pattern!r} in {cfg.directory}")
     return files
 
 
