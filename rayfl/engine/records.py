@@ -42,7 +42,7 @@ class RoundRecord:
     lr: float
     sim_duration_s: float = 0.0
     clients_sampled: int = 0
-    memory_util: float = math.nan  # mean need / budget over sampled clients with a finite budget
+    memory_util: float = math.nan  # mean need / budget over the clients that ran (finite budgets only)
     bandwidth_util: float = math.nan
     failed_memory: int = 0  # at check-in: the model does not fit the memory budget
     failed_bandwidth: int = 0

@@ -38,6 +38,9 @@ def test_failed_clients_are_recorded_and_not_aggregated(tmp_path: Path) -> None:
     ok = clients[clients["failure"] == ""]
     np.testing.assert_allclose(ok["memory_util"], ok["memory_need_mib"] / ok["memory_budget_mib"])
     assert (ok["memory_util"] <= 1).all() and (ok["bandwidth_util"] <= 1).all()
+    # a round's utilisation is the mean over the clients that ran
+    np.testing.assert_allclose(rounds["memory_util"], ok.groupby("round_idx")["memory_util"].mean().to_numpy())
+    np.testing.assert_allclose(rounds["bandwidth_util"], ok.groupby("round_idx")["bandwidth_util"].mean().to_numpy())
     # the round's duration is its slowest surviving client's download + compute + upload
     slowest = ok.assign(total=ok.download_s + ok.compute_s + ok.upload_s).groupby("round_idx")["total"].max()
     np.testing.assert_allclose(rounds["sim_duration_s"], slowest.to_numpy())
