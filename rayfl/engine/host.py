@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -18,16 +19,19 @@ import torch
 from torch import nn
 
 from rayfl.algorithms.base import Algorithm
-from rayfl.algorithms.payloads import ClientOutcome, ClientUpdate, TrainTask
+from rayfl.algorithms.payloads import Assignment, ClientOutcome, ClientUpdate, TrainTask
 from rayfl.algorithms.reducers import Partial, params_bytes, split_partial
 from rayfl.config import ModelConfig
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine.allocator import tune_allocator
 from rayfl.models import InputSpec, build_model, to_input
+from rayfl.models.elastic import FAMILIES, ElasticFamily, build_family
+from rayfl.models.elastic.family import gather
 
 __all__ = ["ClientHost", "EvalStats", "NumpyParams"]
 
 NumpyParams = dict[str, np.ndarray]
+_SUB_MODEL_CACHE = 8  # sub-model structures a host keeps built
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,11 @@ class ClientHost:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(init_seed)  # the host's template; its weights are always overwritten before use
             self.model: nn.Module = build_model(model_cfg, self.input_spec)
+        # sub-model assignments (``Assignment.units``) need the model's elastic family
+        self.family: ElasticFamily | None = (
+            build_family(model_cfg, self.input_spec) if type(model_cfg) in FAMILIES else None
+        )
+        self._sub_models: OrderedDict[tuple[int, ...], nn.Module] = OrderedDict()
 
     def ready(self) -> int:
         """Round-trip used to wait for actor start-up."""
@@ -78,6 +87,28 @@ class ClientHost:
             for name, tensor in self.model.state_dict().items():
                 if name in params:
                     tensor.copy_(params[name])
+
+    def _model_for(self, assignment: Assignment, base: Mapping[str, torch.Tensor]) -> nn.Module:
+        """The model a client trains, loaded with its part of the global weights: the global model itself, or a
+        real, smaller sub-model built by the family (kept for reuse while the same structure recurs)."""
+        if assignment.units is None:
+            self._load(base)
+            return self.model
+        if self.family is None:
+            raise ValueError("a sub-model was assigned, but the model has no elastic family")
+        model = self._sub_models.pop(assignment.units, None)
+        if model is None:
+            with torch.device("meta"):
+                model = self.family.build(assignment.units)  # no wasted random init: every tensor is loaded below
+            model = model.to_empty(device="cpu")
+        self._sub_models[assignment.units] = model
+        while len(self._sub_models) > _SUB_MODEL_CACHE:
+            self._sub_models.popitem(last=False)
+        with torch.no_grad():
+            for name, tensor in model.state_dict().items():
+                tslice = assignment.slices.get(name)
+                tensor.copy_(base[name] if tslice is None else gather(base[name], tslice))
+        return model
 
     def run_round(
         self,
@@ -96,12 +127,12 @@ class ClientHost:
         shapes = {k: v.shape for k, v in base.items()}
         partial: Partial = {}
         outcomes: list[ClientOutcome] = []
-        bytes_down = params_bytes(base)
         for task in sorted(tasks, key=lambda t: t.client_id):
             began = time.perf_counter()
-            self._load(base)
+            model = self._model_for(task.assignment, base)
+            bytes_down = params_bytes({k: v for k, v in model.state_dict().items() if v.is_floating_point()})
             x, y = self.dataset.client_train(task.client_id)
-            update = self.algorithm.local_train(self.model, x, y, task, self.input_spec)
+            update = self.algorithm.local_train(model, x, y, task, self.input_spec)
             train_wall_s = time.perf_counter() - began
             failure = None if _finite(update) else "nan_update"
             if failure is None:
