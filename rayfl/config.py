@@ -17,16 +17,24 @@ __all__ = [
     "ALGORITHM_CONFIGS",
     "MODEL_CONFIGS",
     "AlgorithmConfig",
+    "AnyCostFLConfig",
     "BackendConfig",
     "CNNConfig",
     "CharBertConfig",
     "CharLSTMConfig",
     "CharTransformerConfig",
+    "CompressionConfig",
     "DataConfig",
+    "DistillConfig",
     "ExperimentConfig",
     "FedAvgConfig",
+    "FedDropoutConfig",
+    "FedRolexConfig",
     "FemnistCNNConfig",
+    "FjORDConfig",
+    "HeteroFLConfig",
     "ModelConfig",
+    "ModelSearchConfig",
     "ResNetConfig",
     "ResourceConfig",
     "SystemConfig",
@@ -170,18 +178,151 @@ MODEL_CONFIGS: dict[str, type[Any]] = {
 
 
 # ------------------------------------------------------------------------------------------------ algorithms
+HETEROFL_RATES = (1.0, 0.5, 0.25, 0.125, 0.0625)  # HeteroFL's model levels a-e
+
+
+@dataclass(frozen=True, kw_only=True)
+class DistillConfig:
+    """Federated in-place distillation (paper 000, Sec. 3.3, Algorithm 1), run on the server after aggregation.
+
+    ``subnets`` sub-nets (0 = the round's ``clients_per_round``, as the paper) are drawn uniformly from the search
+    space; for ``iterations`` steps (T_SKD) each takes one Adam step (``lr``) on a KL loss against the global model's
+    outputs on ``batch_size`` (K) Gaussian inputs; the sub-nets are then merged into the global model by the
+    count-weighted element-wise mean. ``ratios`` is the search space's S (empty: the method's own ratios or rates).
+    """
+
+    enabled: bool = False
+    subnets: int = bounded(0, ge=0)
+    iterations: int = bounded(100, ge=0)
+    batch_size: int = bounded(64, ge=1)
+    lr: float = bounded(1e-3, gt=0.0)
+    temperature: float = bounded(1.0, gt=0.0)
+    ratios: tuple[float, ...] = ()
+
+
 @dataclass(frozen=True, kw_only=True)
 class FedAvgConfig:
-    """FedAvg (McMahan et al., AISTATS 2017): full model everywhere, server step = SGD on the pseudo-gradient."""
+    """FedAvg (McMahan et al., AISTATS 2017): one model everywhere, server step = SGD on the pseudo-gradient.
+
+    ``model``: ``full`` is the global model (paper 000's "Largest"); ``smallest`` is the smallest structure of the
+    search space with ratios ``ratios`` (paper 000's "Smallest"). ``budgets: ignore`` runs every sampled client even
+    when its model exceeds a budget (the "Largest" upper bound), and records how often it would not have fit.
+    """
 
     name: Literal["fedavg"] = "fedavg"
     weighting: Literal["samples", "uniform"] = "samples"  # client weight in the element-wise mean
     server_lr: float = bounded(1.0, gt=0.0)  # 1.0 = plain averaging
     server_momentum: float = bounded(0.0, ge=0.0, lt=1.0)
+    model: Literal["full", "smallest"] = "full"
+    ratios: tuple[float, ...] = (0.0, 0.5, 1.0)
+    budgets: Literal["enforce", "ignore"] = "enforce"
 
 
-AlgorithmConfig = FedAvgConfig
-ALGORITHM_CONFIGS: dict[str, type[Any]] = {"fedavg": FedAvgConfig}
+@dataclass(frozen=True, kw_only=True)
+class HeteroFLConfig:
+    """HeteroFL (Diao et al., ICLR 2021): each client the largest uniform width rate of ``rates`` that fits its
+    budgets, first-k channels; count-normalised element-wise mean; classifier rows of the client's labels only
+    (``label_mask``, with absent classes' logits masked to 0 in the loss); static BN on the server for evaluation
+    (``static_bn``, models with batch norm only)."""
+
+    name: Literal["heterofl"] = "heterofl"
+    rates: tuple[float, ...] = HETEROFL_RATES
+    label_mask: bool = True
+    static_bn: bool = True
+    distill: DistillConfig = field(default_factory=DistillConfig)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FedRolexConfig:
+    """FedRolex (Alam et al., NeurIPS 2022): HeteroFL's rate choice with a rolling window of channels whose start
+    moves by one unit per round; no static BN."""
+
+    name: Literal["fedrolex"] = "fedrolex"
+    rates: tuple[float, ...] = HETEROFL_RATES
+    label_mask: bool = True
+    distill: DistillConfig = field(default_factory=DistillConfig)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FedDropoutConfig:
+    """Federated Dropout (Caldas et al., 2018): the largest fitting rate, channels drawn at random (per client and
+    round with ``per_client``, else one draw per round shared by every client), residual streams kept aligned."""
+
+    name: Literal["feddropout"] = "feddropout"
+    rates: tuple[float, ...] = HETEROFL_RATES
+    per_client: bool = True
+    label_mask: bool = False
+    distill: DistillConfig = field(default_factory=DistillConfig)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AnyCostFLConfig:
+    """AnyCostFL (Li et al., INFOCOM 2023): the largest fitting rate, the channels with the largest L2 norm (one
+    ordering per residual stream, so residual adds stay aligned)."""
+
+    name: Literal["anycostfl"] = "anycostfl"
+    rates: tuple[float, ...] = HETEROFL_RATES
+    label_mask: bool = False
+    distill: DistillConfig = field(default_factory=DistillConfig)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FjORDConfig:
+    """FjORD (Horváth et al., NeurIPS 2021): ordered dropout; each client's maximum width is the largest of
+    ``widths`` that fits its budgets, and every batch trains one width drawn uniformly from those up to it;
+    ``kd``: self-distillation from the maximum width; sample-weighted element-wise mean."""
+
+    name: Literal["fjord"] = "fjord"
+    widths: tuple[float, ...] = (0.2, 0.4, 0.6, 0.8, 1.0)
+    kd: bool = True
+    distill: DistillConfig = field(default_factory=DistillConfig)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSearchConfig:
+    """Dynamic model search with federated in-place distillation (paper 000): each client the structure with the
+    largest ``criterion`` that fits its memory and bandwidth, found in a sampling pool grown by epsilon / ``t_max``
+    constrained random search over per-dimension ratios ``ratios`` (S; 0 removes a skippable block); count-normalised
+    element-wise mean; in-place distillation on Gaussian inputs after aggregation (``distill``)."""
+
+    name: Literal["model_search"] = "model_search"
+    ratios: tuple[float, ...] = (0.0, 0.5, 1.0)
+    epsilon: float = bounded(0.8, ge=0.0, le=1.0)
+    t_max: int = bounded(5, ge=0)
+    criterion: Literal["params", "memory", "bytes"] = "params"
+    admit: Literal["all", "fitting"] = "all"
+    distill: DistillConfig = field(default_factory=lambda: DistillConfig(enabled=True))
+
+
+AlgorithmConfig = (
+    FedAvgConfig
+    | HeteroFLConfig
+    | FedRolexConfig
+    | FedDropoutConfig
+    | AnyCostFLConfig
+    | FjORDConfig
+    | ModelSearchConfig
+)
+ALGORITHM_CONFIGS: dict[str, type[Any]] = {
+    "fedavg": FedAvgConfig,
+    "heterofl": HeteroFLConfig,
+    "fedrolex": FedRolexConfig,
+    "feddropout": FedDropoutConfig,
+    "anycostfl": AnyCostFLConfig,
+    "fjord": FjORDConfig,
+    "model_search": ModelSearchConfig,
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompressionConfig:
+    """Upload compression for any method. ``qsgd``: QSGD (Alistarh et al., NeurIPS 2017; paper 000 App. G.4)
+    quantises each uploaded tensor's update (trained minus received) stochastically to ``levels`` levels of its L2
+    norm, sent as ``bits``-bit codes plus one float32 norm per tensor; the bytes moved (and the clock) reflect it."""
+
+    kind: Literal["none", "qsgd"] = "none"
+    levels: int = bounded(64, ge=1)
+    bits: int = bounded(8, ge=2, le=32)
 
 
 # ------------------------------------------------------------------------------------------- local training
@@ -301,3 +442,4 @@ class ExperimentConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     backend: BackendConfig = field(default_factory=BackendConfig)
     system: SystemConfig = field(default_factory=SystemConfig)
+    compression: CompressionConfig = field(default_factory=CompressionConfig)

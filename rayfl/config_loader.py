@@ -578,7 +578,37 @@ def _semantic_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:
                 )
                 break
     problems.extend(_resource_problems(cfg))
+    problems.extend(_algorithm_problems(cfg))
     return problems
+
+
+def _algorithm_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:
+    """Width ratios lie in [0, 1] and include a positive value; rates and widths are positive."""
+    problems: list[tuple[KeyPath, str]] = []
+    algo = cfg.algorithm
+    for key, zero_ok in (("ratios", True), ("rates", False), ("widths", False)):
+        values = getattr(algo, key, None)
+        if values is None:
+            continue
+        problems.extend(_ratio_problems(("algorithm", key), values, zero_ok, allow_empty=False))
+    distill = getattr(algo, "distill", None)
+    if distill is not None and distill.ratios:
+        problems.extend(_ratio_problems(("algorithm", "distill", "ratios"), distill.ratios, True, allow_empty=True))
+    return problems
+
+
+def _ratio_problems(
+    at: KeyPath, values: Sequence[float], zero_ok: bool, allow_empty: bool
+) -> list[tuple[KeyPath, str]]:
+    if not values:
+        return [] if allow_empty else [(at, "must list at least one value")]
+    for i, v in enumerate(values):
+        if v < 0.0 or v > 1.0 or (v == 0.0 and not zero_ok):
+            bound = "[0, 1]" if zero_ok else "(0, 1]"
+            return [((*at, i), f"must lie in {bound}, got {v}")]
+    if max(values) <= 0.0:
+        return [(at, "must include a positive value")]
+    return []
 
 
 def _resource_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:

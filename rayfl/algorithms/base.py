@@ -10,6 +10,11 @@ An algorithm fills a few hooks and keeps no state between them; everything it re
 4. driver: ``server_update(state, round_idx, aggregate)`` → the next ``ServerState``;
 5. driver: ``eval_params(state)`` → the parameters the engine evaluates.
 
+Before the first round the engine binds the algorithm to the run: ``bind_server(ServerContext)`` on the driver (the
+model's elastic family, the cost model the clock uses, the data set, the seed), and ``bind_client(family, spec)`` on
+every client host. Server context never travels to the hosts (``__getstate__`` drops it). After each round's server
+update the driver reads ``round_stats()`` into the round's record.
+
 Client-side hooks run inside Ray actors or in-process alike, so they must be pure functions of their arguments and
 draw randomness only from the task's derived generators. Algorithms never import Ray.
 """
@@ -18,7 +23,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
@@ -38,7 +44,38 @@ from rayfl.config import TrainConfig
 from rayfl.models.inputs import InputSpec, to_input
 from rayfl.rng import derive_torch_generator
 
-__all__ = ["Algorithm", "round_lr"]
+if TYPE_CHECKING:
+    from rayfl.data.federated import FederatedDataset
+    from rayfl.models.elastic import CostModel, ElasticFamily
+
+__all__ = ["Algorithm", "RoundStats", "ServerContext", "round_lr"]
+
+
+@dataclass(frozen=True)
+class ServerContext:
+    """What the server side of an algorithm may use besides its config: the run's seed and sizes, the model's
+    elastic family (``None`` for fixed models), the cost model whose peak memory is exactly the need the clock checks
+    (runtime overhead included; ``None`` for fixed models), and the federated data set (labels per client; the
+    training pool for HeteroFL's static BN)."""
+
+    seed: int
+    rounds: int
+    clients_per_round: int
+    input_spec: InputSpec
+    family: ElasticFamily | None
+    cost: CostModel | None
+    dataset: FederatedDataset
+
+
+@dataclass(frozen=True)
+class RoundStats:
+    """An algorithm's own numbers for a round (NaN where it has none): server seconds spent searching and in
+    server-side training (distillation, static BN), distinct structures assigned so far, and the search's hit rate."""
+
+    search_s: float = math.nan
+    distinct_structures: float = math.nan
+    hit_rate: float = math.nan
+    server_train_s: float = math.nan
 
 
 def round_lr(train: TrainConfig, round_idx: int, num_rounds: int) -> float:
@@ -60,6 +97,40 @@ class Algorithm:
         self.config = config
         self.train = train
         self.reducer = MaskedWeightedMean()
+        self.family: ElasticFamily | None = None
+        self.input_spec: InputSpec | None = None
+        self._server: ServerContext | None = None
+
+    # ------------------------------------------------------------------------------------------ binding
+    def bind_server(self, ctx: ServerContext) -> None:
+        """Called once on the driver before round 0; subclasses that need more set-up extend it."""
+        self._server = ctx
+        self.bind_client(ctx.family, ctx.input_spec)
+
+    def bind_client(self, family: ElasticFamily | None, input_spec: InputSpec) -> None:
+        """Called once on every client host (and by ``bind_server``)."""
+        self.family = family
+        self.input_spec = input_spec
+
+    @property
+    def server(self) -> ServerContext:
+        if self._server is None:
+            raise RuntimeError(f"{type(self).__name__}: server-side hook called before bind_server")
+        return self._server
+
+    def require_family(self) -> ElasticFamily:
+        if self.family is None:
+            raise ValueError(f"algorithm {self.name!r} assigns sub-models, so the model needs an elastic family")
+        return self.family
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_server"] = None  # driver-only: the cost model and the data set stay on the driver
+        return state
+
+    def round_stats(self) -> RoundStats:
+        """The algorithm's numbers for the round just finished (read after ``server_update``)."""
+        return RoundStats()
 
     # ------------------------------------------------------------------------------------------ server side
     def init_state(self, params: Params) -> ServerState:

@@ -69,6 +69,7 @@ class Assignment:
     slices: dict[str, TensorSlice] = field(default_factory=dict)
     skip: frozenset[str] = frozenset()
     units: tuple[int, ...] | None = None  # the sub-model's units per search dimension; None = the whole model
+    enforce_budgets: bool = True  # False: the client trains even when the model exceeds a budget (recorded)
 
 
 @dataclass(frozen=True, slots=True)

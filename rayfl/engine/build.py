@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from rayfl.algorithms import Algorithm, build_algorithm
+from rayfl.algorithms.base import ServerContext
 from rayfl.algorithms.payloads import Params
 from rayfl.config import ExperimentConfig
 from rayfl.data.federated import FederatedDataset
@@ -19,7 +20,7 @@ from rayfl.rng import derive_seed
 from rayfl.system.clock import SimClock
 from rayfl.system.costs import CostOracle
 
-__all__ = ["Setup", "build_backend", "build_clock", "build_setup", "initial_params"]
+__all__ = ["Setup", "bind_algorithm", "build_backend", "build_clock", "build_setup", "initial_params"]
 
 
 @dataclass(frozen=True)
@@ -60,8 +61,24 @@ def build_setup(cfg: ExperimentConfig, dataset: FederatedDataset | None = None, 
 def build_clock(cfg: ExperimentConfig, setup: Setup) -> SimClock:
     """The simulated clock with its resource sources and the cost oracle for this model and training set-up."""
     shapes = {k: tuple(v.shape) for k, v in setup.params.items()}
-    oracle = CostOracle(cfg.model, setup.input_spec, cfg.train, shapes)  # the clock adds the runtime overhead
+    overhead = cfg.system.memory_overhead_mib * 2.0**20  # the need the clock checks includes the runtime overhead
+    oracle = CostOracle(cfg.model, setup.input_spec, cfg.train, shapes, overhead_bytes=overhead)
     return SimClock(cfg.system, cfg.train, cfg.seed, oracle)
+
+
+def bind_algorithm(cfg: ExperimentConfig, setup: Setup, clock: SimClock) -> None:
+    """Give the algorithm's server side the run's family, cost model (the clock's) and data set."""
+    setup.algorithm.bind_server(
+        ServerContext(
+            seed=cfg.seed,
+            rounds=cfg.rounds,
+            clients_per_round=cfg.clients_per_round,
+            input_spec=setup.input_spec,
+            family=clock.oracle.family,
+            cost=clock.oracle.elastic,
+            dataset=setup.dataset,
+        )
+    )
 
 
 def _ray_backend(**kwargs: Any) -> Backend:

@@ -9,18 +9,18 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from rayfl.algorithms import round_lr
-from rayfl.algorithms.payloads import Aggregate, ClientOutcome, ServerState, TrainTask
+from rayfl.algorithms.payloads import Aggregate, Assignment, ClientOutcome, ServerState, TrainTask
 from rayfl.config import ExperimentConfig
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine.backend import EvalResult
-from rayfl.engine.build import build_backend, build_clock, build_setup
+from rayfl.engine.build import bind_algorithm, build_backend, build_clock, build_setup
 from rayfl.engine.records import ClientRecord, RoundRecord, RunWriter, make_run_dir
 from rayfl.engine.sampling import sample_clients
 from rayfl.system.clock import ClientPlan
@@ -59,6 +59,7 @@ def run_experiment(
         raise ValueError(f"clients_per_round={cfg.clients_per_round} exceeds the {ds.num_clients} clients of the data")
     writer = _open_writer(cfg) if write else None
     clock = build_clock(cfg, setup)
+    bind_algorithm(cfg, setup, clock)
     backend = build_backend(cfg, setup)
     state = algorithm.init_state(setup.params)
     records: list[RoundRecord] = []
@@ -97,7 +98,8 @@ def run_experiment(
             now = time.perf_counter()
             # 7. Records.
             ok = [o for o in outcomes if o.failure is None]
-            client_records = _client_records(plan, outcomes)
+            client_records = _client_records(plan, outcomes, assignments)
+            stats = algorithm.round_stats()
             causes = [r.failure for r in client_records]
             weights = np.array([o.num_examples for o in ok], dtype=np.float64)
             losses = np.array([o.train_loss for o in ok], dtype=np.float64)
@@ -124,6 +126,11 @@ def run_experiment(
                 failed_bandwidth=causes.count("bandwidth"),
                 failed_memory_dip=causes.count("memory_dip"),
                 failed_other=sum(1 for c in causes if c not in ("", "memory", "bandwidth", "memory_dip")),
+                over_budget=sum(1 for r in client_records if r.over_budget and not r.failure),
+                search_s=stats.search_s,
+                distinct_structures=stats.distinct_structures,
+                hit_rate=stats.hit_rate,
+                server_train_s=stats.server_train_s,
             )
             records.append(record)
             if writer is not None:
@@ -150,9 +157,12 @@ def _mean_finite(values: np.ndarray) -> float:
     return float(finite.mean()) if len(finite) else math.nan
 
 
-def _client_records(plan: ClientPlan, outcomes: Sequence[ClientOutcome]) -> list[ClientRecord]:
+def _client_records(
+    plan: ClientPlan, outcomes: Sequence[ClientOutcome], assignments: Mapping[int, Assignment]
+) -> list[ClientRecord]:
     """One row per sampled client: the plan's numbers, and the failure the plan or the training produced."""
     trained = {o.client_id: o.failure for o in outcomes}
+    over = plan.over_budget or ("",) * len(plan.client_id)
     return [
         ClientRecord(
             round_idx=plan.round_idx,
@@ -167,9 +177,15 @@ def _client_records(plan: ClientPlan, outcomes: Sequence[ClientOutcome]) -> list
             compute_s=float(plan.compute_s[i]),
             upload_s=float(plan.upload_s[i]),
             failure=plan.failure[i] or trained.get(int(c)) or "",
+            over_budget=over[i],
+            units=_units_text(assignments[int(c)].units),
         )
         for i, c in enumerate(plan.client_id)
     ]
+
+
+def _units_text(units: tuple[int, ...] | None) -> str:
+    return "" if units is None else " ".join(str(u) for u in units)
 
 
 def most_frequent_label_accuracy(ds: FederatedDataset) -> float:

@@ -76,6 +76,7 @@ class ClientHost:
         self.family: ElasticFamily | None = (
             build_family(model_cfg, self.input_spec) if type(model_cfg) in FAMILIES else None
         )
+        algorithm.bind_client(self.family, self.input_spec)
         self._sub_models: OrderedDict[tuple[int, ...], nn.Module] = OrderedDict()
 
     def ready(self) -> int:

@@ -48,6 +48,11 @@ class RoundRecord:
     failed_bandwidth: int = 0
     failed_memory_dip: int = 0  # memory fell below the need while training
     failed_other: int = 0  # unavailable, dropped out, past the deadline, or a non-finite update
+    over_budget: int = 0  # clients that trained although their model exceeded a budget (budgets ignored)
+    search_s: float = math.nan  # the algorithm's own numbers (``Algorithm.round_stats``); NaN where it has none
+    distinct_structures: float = math.nan
+    hit_rate: float = math.nan
+    server_train_s: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,8 @@ class ClientRecord:
     compute_s: float
     upload_s: float
     failure: str  # "" when the client trained and was aggregated
+    over_budget: str = ""  # the budget its model exceeded although it trained (budgets ignored), else ""
+    units: str = ""  # the sub-model's units per search dimension, space separated ("" = the whole model)
 
 
 def _schema(cls: type) -> pa.Schema:

@@ -50,6 +50,8 @@ class ClientPlan:
     compute_s: np.ndarray
     upload_s: np.ndarray
     failure: tuple[str | None, ...]
+    # per client: the budget it exceeded although it ran (assignments with enforce_budgets=False), else ""
+    over_budget: tuple[str, ...] = ()
 
     @property
     def runs(self) -> np.ndarray:
@@ -122,7 +124,8 @@ class SimClock:
         costs = self.oracle.costs([assignments[int(c)] for c in clients])
         mem_budget = np.array([v.memory_budget for v in views], dtype=np.float64)
         bw_budget = np.array([v.bandwidth_budget for v in views], dtype=np.float64)
-        need = costs.memory + self.cfg.memory_overhead_mib * 2.0**20
+        need = costs.memory  # the oracle includes system.memory_overhead_mib
+        enforce = np.array([assignments[int(c)].enforce_budgets for c in clients], dtype=bool)
         t0 = np.full(n, self.now)
         rate_down = self.down.at(clients, self.now, round_idx)
         rate_up = self.up.at(clients, self.now, round_idx)
@@ -142,15 +145,20 @@ class SimClock:
         else:
             lowest = mem_budget
         failure: list[str | None] = []
+        over_budget: list[str] = []
         for i in range(n):
+            exceeded = ""
+            if need[i] > mem_budget[i]:
+                exceeded = "memory"
+            elif comm_need_s[i] > self.cfg.comm_limit_s:
+                exceeded = "bandwidth"
+            elif need[i] > lowest[i]:
+                exceeded = "memory_dip"
+            over_budget.append(exceeded if not enforce[i] else "")
             if not available[i]:
                 failure.append("unavailable")
-            elif need[i] > mem_budget[i]:
-                failure.append("memory")
-            elif comm_need_s[i] > self.cfg.comm_limit_s:
-                failure.append("bandwidth")
-            elif need[i] > lowest[i]:
-                failure.append("memory_dip")
+            elif exceeded and enforce[i]:
+                failure.append(exceeded)
             elif stays[i] < 0.5:
                 failure.append("dropped")
             elif self.cfg.deadline_s > 0 and finish[i] > self.cfg.deadline_s:
@@ -170,6 +178,7 @@ class SimClock:
             compute_s=compute,
             upload_s=upload,
             failure=tuple(failure),
+            over_budget=tuple(over_budget),
         )
 
     def _samples(self, num_examples: int) -> int:

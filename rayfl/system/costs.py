@@ -19,6 +19,7 @@ from rayfl.algorithms.payloads import Assignment
 from rayfl.config import ModelConfig, TrainConfig
 from rayfl.models import InputSpec, build_model
 from rayfl.models.elastic.cost import CostModel, optimizer_slots, saved_tensors
+from rayfl.models.elastic.family import ElasticFamily
 
 __all__ = ["AssignmentCosts", "CostOracle"]
 
@@ -29,7 +30,7 @@ TRAIN_FLOPS_PER_FORWARD = 3.0  # forward + backward (about twice the forward) pe
 class AssignmentCosts:
     """Per client (arrays aligned with the assignments asked about)."""
 
-    memory: np.ndarray  # peak training bytes
+    memory: np.ndarray  # peak training bytes, runtime overhead included
     bytes_down: np.ndarray
     bytes_up: np.ndarray
     train_flops_per_sample: np.ndarray
@@ -53,8 +54,10 @@ class CostOracle:
         self.dtype_bytes = dtype_bytes
         self.batch = train.batch_size
         self.elastic: CostModel | None = None
+        self.family: ElasticFamily | None = None
         if type(model_cfg) in FAMILIES:
             family = build_family(model_cfg, spec)
+            self.family = family
             self.full_units = np.asarray(family.full_units)
             self.elastic = CostModel(
                 family, train.batch_size, train.optimizer, train.momentum, dtype_bytes, overhead_bytes

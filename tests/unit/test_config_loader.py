@@ -167,6 +167,7 @@ def test_full_yaml_round_trips_through_dump_config(tmp_path: Path) -> None:
         "train",
         "backend",
         "system",
+        "compression",
     ]
     assert list(dumped["train"])[:3] == ["epochs", "max_steps", "batch_size"]
 

@@ -1,0 +1,117 @@
+"""Shared base of the methods that train sub-models of an elastic global model.
+
+HeteroFL, FedRolex, Federated Dropout, AnyCostFL, FjORD and the core method (paper 000) differ in *which* sub-model a
+client gets and *which* global units it covers; they share everything else, which lives here:
+
+* **Fit.** ``fit_mask`` tells which candidate structures fit which clients, with the same cost model the clock uses
+  (peak training memory, runtime overhead included, against the memory budget; bytes down plus bytes up against the
+  bandwidth budget, exact for uncompressed transfers and conservative under upload compression).
+* **Uniform rates.** ``largest_fitting_rate``: per client, the largest of a list of width rates whose uniform
+  sub-model fits (every dimension at that rate), falling back to the smallest rate (the clock then fails the client,
+  which is recorded, rather than the method silently breaking a budget).
+* **Aggregation.** The count-normalised element-wise mean (``MaskedWeightedMean``) with every client weighing 1, as
+  HeteroFL's ``combine`` (ALGORITHMS.md section 1); subclasses that weight by samples override ``client_weight``.
+* **In-place distillation** (paper 000, Algorithm 1) after aggregation when ``config.distill.enabled``: any
+  sub-model method can add it, as the paper adds it to HeteroFL.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from rayfl.algorithms.base import Algorithm, RoundStats
+from rayfl.algorithms.payloads import Aggregate, Assignment, ClientView, ServerState
+from rayfl.config import TrainConfig
+from rayfl.models.elastic import CostModel, Selection, SubModelSpec
+
+__all__ = ["SubModelAlgorithm", "first_k"]
+
+
+def first_k(units: Sequence[int]) -> Selection:
+    """The leading ``units[d]`` units of every dimension."""
+    return Selection(tuple(int(u) for u in units), tuple(np.arange(int(u), dtype=np.int64) for u in units))
+
+
+class SubModelAlgorithm(Algorithm):
+    """Base class: budgets, uniform-rate choice, count-normalised aggregation and optional in-place distillation."""
+
+    def __init__(self, config: Any, train: TrainConfig) -> None:
+        super().__init__(config, train)
+        self._server_train_s = math.nan
+
+    # ------------------------------------------------------------------------------------------ budgets
+    @property
+    def cost(self) -> CostModel:
+        cost = self.server.cost
+        if cost is None:
+            raise ValueError(f"algorithm {self.name!r} assigns sub-models, so the model needs an elastic family")
+        return cost
+
+    def fit_mask(self, units: np.ndarray, views: Sequence[ClientView]) -> np.ndarray:
+        """``(clients, candidates)``: candidate structure ``units[k]`` fits client ``views[i]``'s budgets."""
+        costs = self.cost.evaluate(np.asarray(units, dtype=np.int64).reshape(-1, len(self.require_family().space.dims)))
+        memory = np.array([v.memory_budget for v in views], dtype=np.float64)
+        bandwidth = np.array([v.bandwidth_budget for v in views], dtype=np.float64)
+        comm = costs.bytes_down + costs.bytes_up
+        fits: np.ndarray = (costs.peak_memory[None, :] <= memory[:, None]) & (comm[None, :] <= bandwidth[:, None])
+        return fits
+
+    def uniform_units(self, rate: float) -> tuple[int, ...]:
+        """Unit counts of the sub-model with every dimension at ``rate`` (skippable ones too: they keep >= 1 unit)."""
+        space = self.require_family().space
+        return space.units(SubModelSpec.uniform(space, rate).ratios)
+
+    def largest_fitting_rate(self, views: Sequence[ClientView], rates: Sequence[float]) -> dict[int, float]:
+        """Per client, the largest rate of ``rates`` whose uniform sub-model fits; the smallest rate when none does."""
+        ordered = sorted({float(r) for r in rates}, reverse=True)
+        units = np.array([self.uniform_units(r) for r in ordered], dtype=np.int64)
+        fits = self.fit_mask(units, views)
+        first = np.where(fits.any(axis=1), fits.argmax(axis=1), len(ordered) - 1)
+        return {v.client_id: ordered[int(k)] for v, k in zip(views, first, strict=True)}
+
+    def assignment_for(self, selection: Selection) -> Assignment:
+        return self.require_family().assignment(selection)
+
+    # ------------------------------------------------------------------------------------------ aggregation
+    def client_weight(self, num_examples: int) -> float:
+        return 1.0  # count-normalised, unweighted (HeteroFL / FedRolex / paper 000)
+
+    def distill_ratios(self) -> tuple[float, ...]:
+        """The search space's S for in-place distillation when ``distill.ratios`` is empty."""
+        cfg = self.config
+        for key in ("ratios", "rates", "widths"):
+            values = getattr(cfg, key, None)
+            if values:
+                return tuple(float(v) for v in values)
+        return (1.0,)
+
+    def server_update(self, state: ServerState, round_idx: int, aggregate: Aggregate) -> ServerState:
+        new = super().server_update(state, round_idx, aggregate)
+        distill = getattr(self.config, "distill", None)
+        if distill is None or not distill.enabled:
+            self._server_train_s = math.nan
+            return new
+        from rayfl.algorithms.distill import inplace_distill
+
+        began = time.perf_counter()
+        ctx = self.server
+        params = inplace_distill(
+            self.require_family(),
+            new.params,
+            distill,
+            distill.ratios or self.distill_ratios(),
+            num_subnets=distill.subnets or ctx.clients_per_round,
+            seed=ctx.seed,
+            round_idx=round_idx,
+            input_spec=ctx.input_spec,
+        )
+        self._server_train_s = time.perf_counter() - began
+        return ServerState(params=params, round_idx=new.round_idx, opt_state=new.opt_state, algo_state=new.algo_state)
+
+    def round_stats(self) -> RoundStats:
+        return RoundStats(server_train_s=self._server_train_s)
