@@ -577,6 +577,15 @@ def _semantic_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:
                     )
                 )
                 break
+    comp = cfg.compression
+    if comp.kind == "qsgd" and comp.levels > (1 << (comp.bits - 1)) - 1:
+        problems.append(
+            (
+                ("compression", "levels"),
+                f"{comp.levels} levels do not fit {comp.bits}-bit codes (a sign bit and {comp.bits - 1} magnitude bits "
+                f"hold at most {(1 << (comp.bits - 1)) - 1})",
+            )
+        )
     problems.extend(_resource_problems(cfg))
     problems.extend(_algorithm_problems(cfg))
     return problems

@@ -4,14 +4,38 @@ from __future__ import annotations
 
 from typing import Any
 
+from rayfl.algorithms.anycostfl import AnyCostFL
 from rayfl.algorithms.base import Algorithm, round_lr
 from rayfl.algorithms.fedavg import FedAvg
+from rayfl.algorithms.feddropout import FedDropout
+from rayfl.algorithms.fedrolex import FedRolex
+from rayfl.algorithms.fjord import FjORD
+from rayfl.algorithms.heterofl import HeteroFL
+from rayfl.algorithms.model_search import ModelSearchAlgorithm
 from rayfl.config import TrainConfig
 
-__all__ = ["ALGORITHMS", "Algorithm", "FedAvg", "build_algorithm", "round_lr"]
+__all__ = [
+    "ALGORITHMS",
+    "Algorithm",
+    "AnyCostFL",
+    "FedAvg",
+    "FedDropout",
+    "FedRolex",
+    "FjORD",
+    "HeteroFL",
+    "ModelSearchAlgorithm",
+    "build_algorithm",
+    "round_lr",
+]
 
 ALGORITHMS: dict[str, type[Algorithm]] = {
     "fedavg": FedAvg,
+    "heterofl": HeteroFL,
+    "fedrolex": FedRolex,
+    "feddropout": FedDropout,
+    "anycostfl": AnyCostFL,
+    "fjord": FjORD,
+    "model_search": ModelSearchAlgorithm,
 }
 
 

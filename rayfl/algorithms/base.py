@@ -158,6 +158,17 @@ class Algorithm:
         """The parameters the engine evaluates after a round."""
         return state.params
 
+    def eval_units(self, state: ServerState) -> tuple[int, ...] | None:
+        """The structure the engine evaluates ``eval_params`` as: ``None`` (the default) is the full model; unit counts
+        mean the first-k sub-model of the family with those units (FedAvg on the smallest model)."""
+        return None
+
+    def eval_model(self) -> nn.Module | None:
+        """The module client hosts evaluate ``eval_params`` with, built once per host after ``bind_client``; ``None``
+        (the default) means the run's global model. Its ``state_dict`` must hold every name ``eval_params`` returns
+        (HeteroFL's static BN: a copy whose batch norms keep the running statistics that ``eval_params`` carries)."""
+        return None
+
     # ------------------------------------------------------------------------------------------ client side
     def local_loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, task: TrainTask) -> torch.Tensor:
         """The client objective on one batch; the default is cross-entropy."""

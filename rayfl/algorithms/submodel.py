@@ -20,14 +20,17 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rayfl.algorithms.base import Algorithm, RoundStats
 from rayfl.algorithms.payloads import Aggregate, Assignment, ClientView, ServerState
 from rayfl.config import TrainConfig
-from rayfl.models.elastic import CostModel, Selection, SubModelSpec
+from rayfl.models.elastic.spec import Selection, SubModelSpec  # a submodule: the package imports rayfl.algorithms
+
+if TYPE_CHECKING:
+    from rayfl.models.elastic.cost import CostModel
 
 __all__ = ["SubModelAlgorithm", "first_k"]
 

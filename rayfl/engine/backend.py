@@ -19,7 +19,7 @@ import torch
 from rayfl.algorithms.base import Algorithm
 from rayfl.algorithms.payloads import Aggregate, ClientOutcome, Params, TrainTask
 from rayfl.algorithms.reducers import Partial
-from rayfl.config import BackendConfig, ModelConfig
+from rayfl.config import BackendConfig, CompressionConfig, ModelConfig
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine.host import ClientHost, EvalStats, NumpyParams
 from rayfl.engine.param_server import ParamServerShard, plan_shards
@@ -48,7 +48,7 @@ class Backend(Protocol):
 
     def train_and_reduce(self, tasks: Sequence[TrainTask], params: Params) -> tuple[Aggregate, list[ClientOutcome]]: ...
 
-    def evaluate(self, params: Params) -> EvalResult: ...
+    def evaluate(self, params: Params, units: tuple[int, ...] | None = None) -> EvalResult: ...
 
     def close(self) -> None: ...
 
@@ -118,6 +118,7 @@ class LocalBackend:
         shapes: dict[str, tuple[int, ...]],
         eval_batch_size: int,
         init_seed: int,
+        compression: CompressionConfig | None = None,
     ) -> None:
         self.dataset = dataset
         self.sizes = dataset.client_sizes()
@@ -126,7 +127,7 @@ class LocalBackend:
         self.eval_batch_size = eval_batch_size
         self.shard_of = plan_shards(shapes, self.num_shards)
         self.hosts = [
-            ClientHost(h, dataset, model_cfg, algorithm, backend_cfg.torch_threads, init_seed)
+            ClientHost(h, dataset, model_cfg, algorithm, backend_cfg.torch_threads, init_seed, compression)
             for h in range(self.num_hosts)
         ]
         self.shards = [
@@ -151,10 +152,12 @@ class LocalBackend:
         outcomes.sort(key=lambda o: o.client_id)
         return assemble_aggregate(results, outcomes), outcomes
 
-    def evaluate(self, params: Params) -> EvalResult:
+    def evaluate(self, params: Params, units: tuple[int, ...] | None = None) -> EvalResult:
         arrays = to_numpy(params)
         batches = eval_batches(len(self.dataset.y_test), self.eval_batch_size, self.num_hosts)
-        stats = [h.evaluate(arrays, b, self.eval_batch_size) for h, b in zip(self.hosts, batches, strict=True) if b]
+        stats = [
+            h.evaluate(arrays, b, self.eval_batch_size, units) for h, b in zip(self.hosts, batches, strict=True) if b
+        ]
         torch.set_num_threads(self._threads)
         return combine_eval(stats)
 

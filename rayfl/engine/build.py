@@ -62,7 +62,9 @@ def build_clock(cfg: ExperimentConfig, setup: Setup) -> SimClock:
     """The simulated clock with its resource sources and the cost oracle for this model and training set-up."""
     shapes = {k: tuple(v.shape) for k, v in setup.params.items()}
     overhead = cfg.system.memory_overhead_mib * 2.0**20  # the need the clock checks includes the runtime overhead
-    oracle = CostOracle(cfg.model, setup.input_spec, cfg.train, shapes, overhead_bytes=overhead)
+    oracle = CostOracle(
+        cfg.model, setup.input_spec, cfg.train, shapes, overhead_bytes=overhead, compression=cfg.compression
+    )
     return SimClock(cfg.system, cfg.train, cfg.seed, oracle)
 
 
@@ -100,4 +102,5 @@ def build_backend(cfg: ExperimentConfig, setup: Setup) -> Backend:
         shapes={k: tuple(v.shape) for k, v in setup.params.items()},
         eval_batch_size=cfg.train.eval_batch_size,
         init_seed=derive_seed(cfg.seed, "host-template"),
+        compression=cfg.compression,
     )

@@ -94,7 +94,7 @@ def run_experiment(
             evaluated = (round_idx + 1) % cfg.eval_every == 0 or round_idx == cfg.rounds - 1
             eval_start = time.perf_counter()
             if evaluated:
-                last_eval = backend.evaluate(algorithm.eval_params(state))
+                last_eval = backend.evaluate(algorithm.eval_params(state), algorithm.eval_units(state))
             now = time.perf_counter()
             # 7. Records.
             ok = [o for o in outcomes if o.failure is None]

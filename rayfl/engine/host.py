@@ -19,9 +19,11 @@ import torch
 from torch import nn
 
 from rayfl.algorithms.base import Algorithm
+from rayfl.algorithms.compression import compress_update, upload_bytes
 from rayfl.algorithms.payloads import Assignment, ClientOutcome, ClientUpdate, TrainTask
 from rayfl.algorithms.reducers import Partial, params_bytes, split_partial
-from rayfl.config import ModelConfig
+from rayfl.algorithms.submodel import first_k
+from rayfl.config import CompressionConfig, ModelConfig
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine.allocator import tune_allocator
 from rayfl.models import InputSpec, build_model, to_input
@@ -62,12 +64,14 @@ class ClientHost:
         algorithm: Algorithm,
         torch_threads: int,
         init_seed: int,
+        compression: CompressionConfig | None = None,
     ) -> None:
         tune_allocator()  # before any training buffer is allocated; see engine/allocator.py
         self.host_id = host_id
         self.dataset = dataset
         self.algorithm = algorithm
         self.torch_threads = torch_threads
+        self.compression = compression or CompressionConfig()  # upload compression of every client's update
         self.input_spec = InputSpec.of(dataset.input_kind, dataset.num_classes, dataset.x, dataset.meta)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(init_seed)  # the host's template; its weights are always overwritten before use
@@ -78,14 +82,15 @@ class ClientHost:
         )
         algorithm.bind_client(self.family, self.input_spec)
         self._sub_models: OrderedDict[tuple[int, ...], nn.Module] = OrderedDict()
+        self._eval_model: nn.Module | None = None  # the algorithm's evaluation model, built on first use
 
     def ready(self) -> int:
         """Round-trip used to wait for actor start-up."""
         return self.host_id
 
-    def _load(self, params: Mapping[str, torch.Tensor]) -> None:
+    def _load(self, params: Mapping[str, torch.Tensor], model: nn.Module | None = None) -> None:
         with torch.no_grad():
-            for name, tensor in self.model.state_dict().items():
+            for name, tensor in (self.model if model is None else model).state_dict().items():
                 if name in params:
                     tensor.copy_(params[name])
 
@@ -136,6 +141,9 @@ class ClientHost:
             update = self.algorithm.local_train(model, x, y, task, self.input_spec)
             train_wall_s = time.perf_counter() - began
             failure = None if _finite(update) else "nan_update"
+            if failure is None and self.compression.kind != "none":
+                # the server receives what the client sent plus the dequantised update (compression.py)
+                update = compress_update(update, base, self.compression, seed=task.seed, round_idx=task.round_idx)
             if failure is None:
                 self.algorithm.reducer.accumulate(partial, update, shapes)
             outcomes.append(
@@ -145,25 +153,48 @@ class ClientHost:
                     train_loss=update.train_loss,
                     num_steps=update.num_steps,
                     bytes_down=bytes_down,
-                    bytes_up=params_bytes(update.values),
+                    bytes_up=self._bytes_up(update),
                     failure=failure,
                     train_wall_s=train_wall_s,
                 )
             )
         return (*split_partial(partial, shard_of, num_shards), outcomes)
 
-    def evaluate(self, params: NumpyParams, batch_ids: Sequence[int], batch_size: int) -> EvalStats:
-        """Loss and accuracy of ``params`` on the given fixed-size batches of the test set."""
+    def _bytes_up(self, update: ClientUpdate) -> int:
+        """Bytes the client uploads: its values as they are, or their compressed encoding."""
+        if self.compression.kind == "none":
+            return params_bytes(update.values)
+        return upload_bytes((v.numel() for v in update.values.values()), self.compression)
+
+    def evaluate(
+        self,
+        params: NumpyParams,
+        batch_ids: Sequence[int],
+        batch_size: int,
+        units: tuple[int, ...] | None = None,
+    ) -> EvalStats:
+        """Loss and accuracy of ``params`` on the given fixed-size batches of the test set; with ``units`` (the
+        algorithm's ``eval_units``) on the first-k sub-model of that structure instead of the full model."""
         torch.set_num_threads(self.torch_threads)
-        self._load(as_tensors(params))
-        self.model.eval()
+        if units is not None:
+            if self.family is None:
+                raise ValueError("a sub-model was asked to be evaluated, but the model has no elastic family")
+            sub = Assignment(slices=self.family.slices(first_k(units)), units=tuple(int(u) for u in units))
+            model = self._model_for(sub, as_tensors(params))
+        else:
+            if self._eval_model is None:
+                built = self.algorithm.eval_model()
+                self._eval_model = self.model if built is None else built
+            model = self._eval_model
+            self._load(as_tensors(params), model)
+        model.eval()
         ds = self.dataset
         n = len(batch_ids)
         loss_sum, correct, count = np.zeros(n), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
         with torch.no_grad():
             for i, b in enumerate(batch_ids):
                 lo, hi = b * batch_size, min((b + 1) * batch_size, len(ds.y_test))
-                logits = self.model(to_input(ds.x_test[lo:hi], self.input_spec))
+                logits = model(to_input(ds.x_test[lo:hi], self.input_spec))
                 labels = torch.from_numpy(np.asarray(ds.y_test[lo:hi], dtype=np.int64))
                 loss_sum[i] = float(nn.functional.cross_entropy(logits, labels, reduction="sum"))
                 correct[i] = int((logits.argmax(dim=1) == labels).sum())

@@ -19,7 +19,7 @@ import ray
 
 from rayfl.algorithms.base import Algorithm
 from rayfl.algorithms.payloads import Aggregate, ClientOutcome, Params, TrainTask
-from rayfl.config import BackendConfig, ModelConfig
+from rayfl.config import BackendConfig, CompressionConfig, ModelConfig
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine.backend import (
     EvalResult,
@@ -86,6 +86,7 @@ class RayBackend:
         shapes: dict[str, tuple[int, ...]],
         eval_batch_size: int,
         init_seed: int,
+        compression: CompressionConfig | None = None,
     ) -> None:
         self._started = ensure_ray(backend_cfg)
         self.num_hosts = backend_cfg.num_hosts
@@ -103,7 +104,7 @@ class RayBackend:
             scheduling_strategy="SPREAD",
         )
         self.hosts = [
-            host_cls.remote(h, dataset_ref, model_cfg, algorithm, backend_cfg.torch_threads, init_seed)
+            host_cls.remote(h, dataset_ref, model_cfg, algorithm, backend_cfg.torch_threads, init_seed, compression)
             for h in range(self.num_hosts)
         ]
         shard_cls = ray.remote(ParamServerShard).options(
@@ -133,11 +134,11 @@ class RayBackend:
         outcomes = sorted((o for batch in ray.get(outcome_refs) for o in batch), key=lambda o: o.client_id)
         return assemble_aggregate(ray.get(result_refs), outcomes), outcomes
 
-    def evaluate(self, params: Params) -> EvalResult:
+    def evaluate(self, params: Params, units: tuple[int, ...] | None = None) -> EvalResult:
         params_ref = ray.put(to_numpy(params))
         batches = eval_batches(self.num_test, self.eval_batch_size, self.num_hosts)
         refs = [
-            h.evaluate.remote(params_ref, b, self.eval_batch_size)
+            h.evaluate.remote(params_ref, b, self.eval_batch_size, units)
             for h, b in zip(self.hosts, batches, strict=True)
             if b
         ]

@@ -4,19 +4,26 @@ Elastic models use the family's vectorised ``CostModel`` on the assignment's uni
 char-LSTM, for instance) has one cost, measured once: parameters from the module, and saved activations and FLOPs of
 one forward pass at batch sizes 1 and 2 (so per-sample and fixed parts separate), the same accounting as
 ``CostModel``.
+
+Upload bytes follow the run's ``compression``: under QSGD each uploaded tensor costs its packed codes plus a float32
+norm (``rayfl.algorithms.compression.tensor_upload_bytes``, the formula the client hosts report), computed exactly
+from the assignment's slices. The elastic ``CostModel`` that algorithms use for their fit checks gets a conservative
+upload factor instead (it sees only parameter counts): ``bits / 8`` bytes per element plus 5 bytes (the norm and at
+most one byte of padding) for every tensor of the global model, an upper bound of the exact bytes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import nn
 
+from rayfl.algorithms.compression import NORM_BYTES, upload_bytes
 from rayfl.algorithms.payloads import Assignment
-from rayfl.config import ModelConfig, TrainConfig
+from rayfl.config import CompressionConfig, ModelConfig, TrainConfig
 from rayfl.models import InputSpec, build_model
 from rayfl.models.elastic.cost import CostModel, optimizer_slots, saved_tensors
 from rayfl.models.elastic.family import ElasticFamily
@@ -47,11 +54,13 @@ class CostOracle:
         shapes: Mapping[str, tuple[int, ...]],
         overhead_bytes: float = 0.0,
         dtype_bytes: int = 4,
+        compression: CompressionConfig | None = None,
     ) -> None:
         from rayfl.models.elastic import FAMILIES, build_family
 
         self.shapes = dict(shapes)
         self.dtype_bytes = dtype_bytes
+        self.compression = compression or CompressionConfig()
         self.batch = train.batch_size
         self.elastic: CostModel | None = None
         self.family: ElasticFamily | None = None
@@ -60,14 +69,25 @@ class CostOracle:
             self.family = family
             self.full_units = np.asarray(family.full_units)
             self.elastic = CostModel(
-                family, train.batch_size, train.optimizer, train.momentum, dtype_bytes, overhead_bytes
+                family,
+                train.batch_size,
+                train.optimizer,
+                train.momentum,
+                dtype_bytes,
+                overhead_bytes,
+                upload_compression=self._upload_factor(len(self.shapes)),
             )
         else:
             self.fixed = _measure_fixed(build_model(model_cfg, spec), spec, train, dtype_bytes, overhead_bytes)
 
     def costs(self, assignments: Sequence[Assignment]) -> AssignmentCosts:
         n = len(assignments)
-        down = np.array([self._bytes(a) for a in assignments], dtype=np.float64)
+        numels = [self._numels(a) for a in assignments]
+        down = np.array([sum(e) * self.dtype_bytes for e in numels], dtype=np.float64)
+        if self.compression.kind == "none":
+            up = down.copy()
+        else:
+            up = np.array([upload_bytes(e, self.compression, self.dtype_bytes) for e in numels], dtype=np.float64)
         if self.elastic is not None:
             units = np.stack([np.asarray(a.units) if a.units is not None else self.full_units for a in assignments])
             c = self.elastic.evaluate(units) if n else None
@@ -76,20 +96,38 @@ class CostOracle:
         else:
             memory = np.full(n, self.fixed[0])
             flops = np.full(n, self.fixed[1])
-        return AssignmentCosts(memory, down, down.copy(), TRAIN_FLOPS_PER_FORWARD * flops)
+        return AssignmentCosts(memory, down, up, TRAIN_FLOPS_PER_FORWARD * flops)
 
-    def _bytes(self, a: Assignment) -> float:
-        """Elements the assignment moves (its slices of every tensor it does not skip), times the dtype size."""
-        total = 0
+    def _numels(self, a: Assignment) -> list[int]:
+        """Elements the assignment moves per tensor: its slice of every tensor it does not skip."""
+        numels: list[int] = []
         for name, shape in self.shapes.items():
             if name in a.skip:
                 continue
             tslice = a.slices.get(name)
             if tslice is None:
-                total += int(np.prod(shape))
+                numels.append(int(np.prod(shape)))
             else:
-                total += int(np.prod([s if i is None else len(i) for s, i in zip(shape, tslice.index, strict=True)]))
-        return float(total * self.dtype_bytes)
+                numels.append(
+                    int(np.prod([s if i is None else len(i) for s, i in zip(shape, tslice.index, strict=True)]))
+                )
+        return numels
+
+    def _upload_factor(self, num_tensors: int) -> float | Callable[[np.ndarray], np.ndarray]:
+        """The elastic cost model's factor on upload bytes: 1 uncompressed; under QSGD an upper bound of the packed
+        codes and per-tensor norms over the float bytes, as a function of the parameter counts."""
+        comp = self.compression
+        if comp.kind == "none":
+            return 1.0
+        per_element = comp.bits / 8.0
+        per_tensor = float(NORM_BYTES + 1) * num_tensors
+        dtype_bytes = float(self.dtype_bytes)
+
+        def factor(params: np.ndarray) -> np.ndarray:
+            p = np.maximum(np.asarray(params, dtype=np.float64), 1.0)
+            return np.asarray((p * per_element + per_tensor) / (p * dtype_bytes), dtype=np.float64)
+
+        return factor
 
 
 def _measure_fixed(

@@ -89,12 +89,18 @@ class ElasticCharBert(nn.Module):
         )
         self.norm = nn.LayerNorm(e, eps=LN_EPS)
         self.decoder = nn.Linear(e, vocab_size)
+        self.embed_dim = e
         init_transformer(self)
         nn.init.trunc_normal_(self.pos_embed, std=0.02, a=-0.04, b=0.04)
 
     def forward(self, x: torch.Tensor, all_positions: bool = False) -> torch.Tensor:
         """Logits for the next character: ``[B, V]`` after the window, or ``[B, L, V]`` after every prefix."""
-        h = _embed(x, self.tok_embed, self.pos_embed, self.emb_drop)
+        return self.forward_hidden(_embed(x, self.tok_embed, self.pos_embed, self.emb_drop), all_positions)
+
+    def forward_hidden(self, h: torch.Tensor, all_positions: bool = False) -> torch.Tensor:
+        """The model from the embedding output on: hidden states ``[B, L, embed_dim]`` (token plus position embedding,
+        after its dropout) through the blocks, the final norm and the decoder. Server-side in-place distillation
+        (``algorithms/distill.py``) feeds Gaussian noise here, since characters are discrete."""
         for block in self.blocks:
             h = block(h)
         return _decode(h, self.norm, self.decoder, all_positions)

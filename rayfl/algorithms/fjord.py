@@ -1,0 +1,254 @@
+"""FjORD: Fair and Accurate Federated Learning under heterogeneous targets with Ordered Dropout.
+
+Horváth, Laskaridis, Almeida, Leontiadis, Venieris, Lane, NeurIPS 2021 (arXiv:2102.13451). Reference: the authors'
+Flower baseline (``baselines/fjord``; ALGORITHMS.md section 4).
+
+* **Maximum width.** Each sampled client's ``p_max`` is the largest of ``config.widths`` whose uniform first-k
+  sub-model (every dimension at ``ceil(p x size)`` units) fits both its memory and its bandwidth budget, with the
+  clock's own cost model (``largest_fitting_rate``); the smallest width when none fits (the clock then fails the
+  client, which is recorded). The client receives that first-k sub-model (``Assignment()`` when it is the full model).
+* **Ordered dropout** (``local_train``). For every batch one width ``p`` is drawn uniformly from the widths ``<= p_max``
+  (Flower's ``ODSampler.width_sampler``), from ``derive_rng(seed, "fjord", round, client)``, and the first-k
+  ``p``-sub-model is trained *sharing weights* with the client's ``p_max`` model: the ``p`` model (built once per unit
+  tuple and cached) is run with ``torch.func.functional_call`` on the leading slices of the client model's tensors.
+  Those slices are views, so autograd adds the ``p`` model's gradients into the leading slices of the client model's
+  gradients; this is the same as loading the ``p`` model with the leading slices, back-propagating and adding its
+  gradients back, without the copies. One optimizer step per batch on the client model (a fresh optimizer per round,
+  ``make_optimizer``), with the base loop's batches, ``epochs``, ``max_steps``, ``grad_clip_norm`` and
+  ``sequence_loss``.
+* **Self-distillation** (``kd``, Flower's ``fjord_kd``). Per batch: forward at ``p_max``, cross-entropy with the
+  labels, backward; targets = softmax of the detached ``p_max`` logits; forward at ``p``, cross-entropy against these
+  soft targets only (no temperature, no hard-label term), backward; one step for both accumulated gradients. The
+  teacher is the larger model and the student the sampled one (the Plato port's reversed MSE is not repeated).
+* **Aggregation.** Sample-weighted element-wise mean (``client_weight`` = number of examples). Flower's
+  ``fjord_average`` walks the widths from the largest to the smallest and overwrites the width-``p`` block with the
+  sample-weighted mean over the clients whose ``p_max >= p``. The blocks are nested (first-k in every dimension, with
+  ``ceil``), so an element ``e`` is last overwritten for the smallest width ``p*(e)`` whose block contains it, and its
+  final value is the sample-weighted mean over the clients with ``p_max >= p*(e)``. A client's ``p_max`` block contains
+  ``e`` exactly when ``p_max >= p*(e)``, so these are exactly the clients covering ``e``: the nested average equals
+  ``MaskedWeightedMean`` with sample weights, element by element (entries no client covers keep their previous
+  value in both). Non-OD tensors (the classifier's class rows, its bias) are covered by every client.
+
+Choices where the paper and the reference leave room:
+
+* **``p == p_max``.** When the drawn width has the client model's own units (the top width, or a smaller width that
+  rounds to the same units), the batch runs only the plain cross-entropy pass of the client model (``local_loss``).
+  With ``kd`` the reference would add a pass of cross-entropy of the same logits against their own detached softmax;
+  its gradient ``softmax(z) - softmax(z)`` is exactly zero in exact arithmetic, and skipping it keeps a full-width run
+  bit-for-bit equal to FedAvg (sample weighting).
+* **Per-width batch norm.** Flower's ``ODBatchNorm2d`` keeps separate running statistics per width plus one shared
+  first-k affine. This project's families build batch norms with batch statistics only
+  (``track_running_stats=False``, HeteroFL's static BN setting): every width normalises with its own batch's
+  statistics in training (and in evaluation), so the statistics are per-width by construction, and there are no
+  running statistics to keep, send or average; the affine weight and bias are ordinary first-k sliced tensors shared
+  by all widths, as in Flower.
+* **Reported loss.** ``train_loss`` is the mean over batches of the hard-label cross-entropy: of the sampled width
+  without ``kd``, of ``p_max`` with ``kd``.
+* **Evaluation.** The engine evaluates the global (full-width) model; Flower also reports every width of ``p_s``.
+* **Scaler.** The families' HeteroFL scaler (``Scaler``, divide by the width rate in training) is a property of the
+  model config, not of the method; Flower's FjORD has none (``ResNetConfig.scaler: false`` matches it).
+* **Weight decay** (``train.weight_decay``) acts on the client's ``p_max`` sub-model only, since the client holds no
+  more (Flower's clients hold the full model, whose elements outside ``p_max`` get zero gradients but still decay).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.func import functional_call
+
+from rayfl.algorithms.payloads import Assignment, ClientUpdate, ClientView, ServerState, TensorSlice, TrainTask
+from rayfl.algorithms.submodel import SubModelAlgorithm, first_k
+from rayfl.config import FjORDConfig, TrainConfig
+from rayfl.models.inputs import InputSpec, to_input
+from rayfl.rng import derive_rng, derive_torch_generator
+
+__all__ = ["FjORD"]
+
+_Forward = Callable[[torch.Tensor], torch.Tensor]
+
+
+class FjORD(SubModelAlgorithm):
+    """Ordered dropout below each client's largest fitting width, optional self-distillation (see module docstring)."""
+
+    name = "fjord"
+    config: FjORDConfig
+
+    def __init__(self, config: FjORDConfig, train: TrainConfig) -> None:
+        super().__init__(config, train)
+        self._width_models: dict[tuple[int, ...], tuple[nn.Module, dict[str, TensorSlice]]] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state["_width_models"] = {}  # rebuilt where needed
+        return state
+
+    @property
+    def widths(self) -> tuple[float, ...]:
+        """The widths ``p_s``, sorted ascending and distinct."""
+        widths = tuple(sorted({float(w) for w in self.config.widths}))
+        if not widths or any(not 0.0 < w <= 1.0 for w in widths):
+            raise ValueError(f"fjord: widths must lie in (0, 1], got {list(self.config.widths)}")
+        return widths
+
+    # ------------------------------------------------------------------------------------------ server side
+    def assign(self, state: ServerState, round_idx: int, views: Sequence[ClientView]) -> dict[int, Assignment]:
+        if not views:
+            return {}
+        full = self.require_family().full_units
+        p_max = self.largest_fitting_rate(views, self.widths)
+        made: dict[float, Assignment] = {}
+        out: dict[int, Assignment] = {}
+        for view in views:
+            width = p_max[view.client_id]
+            if width not in made:
+                units = self.uniform_units(width)
+                made[width] = Assignment() if units == full else self.assignment_for(first_k(units))
+            out[view.client_id] = made[width]
+        return out
+
+    def client_weight(self, num_examples: int) -> float:
+        return float(num_examples)  # Flower's fjord_average weights by examples
+
+    # ------------------------------------------------------------------------------------------ client side
+    def allowed_widths(self, units: tuple[int, ...] | None) -> tuple[float, ...]:
+        """The widths a client whose model has ``units`` (``None``: the full model) samples from: those ``<= p_max``,
+        where ``p_max`` is the largest width whose uniform units are the client model's."""
+        family = self.require_family()
+        own = family.full_units if units is None else tuple(units)
+        widths = self.widths
+        matching = [w for w in widths if self.uniform_units(w) == own]
+        if not matching:
+            raise ValueError(f"fjord: the client model's units {own} are no uniform width of {list(widths)}")
+        p_max = max(matching)
+        return tuple(w for w in widths if w <= p_max)
+
+    def width_sequence(self, task: TrainTask, num_batches: int) -> list[float]:
+        """The widths the client of ``task`` trains its first ``num_batches`` batches at (the sampler alone)."""
+        allowed = self.allowed_widths(task.assignment.units)
+        rng = derive_rng(task.seed, "fjord", task.round_idx, task.client_id)
+        return [allowed[int(rng.integers(len(allowed)))] for _ in range(num_batches)]
+
+    def _width_model(self, units: tuple[int, ...]) -> tuple[nn.Module, dict[str, TensorSlice]]:
+        """The module of the ``units`` sub-model and its first-k slices, built once per host and unit tuple (the
+        module's own weights are never used: ``functional_call`` replaces them)."""
+        cached = self._width_models.get(units)
+        if cached is None:
+            family = self.require_family()
+            with torch.random.fork_rng(devices=[]):  # the init draws must not touch the global generator
+                module = family.build(units)
+            module.requires_grad_(False)
+            cached = self._width_models[units] = (module, family.slices(first_k(units)))
+        cached[0].train()
+        return cached
+
+    def _sub_forward(self, client: nn.Module, units: tuple[int, ...]) -> _Forward:
+        """``x -> logits`` of the first-k ``units`` sub-model whose tensors are views of ``client``'s leading slices."""
+        module, slices = self._width_model(units)
+        tensors = {**dict(client.named_parameters()), **dict(client.named_buffers())}
+        shared: dict[str, torch.Tensor] = {}
+        for name, target in [*module.named_parameters(), *module.named_buffers()]:
+            source = tensors[name]
+            tslice = slices.get(name)
+            if tslice is not None:
+                prefix: list[slice] = []
+                for idx in tslice.index:
+                    if idx is None:
+                        prefix.append(slice(None))
+                        continue
+                    if not np.array_equal(idx, np.arange(len(idx))):
+                        raise ValueError(f"fjord: {name} is not a leading slice")
+                    prefix.append(slice(0, len(idx)))
+                source = source[tuple(prefix)]
+            if source.shape != target.shape:
+                raise ValueError(f"fjord: {name} has shape {tuple(source.shape)}, the width model wants {target.shape}")
+            shared[name] = source
+        kwargs = {"all_positions": True} if self.train.sequence_loss == "all" else {}
+
+        def forward(x: torch.Tensor) -> torch.Tensor:
+            logits: torch.Tensor = functional_call(module, shared, (x,), kwargs)
+            return logits
+
+        return forward
+
+    def _logits(self, model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        logits: torch.Tensor = model(x, all_positions=True) if self.train.sequence_loss == "all" else model(x)
+        return logits
+
+    def _cross_entropy(self, logits: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Hard-label cross-entropy, as ``Algorithm.local_loss`` forms it from the logits."""
+        if self.train.sequence_loss == "all":
+            targets = torch.cat([x[:, 1:], y[:, None]], dim=1)
+            return nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
+        return nn.functional.cross_entropy(logits, y)
+
+    def _soft_cross_entropy(self, logits: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+        """Cross-entropy against the soft targets ``softmax(teacher)`` (no temperature), per position."""
+        soft = torch.softmax(teacher.detach(), dim=-1)
+        return nn.functional.cross_entropy(logits.flatten(0, -2), soft.flatten(0, -2))
+
+    def local_train(
+        self,
+        model: nn.Module,
+        x: np.ndarray,
+        y: np.ndarray,
+        task: TrainTask,
+        input_spec: InputSpec,
+    ) -> ClientUpdate:
+        """Ordered-dropout training of the client's ``p_max`` model (see module docstring); the batches are the base
+        loop's, and the widths come from ``derive_rng(seed, "fjord", round, client)`` (``width_sequence``)."""
+        cfg = self.train
+        family = self.require_family()
+        own = family.full_units if task.assignment.units is None else tuple(task.assignment.units)
+        allowed = self.allowed_widths(task.assignment.units)
+        width_units = {w: self.uniform_units(w) for w in allowed}
+        width_rng = derive_rng(task.seed, "fjord", task.round_idx, task.client_id)
+        inputs = to_input(x, input_spec)
+        labels = torch.from_numpy(np.asarray(y, dtype=np.int64))
+        gen = derive_torch_generator(task.seed, "train", task.round_idx, task.client_id)
+        params = [p for p in model.parameters() if p.requires_grad]
+        opt = self.make_optimizer(params, task.lr)
+        model.train()
+        n = len(labels)
+        steps, loss_sum = 0, 0.0
+        for _epoch in range(cfg.epochs):
+            order = torch.randperm(n, generator=gen)
+            for start in range(0, n, cfg.batch_size):
+                if cfg.max_steps and steps >= cfg.max_steps:
+                    break
+                idx = order[start : start + cfg.batch_size]
+                xb, yb = inputs[idx], labels[idx]
+                units = width_units[allowed[int(width_rng.integers(len(allowed)))]]
+                opt.zero_grad(set_to_none=True)
+                if units == own:
+                    loss = self.local_loss(model, xb, yb, task)
+                    loss.backward()  # type: ignore[no-untyped-call]  # torch stubs leave backward untyped
+                else:
+                    forward = self._sub_forward(model, units)  # fresh views of the client's current tensors
+                    if self.config.kd:
+                        teacher = self._logits(model, xb)
+                        loss = self._cross_entropy(teacher, xb, yb)
+                        loss.backward()  # type: ignore[no-untyped-call]
+                        self._soft_cross_entropy(forward(xb), teacher).backward()  # type: ignore[no-untyped-call]
+                    else:
+                        loss = self._cross_entropy(forward(xb), xb, yb)
+                        loss.backward()  # type: ignore[no-untyped-call]
+                if cfg.grad_clip_norm > 0:
+                    nn.utils.clip_grad_norm_(params, cfg.grad_clip_norm)
+                opt.step()
+                loss_sum += float(loss.detach())
+                steps += 1
+        values = {k: v.detach().clone() for k, v in model.state_dict().items() if v.is_floating_point()}
+        return ClientUpdate(
+            client_id=task.client_id,
+            weight=self.client_weight(n),
+            values=values,
+            slices=dict(task.assignment.slices),
+            num_examples=n,
+            train_loss=loss_sum / steps if steps else float("nan"),
+            num_steps=steps,
+        )

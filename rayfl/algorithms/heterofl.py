@@ -1,0 +1,130 @@
+"""HeteroFL: Computation and Communication Efficient Federated Learning for Heterogeneous Clients.
+
+Diao, Ding, Tarokh, ICLR 2021 (arXiv:2010.01264).
+
+Each client trains the leading ``ceil(rate x width)`` units of every dimension (first-k), at the largest rate of
+``rates`` whose uniform sub-model fits its memory and bandwidth budgets; the server takes the count-normalised
+element-wise mean (uncovered elements keep their value). ``label_mask``: absent classes' logits are 0 in the local loss
+and the classifier rows of a client's labels only are aggregated (``rates.UniformRateAlgorithm``).
+
+**Static batch norm** (``static_bn``; official ``train_classifier_fed.py`` ``stats``). Clients' batch norms use batch
+statistics only (the families build them with ``track_running_stats=False``), so no running statistics are trained,
+sent or aggregated. For evaluation the server builds a copy of the global model whose batch norms track statistics,
+loads the global weights, runs it in training mode under ``no_grad`` over the whole pooled training set
+(``ServerContext.dataset``, in client-major order) and hands the running means and variances to the engine together
+with the weights (``eval_params``); the hosts evaluate with such a tracked copy (``eval_model``), in eval mode, so the
+test set is normalised with the training-set statistics. Models without batch norm (or with ``static_bn: false``) are
+evaluated as they are. The server seconds spent go to ``RoundStats.server_train_s``.
+
+Choices where the paper and the code leave room:
+
+* **Cumulative average weighted by samples.** PyTorch's ``momentum=None`` averages batch statistics with equal weight
+  per batch; here each batch's statistics enter with the weight of its sample count (the momentum of a batch of ``b``
+  samples after ``seen`` samples is ``b / seen``). With equal batches this is exactly the official average; with a
+  smaller last batch the running mean of the first norm is then exactly the mean over the training set. The running
+  variance is the sample-weighted mean of the batches' unbiased variances, as PyTorch defines it.
+* **Batches.** ``train.eval_batch_size`` sets the size: the pool is cut into ``max(1, n // eval_batch_size)`` nearly
+  equal, consecutive batches (so no batch is smaller than the batch size, and none has a single sample).
+* **Privacy.** As in the official code, the statistics come from the pooled training set (the core paper notes that a
+  real deployment would have to query clients for them).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import time
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
+import torch
+from torch import nn
+
+from rayfl.algorithms.payloads import Params, ServerState
+from rayfl.algorithms.rates import UniformRateAlgorithm
+from rayfl.config import HeteroFLConfig
+from rayfl.models.elastic.spec import FirstK, Selector
+from rayfl.models.inputs import InputSpec, to_input
+
+if TYPE_CHECKING:
+    from rayfl.models.elastic.family import ElasticFamily
+
+__all__ = ["HeteroFL", "static_bn_statistics", "tracked_global_model"]
+
+_BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
+_STAT_SUFFIXES = (".running_mean", ".running_var")
+
+
+def tracked_global_model(family: ElasticFamily) -> nn.Module | None:
+    """The full model with batch norms that track running statistics (reset to mean 0, variance 1, uninitialised
+    weights), or ``None`` when the model has no batch norm or its family cannot build tracking copies."""
+    if "track_stats" not in inspect.signature(family.build).parameters:
+        return None
+    with torch.device("meta"):  # no wasted random init: every weight is loaded by the caller
+        model: nn.Module = cast(Any, family).build(family.full_units, track_stats=True)
+    norms = [m for m in model.modules() if isinstance(m, _BATCH_NORMS)]
+    if not norms or not all(m.track_running_stats for m in norms):
+        return None
+    model = model.to_empty(device="cpu")
+    for m in norms:
+        m.reset_running_stats()
+    return model
+
+
+def static_bn_statistics(model: nn.Module, x: np.ndarray, input_spec: InputSpec, batch_size: int) -> Params:
+    """Running means and variances of every batch norm of ``model`` over the samples ``x`` (see module docstring);
+    ``model`` must hold the weights and track statistics. Returns the ``*.running_mean`` / ``*.running_var`` entries."""
+    norms = [m for m in model.modules() if isinstance(m, _BATCH_NORMS)]
+    for m in norms:
+        m.reset_running_stats()
+    n = len(x)
+    if n == 0:
+        raise ValueError("static BN needs training samples")
+    model.train()
+    seen = 0
+    with torch.no_grad():
+        for rows in np.array_split(np.arange(n), max(1, n // batch_size)):
+            seen += len(rows)
+            for m in norms:
+                m.momentum = len(rows) / seen  # cumulative average weighted by samples
+            model(to_input(x[rows[0] : rows[-1] + 1], input_spec))
+    for m in norms:
+        m.momentum = None
+    return {k: v.detach().clone() for k, v in model.state_dict().items() if k.endswith(_STAT_SUFFIXES)}
+
+
+class HeteroFL(UniformRateAlgorithm):
+    """First-k sub-models at the largest fitting rate, label masking and static BN (see module docstring)."""
+
+    name = "heterofl"
+    config: HeteroFLConfig
+
+    def selector(self, round_idx: int, client_id: int) -> Selector:
+        return FirstK()
+
+    def _static_bn_model(self) -> nn.Module | None:
+        if not self.config.static_bn or self.family is None:
+            return None
+        return tracked_global_model(self.family)
+
+    def eval_model(self) -> nn.Module | None:
+        return self._static_bn_model()
+
+    def eval_params(self, state: ServerState) -> Params:
+        model = self._static_bn_model()
+        if model is None:
+            return state.params
+        began = time.perf_counter()
+        with torch.no_grad():
+            for name, tensor in model.state_dict().items():
+                if name.endswith(_STAT_SUFFIXES) or not tensor.is_floating_point():
+                    continue
+                if name not in state.params:
+                    raise KeyError(f"static BN: the global parameters lack {name!r}")
+                tensor.copy_(state.params[name])
+        ctx = self.server
+        stats = static_bn_statistics(model, ctx.dataset.x, ctx.input_spec, self.train.eval_batch_size)
+        spent = time.perf_counter() - began
+        previous = self._server_train_s
+        self._server_train_s = spent if math.isnan(previous) else previous + spent
+        return {**state.params, **stats}
