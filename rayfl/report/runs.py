@@ -171,6 +171,25 @@ class RunRecords:
         return value if value is not None else _finite(self.summary.get("wall_time_s"))
 
     @property
+    def distinct_structures(self) -> int | None:
+        """Distinct sub-model structures trained over the run (clients that ran; the full model counts as one), from
+        ``clients.csv``; None when the run has no client records or did not record structures."""
+        path = self.path / "clients.csv"
+        if not path.is_file():
+            return None
+        clients = pd.read_csv(path, dtype={"units": str, "failure": str}, keep_default_na=False)
+        if "units" not in clients.columns or "failure" not in clients.columns:
+            return None
+        ran = clients[clients["failure"] == ""]
+        return int(ran["units"].nunique())
+
+    @property
+    def over_budget(self) -> int | None:
+        """Client-rounds that trained although their model exceeded a budget (methods that ignore budgets)."""
+        column = self.column("over_budget")
+        return None if column is None else int(column.fillna(0).sum())
+
+    @property
     def total_bytes(self) -> int | None:
         """Bytes sent down plus bytes sent up over all rounds, or None when neither column exists."""
         parts = [self.column(name) for name in ("bytes_down", "bytes_up")]

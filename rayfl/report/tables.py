@@ -27,6 +27,8 @@ TABLE_COLUMNS: tuple[str, ...] = (
     "Mem util",
     "BW util",
     "Failed",
+    "Over budget",
+    "Structures",
 )
 
 _RIGHT_ALIGNED = frozenset(TABLE_COLUMNS[4:])
@@ -82,6 +84,8 @@ def _row(label: str, run: RunRecords) -> list[str]:
         format_percent(_mean(run, "memory_util")),
         format_percent(_mean(run, "bandwidth_util")),
         _failed(run),
+        _number(run.over_budget, "d"),
+        _number(run.distinct_structures, "d"),
     ]
 
 

@@ -337,3 +337,23 @@ def test_report_needs_a_run(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="at least one"):
         report([], out_dir=tmp_path)
     assert not (tmp_path / REPORT_MD).exists()
+
+
+def test_structures_and_over_budget_come_from_the_client_and_round_records(tmp_path: Path) -> None:
+    run_dir = write_run(tmp_path / "search", name="search", test_acc=[0.5, 0.6], extra_columns={"over_budget": [1, 2]})
+    pd.DataFrame(
+        {
+            "round_idx": [0, 0, 0, 1, 1],
+            "client_id": [1, 2, 3, 1, 2],
+            "failure": ["", "", "memory", "", ""],
+            "units": ["1 2", "2 2", "9 9", "1 2", ""],  # the failed client's structure does not count
+        }
+    ).to_csv(run_dir / "clients.csv", index=False)
+    run = load_run(run_dir)
+    assert run.distinct_structures == 3  # "1 2", "2 2" and the full model ""
+    assert run.over_budget == 3
+    header, *rows = markdown_table([run]).splitlines()
+    cells = [c.strip() for c in rows[1].strip("|").split("|")]
+    names = [c.strip() for c in header.strip("|").split("|")]
+    assert cells[names.index("Structures")] == "3"
+    assert cells[names.index("Over budget")] == "3"
