@@ -149,6 +149,12 @@ class CharBertConfig:
 
     name: Literal["char_bert"] = "char_bert"
     size: Literal["tiny", "mini", "small", "medium", "base", "large"] = "tiny"
+    # 0 keeps the preset's value; a positive value overrides it (CPU-sized variants of the paper's models)
+    embed_dim: int = bounded(0, ge=0)
+    depth: int = bounded(0, ge=0)
+    heads: int = bounded(0, ge=0)
+    head_dim: int = bounded(0, ge=0)
+    mlp_dim: int = bounded(0, ge=0)
     act: Literal["gelu", "relu6"] = "gelu"
     dropout: float = bounded(0.0, ge=0.0, lt=1.0)
     all_positions: bool = True  # predict the next character at every position (train.sequence_loss=all uses it)

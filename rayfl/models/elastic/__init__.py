@@ -78,7 +78,8 @@ def _femnist_cnn(cfg: Any, spec: InputSpec) -> ElasticFamily:
 def _char_bert(cfg: Any, spec: InputSpec) -> ElasticFamily:
     if spec.input_kind != "tokens":
         raise ValueError(f"model.name={cfg.name!r} needs token inputs, but the data gives {spec.input_kind}")
-    return CharBertFamily(cfg, vocab_size=spec.num_classes, seq_len=spec.sample_shape[0])
+    sizes = {k: getattr(cfg, k) or None for k in ("embed_dim", "depth", "heads", "head_dim", "mlp_dim")}
+    return CharBertFamily(cfg, vocab_size=spec.num_classes, seq_len=spec.sample_shape[0], **sizes)
 
 
 FAMILIES: dict[type[Any], Callable[[Any, InputSpec], ElasticFamily]] = {
