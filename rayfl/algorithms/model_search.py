@@ -102,12 +102,13 @@ class ModelSearchAlgorithm(SubModelAlgorithm):
         return {c.client_id: self.assignment_for(first_k(c.units)) for c in result.choices}
 
     def round_stats(self) -> RoundStats:
-        last = self._last
+        last, server_train_s = self._last, self._server_train_s
+        self._server_train_s = math.nan  # read once per round (see SubModelAlgorithm.round_stats)
         if last is None:
-            return RoundStats(server_train_s=self._server_train_s)
+            return RoundStats(server_train_s=server_train_s)
         return RoundStats(
             search_s=last.search_s,
             distinct_structures=float(last.distinct_assigned),
             hit_rate=last.hit_rate,
-            server_train_s=self._server_train_s,
+            server_train_s=server_train_s,
         )

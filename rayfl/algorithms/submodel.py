@@ -117,4 +117,7 @@ class SubModelAlgorithm(Algorithm):
         return ServerState(params=params, round_idx=new.round_idx, opt_state=new.opt_state, algo_state=new.algo_state)
 
     def round_stats(self) -> RoundStats:
-        return RoundStats(server_train_s=self._server_train_s)
+        # read once per round: a round whose clients all failed skips server_update and must not repeat the last time
+        stats = RoundStats(server_train_s=self._server_train_s)
+        self._server_train_s = math.nan
+        return stats
