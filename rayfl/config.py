@@ -79,6 +79,14 @@ class DataConfig:
     seq_len: int = bounded(80, ge=2)  # Shakespeare window (LEAF uses 80)
     edition: Literal["modern", "folio", "both"] = "modern"  # which Shakespeare files are parsed
     synthetic_samples: int = bounded(64, ge=1)  # 'synthetic': samples per client (benchmarks, tests)
+    # 'synthetic': weight of independent pixel noise in the images; below 1 they are mostly the constant 8x8 blocks
+    # whose means the labels come from, a task small conv nets learn in far fewer steps (1 = pure noise images)
+    synthetic_noise: float = bounded(1.0, ge=0.0, le=1.0)
+    # Image inputs: 'dataset' normalises every sample with the data set's channel statistics; 'client' has each client
+    # normalise its training samples to zero mean and unit variance per channel with its own statistics before
+    # training starts (paper 000, Sec. 3.3: what makes the server's N(0, 1) distillation inputs match the data).
+    # Evaluation on the server uses the data set's statistics (the server never sees a client's).
+    normalize: Literal["dataset", "client"] = "dataset"
 
 
 # ---------------------------------------------------------------------------------------------------- models
@@ -138,6 +146,12 @@ class ViTConfig:
     name: Literal["vit"] = "vit"
     size: Literal["tiny", "tiny_tiny"] = "tiny"
     patch_size: int = bounded(4, ge=1)
+    # 0 keeps the preset's value; a positive value overrides it (CPU-sized variants of the paper's models)
+    embed_dim: int = bounded(0, ge=0)
+    depth: int = bounded(0, ge=0)
+    heads: int = bounded(0, ge=0)
+    head_dim: int = bounded(0, ge=0)
+    mlp_dim: int = bounded(0, ge=0)
     act: Literal["gelu", "relu6"] = "gelu"
     dropout: float = bounded(0.0, ge=0.0, lt=1.0)
 
@@ -366,12 +380,14 @@ class ResourceConfig:
     * ``uniform``: uniform in ``[low, high]``; ``binary``: ``low`` or ``high`` with equal odds. Drawn per client and
       round (``per_round``, paper 000 settings 3-4) or once per client.
     * ``levels``: each round the sampled clients are split into ``len(values)`` equal groups, group ``i`` getting
-      ``values[i]`` (HeteroFL/FedRolex's "exactly 1/5 of the clients per model level", paper 000 settings 1-2).
+      ``values[i]`` (HeteroFL/FedRolex's "exactly 1/5 of the clients per model level", paper 000 settings 1-2);
+      every ``levels`` resource of a run with as many values puts a client in the same group.
     * ``trace``: replay logs of ``(timestamp, value)``: ``file`` (one log) or ``directory`` (every log in it, sorted by
       name), in ``format``; clients get logs round-robin (``assign: round_robin``) or at random, start at a random
       offset into the log (``offset: random``) or at 0, and the log loops at its end. ``pattern`` picks the logs
       of a directory (``*.down``).
-    * ``empirical``: values drawn per client and round from a distribution file (``format: mobilebandwidth``).
+    * ``empirical``: values drawn per client and round from a distribution file (``format: mobilebandwidth``);
+      with ``high > 0`` only the values within ``[low, high]`` are kept.
     """
 
     source: Literal["none", "constant", "uniform", "binary", "levels", "trace", "empirical"] = "none"
@@ -423,7 +439,11 @@ class BackendConfig:
     num_hosts: int = bounded(2, ge=1)  # ClientHost actors (the in-process backend emulates the same partition)
     num_shards: int = bounded(1, ge=1)  # parameter-server shard actors
     cpus_per_host: float = bounded(0.0, ge=0.0)  # 0 = the cluster's CPUs split evenly over the hosts (at most 1)
-    gpus_per_host: float = bounded(0.0, ge=0.0)
+    gpus_per_host: float = bounded(0.0, ge=0.0, le=1.0)  # GPU share Ray reserves per host; a host trains on one GPU
+    device: Literal["auto", "cpu", "cuda"] = "auto"  # auto = CUDA when the host holds a GPU share and CUDA works
+    gpu_memory_fraction: float = bounded(0.0, ge=0.0, le=1.0)  # CUDA allocator cap per host; 0 = gpus_per_host if < 1
+    placement: Literal["spread", "pack"] = "spread"  # outside a placement group: hosts over all nodes, or packed
+    start_timeout_s: float = bounded(120.0, gt=0.0)  # wait for the actors; raise it when an autoscaler adds nodes
     cpus_per_shard: float = bounded(0.0, ge=0.0)
     torch_threads: int = bounded(1, ge=1)  # intra-op threads per host; fixed so sums are reproducible
     address: str | None = None  # an existing Ray cluster ("auto" or "host:port"); None = start a local one
@@ -437,6 +457,7 @@ class ExperimentConfig:
     """One simulation: data, model, algorithm, local training, backend, rounds and output."""
 
     name: str = "experiment"
+    setting: str = ""  # a label grouping runs in reports (e.g. paper 000's "setting3"); "" = the run dir's parent
     seed: int = bounded(0, ge=0)
     rounds: int = bounded(20, ge=1)
     clients_per_round: int = bounded(10, ge=1)

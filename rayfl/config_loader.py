@@ -16,6 +16,7 @@ config keeps the resolved absolute path.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import re
@@ -31,8 +32,12 @@ from rayfl.config import ExperimentConfig
 
 __all__ = [
     "ConfigError",
+    "KeyPath",
+    "YamlSource",
     "config_to_dict",
     "dump_config",
+    "experiment_config",
+    "format_key_path",
     "load_config",
     "validate_semantics",
 ]
@@ -196,6 +201,11 @@ def _scalar_key(loader: _Loader, key_node: yaml.Node, path: KeyPath, file: str) 
 
 
 # ------------------------------------------------------------------------------------------------- context
+def format_key_path(path: KeyPath) -> str:
+    """``("a", "b", 0)`` as ``a.b[0]``, the form errors name keys in."""
+    return _format_path(path)
+
+
 def _format_path(path: KeyPath) -> str:
     text = ""
     for part in path:
@@ -213,6 +223,7 @@ class _Context:
     file: str | None
     base_dir: Path
     origins: dict[KeyPath, Origin]
+    override_dir: Path | None = None  # where relative paths set by overrides resolve; None = the working directory
 
     def origin(self, path: KeyPath) -> Origin | None:
         for end in range(len(path), -1, -1):
@@ -228,7 +239,9 @@ class _Context:
         return ConfigError(reason, _format_path(path), file=self.file, line=origin)
 
     def base_for(self, path: KeyPath) -> Path:
-        return Path.cwd() if isinstance(self.origin(path), str) else self.base_dir
+        if isinstance(self.origin(path), str):
+            return self.override_dir if self.override_dir is not None else Path.cwd()
+        return self.base_dir
 
 
 # ------------------------------------------------------------------------------------------------- schema
@@ -559,6 +572,10 @@ def _semantic_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:
     problems: list[tuple[KeyPath, str]] = []
     if cfg.backend.num_shards > MAX_SHARDS:
         problems.append((("backend", "num_shards"), f"must be <= {MAX_SHARDS}, got {cfg.backend.num_shards}"))
+    if cfg.backend.kind == "ray" and cfg.backend.device == "cuda" and cfg.backend.gpus_per_host == 0:
+        # a host that reserved no GPU share still sees every GPU (current Ray leaves CUDA_VISIBLE_DEVICES unset
+        # at zero), so all hosts would crowd the first GPU behind the scheduler's back
+        problems.append((("backend", "device"), "'cuda' on Ray needs backend.gpus_per_host > 0 (a reserved GPU share)"))
     if cfg.train.lr_schedule == "step":
         rounds = cfg.train.lr_decay_rounds
         if not rounds:
@@ -658,15 +675,25 @@ def validate_semantics(cfg: ExperimentConfig) -> None:
 
 
 # ------------------------------------------------------------------------------------------------- public API
-def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> ExperimentConfig:
-    """Read ``path`` (``None``: the defaults), apply ``a.b=c`` overrides, validate and build the config."""
-    if isinstance(overrides, str):
-        raise TypeError("overrides must be a sequence of 'a.b=c' strings, not one string")
-    file = None if path is None else str(path)
-    raw: Any = {}
-    lines: dict[KeyPath, int] = {}
-    base_dir = Path.cwd()
-    if path is not None:
+@dataclasses.dataclass
+class YamlSource:
+    """A YAML document as plain data, with where each value came from (a line of the file, or an override's text).
+
+    ``load_config`` is built on it, and other YAML schemas (sweep files) use it to get the same checks and the same
+    located errors: ``read`` a file, ``apply_override`` ``a.b=c`` texts, ``build`` a config dataclass, ``error`` at a
+    key path, and ``part`` to treat a nested mapping (an inline experiment) as a document of its own. Relative paths
+    resolve against the file's directory, or ``override_dir`` (default: the working directory) for overridden values.
+    """
+
+    data: Any
+    origins: dict[KeyPath, Origin]
+    file: str | None
+    base_dir: Path
+    override_dir: Path | None = None
+
+    @classmethod
+    def read(cls, path: str | Path) -> YamlSource:
+        file = str(path)
         source = Path(path)
         try:
             text = source.read_text(encoding="utf-8")
@@ -674,20 +701,72 @@ def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> Exper
             raise ConfigError("config file does not exist", file=file) from err
         except (OSError, UnicodeDecodeError) as err:
             raise ConfigError(f"cannot read config file: {err}", file=file) from err
-        raw, lines = _parse_yaml(text, str(path))
-        base_dir = source.absolute().parent
-    origins: dict[KeyPath, Origin] = dict(lines)
-    ctx = _Context(file=file, base_dir=base_dir, origins=origins)
-    if not isinstance(raw, dict):
-        raise ctx.error((), f"the top level must be a mapping of sections, got {_describe(raw)}")
-    for text in overrides:
-        _apply_override(raw, origins, text, file)
-    cfg: ExperimentConfig = _build(ExperimentConfig, raw, (), ctx)
+        data, lines = _parse_yaml(text, file)
+        return cls(data=data, origins=dict(lines), file=file, base_dir=source.absolute().parent)
+
+    @classmethod
+    def empty(cls) -> YamlSource:
+        """No file: every value comes from defaults or overrides."""
+        return cls(data={}, origins={}, file=None, base_dir=Path.cwd())
+
+    def _context(self) -> _Context:
+        return _Context(file=self.file, base_dir=self.base_dir, origins=self.origins, override_dir=self.override_dir)
+
+    def origin(self, key_path: KeyPath) -> Origin | None:
+        """The line (or override) that set ``key_path`` or its nearest enclosing key."""
+        return self._context().origin(key_path)
+
+    def error(self, key_path: KeyPath, reason: str) -> ConfigError:
+        return self._context().error(key_path, reason)
+
+    def part(self, key_path: KeyPath) -> YamlSource:
+        """The value at ``key_path`` as a document of its own (a copy), its origins re-rooted, same file and dirs."""
+        data: Any = self.data
+        for key in key_path:
+            data = data[key]
+        n = len(key_path)
+        origins = {p[n:]: o for p, o in self.origins.items() if p[:n] == key_path}
+        return YamlSource(
+            data=copy.deepcopy(data),
+            origins=origins,
+            file=self.file,
+            base_dir=self.base_dir,
+            override_dir=self.override_dir,
+        )
+
+    def apply_override(self, text: str) -> None:
+        """Set ``a.b=c`` (a YAML value) in the document; ``text`` becomes the origin of what it sets."""
+        if not isinstance(self.data, dict):
+            raise self.error((), f"the top level must be a mapping, got {_describe(self.data)}")
+        _apply_override(self.data, self.origins, text, self.file)
+
+    def build(self, cls: type[Any]) -> Any:
+        """Instantiate config dataclass ``cls`` from the whole document, checking keys, types and bounds."""
+        return _build(cls, self.data, (), self._context())
+
+
+def experiment_config(source: YamlSource) -> ExperimentConfig:
+    """Validate ``source`` (overrides already applied) and build the experiment config."""
+    if not isinstance(source.data, dict):
+        raise source.error((), f"the top level must be a mapping of sections, got {_describe(source.data)}")
+    cfg: ExperimentConfig = source.build(ExperimentConfig)
     problems = _semantic_problems(cfg)
     if problems:
         key_path, reason = problems[0]
-        raise ctx.error(key_path, reason)
+        raise source.error(key_path, reason)
     return cfg
+
+
+def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> ExperimentConfig:
+    """Read ``path`` (``None``: the defaults), apply ``a.b=c`` overrides, validate and build the config."""
+    if isinstance(overrides, str):
+        raise TypeError("overrides must be a sequence of 'a.b=c' strings, not one string")
+    source = YamlSource.empty() if path is None else YamlSource.read(path)
+    if not isinstance(source.data, dict):
+        raise source.error((), f"the top level must be a mapping of sections, got {_describe(source.data)}")
+    for text in overrides:
+        source.apply_override(text)
+    return experiment_config(source)
 
 
 def config_to_dict(cfg: Any) -> dict[str, Any]:

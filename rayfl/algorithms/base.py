@@ -41,7 +41,7 @@ from rayfl.algorithms.payloads import (
 )
 from rayfl.algorithms.reducers import MaskedWeightedMean
 from rayfl.config import TrainConfig
-from rayfl.models.inputs import InputSpec, to_input
+from rayfl.models.inputs import InputSpec, module_device, to_input
 from rayfl.rng import derive_torch_generator
 
 if TYPE_CHECKING:
@@ -196,11 +196,13 @@ class Algorithm:
         """Train ``model`` (already loaded with the client's weights) on one client's data.
 
         Batches are drawn by a permutation from ``derive_torch_generator(seed, "train", round, client)``, so a client's
-        training is the same wherever and whenever it runs.
+        training is the same wherever and whenever it runs. Data goes to the model's device; the permutation stays on
+        the CPU (the generator's), so the batches are the same on every device.
         """
         cfg = self.train
-        inputs = to_input(x, input_spec)
-        labels = torch.from_numpy(np.asarray(y, dtype=np.int64))
+        device = module_device(model)
+        inputs = to_input(x, input_spec, device)
+        labels = torch.from_numpy(np.asarray(y, dtype=np.int64)).to(device)
         gen = derive_torch_generator(task.seed, "train", task.round_idx, task.client_id)
         params = [p for p in model.parameters() if p.requires_grad]
         opt = self.make_optimizer(params, task.lr)
@@ -212,7 +214,7 @@ class Algorithm:
             for start in range(0, n, cfg.batch_size):
                 if cfg.max_steps and steps >= cfg.max_steps:
                     break
-                idx = order[start : start + cfg.batch_size]
+                idx = order[start : start + cfg.batch_size].to(device)
                 opt.zero_grad(set_to_none=True)
                 loss = self.local_loss(model, inputs[idx], labels[idx], task)
                 loss.backward()  # type: ignore[no-untyped-call]  # torch stubs leave backward untyped

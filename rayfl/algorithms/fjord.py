@@ -64,7 +64,7 @@ from torch.func import functional_call
 from rayfl.algorithms.payloads import Assignment, ClientUpdate, ClientView, ServerState, TensorSlice, TrainTask
 from rayfl.algorithms.submodel import SubModelAlgorithm, first_k
 from rayfl.config import FjORDConfig, TrainConfig
-from rayfl.models.inputs import InputSpec, to_input
+from rayfl.models.inputs import InputSpec, module_device, to_input
 from rayfl.rng import derive_rng, derive_torch_generator
 
 __all__ = ["FjORD"]
@@ -133,22 +133,22 @@ class FjORD(SubModelAlgorithm):
         rng = derive_rng(task.seed, "fjord", task.round_idx, task.client_id)
         return [allowed[int(rng.integers(len(allowed)))] for _ in range(num_batches)]
 
-    def _width_model(self, units: tuple[int, ...]) -> tuple[nn.Module, dict[str, TensorSlice]]:
-        """The module of the ``units`` sub-model and its first-k slices, built once per host and unit tuple (the
-        module's own weights are never used: ``functional_call`` replaces them)."""
+    def _width_model(self, units: tuple[int, ...], device: torch.device) -> tuple[nn.Module, dict[str, TensorSlice]]:
+        """The module of the ``units`` sub-model and its first-k slices, built once per host and unit tuple on the
+        client model's device (the module's own weights are never used: ``functional_call`` replaces them)."""
         cached = self._width_models.get(units)
         if cached is None:
             family = self.require_family()
             with torch.random.fork_rng(devices=[]):  # the init draws must not touch the global generator
                 module = family.build(units)
-            module.requires_grad_(False)
+            module.requires_grad_(False).to(device)
             cached = self._width_models[units] = (module, family.slices(first_k(units)))
         cached[0].train()
         return cached
 
     def _sub_forward(self, client: nn.Module, units: tuple[int, ...]) -> _Forward:
         """``x -> logits`` of the first-k ``units`` sub-model whose tensors are views of ``client``'s leading slices."""
-        module, slices = self._width_model(units)
+        module, slices = self._width_model(units, module_device(client))
         tensors = {**dict(client.named_parameters()), **dict(client.named_buffers())}
         shared: dict[str, torch.Tensor] = {}
         for name, target in [*module.named_parameters(), *module.named_buffers()]:
@@ -207,8 +207,9 @@ class FjORD(SubModelAlgorithm):
         allowed = self.allowed_widths(task.assignment.units)
         width_units = {w: self.uniform_units(w) for w in allowed}
         width_rng = derive_rng(task.seed, "fjord", task.round_idx, task.client_id)
-        inputs = to_input(x, input_spec)
-        labels = torch.from_numpy(np.asarray(y, dtype=np.int64))
+        device = module_device(model)
+        inputs = to_input(x, input_spec, device)
+        labels = torch.from_numpy(np.asarray(y, dtype=np.int64)).to(device)
         gen = derive_torch_generator(task.seed, "train", task.round_idx, task.client_id)
         params = [p for p in model.parameters() if p.requires_grad]
         opt = self.make_optimizer(params, task.lr)
@@ -220,7 +221,7 @@ class FjORD(SubModelAlgorithm):
             for start in range(0, n, cfg.batch_size):
                 if cfg.max_steps and steps >= cfg.max_steps:
                     break
-                idx = order[start : start + cfg.batch_size]
+                idx = order[start : start + cfg.batch_size].to(device)
                 xb, yb = inputs[idx], labels[idx]
                 units = width_units[allowed[int(width_rng.integers(len(allowed)))]]
                 opt.zero_grad(set_to_none=True)

@@ -35,7 +35,7 @@ from torch import nn
 from rayfl.algorithms.payloads import Assignment, ClientUpdate, ClientView, ServerState, TensorSlice, TrainTask
 from rayfl.algorithms.submodel import SubModelAlgorithm
 from rayfl.models.elastic.spec import Selection, Selector, SubModelSpec
-from rayfl.models.inputs import InputSpec
+from rayfl.models.inputs import InputSpec, module_device
 
 __all__ = ["UniformRateAlgorithm", "client_label_set"]
 
@@ -97,8 +97,9 @@ class UniformRateAlgorithm(SubModelAlgorithm):
         if not self.label_mask:
             return super().local_train(model, x, y, task, input_spec)
         labels = client_label_set(x, y, self.train.sequence_loss)
-        present = torch.zeros(input_spec.num_classes, dtype=torch.bool)
-        present[torch.as_tensor(labels, dtype=torch.long)] = True
+        device = module_device(model)
+        present = torch.zeros(input_spec.num_classes, dtype=torch.bool, device=device)
+        present[torch.as_tensor(labels, dtype=torch.long, device=device)] = True
         absent = ~present
 
         def mask_logits(_module: nn.Module, _args: Any, output: torch.Tensor) -> torch.Tensor:
@@ -125,6 +126,6 @@ class UniformRateAlgorithm(SubModelAlgorithm):
             if old is not None and old.index[0] is not None:
                 raise ValueError(f"{name}: classifier rows are already sliced; cannot restrict them to labels")
             rest = old.index[1:] if old is not None else (None,) * (value.dim() - 1)
-            values[name] = value.index_select(0, index).clone()
+            values[name] = value.index_select(0, index.to(value.device)).clone()
             slices[name] = TensorSlice((rows, *rest))
         return dataclasses.replace(update, values=values, slices=slices)

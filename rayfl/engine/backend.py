@@ -127,7 +127,7 @@ class LocalBackend:
         self.eval_batch_size = eval_batch_size
         self.shard_of = plan_shards(shapes, self.num_shards)
         self.hosts = [
-            ClientHost(h, dataset, model_cfg, algorithm, backend_cfg.torch_threads, init_seed, compression)
+            ClientHost(h, dataset, model_cfg, algorithm, backend_cfg, init_seed, compression)
             for h in range(self.num_hosts)
         ]
         self.shards = [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +48,9 @@ def build_setup(cfg: ExperimentConfig, dataset: FederatedDataset | None = None, 
         from rayfl.data import build_federated_dataset
 
         dataset = build_federated_dataset(cfg.data, cfg.seed, cache_dir)
+    if dataset.meta.get("normalize", "dataset") != cfg.data.normalize:
+        # the client hosts read it from the data set they are given (``ClientHost._spec_of``)
+        dataset = dataclasses.replace(dataset, meta={**dataset.meta, "normalize": cfg.data.normalize})
     if dataset.num_clients < 1:
         raise ValueError(f"data: {cfg.data.name!r} produced no clients")
     spec = InputSpec.of(dataset.input_kind, dataset.num_classes, dataset.x, dataset.meta)

@@ -3,15 +3,21 @@
 The same class serves both backends: the Ray backend wraps it in an actor (one per core or GPU share), the in-process
 backend instantiates it directly. A host receives the whole data set once (a zero-copy view of Ray's object store)
 and per round only task descriptions plus one reference to the global parameters.
+
+Devices: a host computes on the device ``engine/device.py`` chooses (the CPU unless it holds a GPU share). Its models
+live there; global parameters arrive and updates leave as CPU tensors, so partial sums, compression, the shards and
+everything after them are the same on every device. Algorithms put a batch where the model is.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import math
 import time
 import warnings
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,12 +29,15 @@ from rayfl.algorithms.compression import compress_update, upload_bytes
 from rayfl.algorithms.payloads import Assignment, ClientOutcome, ClientUpdate, TrainTask
 from rayfl.algorithms.reducers import Partial, params_bytes, split_partial
 from rayfl.algorithms.submodel import first_k
-from rayfl.config import CompressionConfig, ModelConfig
+from rayfl.config import BackendConfig, CompressionConfig, ModelConfig
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine.allocator import tune_allocator
+from rayfl.engine.device import use_device
 from rayfl.models import InputSpec, build_model, to_input
 from rayfl.models.elastic import FAMILIES, ElasticFamily, build_family
 from rayfl.models.elastic.family import gather
+from rayfl.models.inputs import client_spec
+from rayfl.rng import derive_seed
 
 __all__ = ["ClientHost", "EvalStats", "NumpyParams"]
 
@@ -53,6 +62,17 @@ def as_tensors(params: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:
         return {k: torch.from_numpy(v) for k, v in params.items()}
 
 
+@contextlib.contextmanager
+def _seeded_rng(task: TrainTask, device: torch.device) -> Iterator[None]:
+    """Torch's global generators (dropout, anything an algorithm draws without its own generator) seeded from
+    ``(seed, "local", round, client)`` while a client trains, and restored afterwards: a client's training is the same
+    on whichever host, backend or order it runs."""
+    devices = [device] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(derive_seed(task.seed, "local", task.round_idx, task.client_id))
+        yield
+
+
 class ClientHost:
     """Hosts the virtual clients of one partition: trains them with the algorithm's hooks, pre-aggregates results."""
 
@@ -62,7 +82,7 @@ class ClientHost:
         dataset: FederatedDataset,
         model_cfg: ModelConfig,
         algorithm: Algorithm,
-        torch_threads: int,
+        backend_cfg: BackendConfig,
         init_seed: int,
         compression: CompressionConfig | None = None,
     ) -> None:
@@ -70,12 +90,15 @@ class ClientHost:
         self.host_id = host_id
         self.dataset = dataset
         self.algorithm = algorithm
-        self.torch_threads = torch_threads
+        self.torch_threads = backend_cfg.torch_threads
+        self.device = use_device(
+            backend_cfg.device, backend_cfg.gpus_per_host, backend_cfg.gpu_memory_fraction, host_id=host_id
+        )
         self.compression = compression or CompressionConfig()  # upload compression of every client's update
         self.input_spec = InputSpec.of(dataset.input_kind, dataset.num_classes, dataset.x, dataset.meta)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(init_seed)  # the host's template; its weights are always overwritten before use
-            self.model: nn.Module = build_model(model_cfg, self.input_spec)
+            self.model: nn.Module = build_model(model_cfg, self.input_spec).to(self.device)
         # sub-model assignments (``Assignment.units``) need the model's elastic family
         self.family: ElasticFamily | None = (
             build_family(model_cfg, self.input_spec) if type(model_cfg) in FAMILIES else None
@@ -83,6 +106,10 @@ class ClientHost:
         algorithm.bind_client(self.family, self.input_spec)
         self._sub_models: OrderedDict[tuple[int, ...], nn.Module] = OrderedDict()
         self._eval_model: nn.Module | None = None  # the algorithm's evaluation model, built on first use
+        # data.normalize=client: each client's own channel statistics, computed once on first use (a client's
+        # training data never changes, so this is "before training starts" for that client)
+        self._per_client_norm = dataset.meta.get("normalize") == "client" and dataset.input_kind != "tokens"
+        self._client_specs: dict[int, InputSpec] = {}
 
     def ready(self) -> int:
         """Round-trip used to wait for actor start-up."""
@@ -106,7 +133,7 @@ class ClientHost:
         if model is None:
             with torch.device("meta"):
                 model = self.family.build(assignment.units)  # no wasted random init: every tensor is loaded below
-            model = model.to_empty(device="cpu")
+            model = model.to_empty(device=self.device)
         self._sub_models[assignment.units] = model
         while len(self._sub_models) > _SUB_MODEL_CACHE:
             self._sub_models.popitem(last=False)
@@ -138,7 +165,8 @@ class ClientHost:
             model = self._model_for(task.assignment, base)
             bytes_down = params_bytes({k: v for k, v in model.state_dict().items() if v.is_floating_point()})
             x, y = self.dataset.client_train(task.client_id)
-            update = self.algorithm.local_train(model, x, y, task, self.input_spec)
+            with _seeded_rng(task, self.device):
+                update = _on_cpu(self.algorithm.local_train(model, x, y, task, self._spec_of(task.client_id, x)))
             train_wall_s = time.perf_counter() - began
             failure = None if _finite(update) else "nan_update"
             if failure is None and self.compression.kind != "none":
@@ -159,6 +187,16 @@ class ClientHost:
                 )
             )
         return (*split_partial(partial, shard_of, num_shards), outcomes)
+
+    def _spec_of(self, client_id: int, x: np.ndarray) -> InputSpec:
+        """The input spec a client's training samples are converted with (its own statistics under
+        ``data.normalize: client``)."""
+        if not self._per_client_norm:
+            return self.input_spec
+        spec = self._client_specs.get(client_id)
+        if spec is None:
+            spec = self._client_specs[client_id] = client_spec(self.input_spec, x)
+        return spec
 
     def _bytes_up(self, update: ClientUpdate) -> int:
         """Bytes the client uploads: its values as they are, or their compressed encoding."""
@@ -184,7 +222,7 @@ class ClientHost:
         else:
             if self._eval_model is None:
                 built = self.algorithm.eval_model()
-                self._eval_model = self.model if built is None else built
+                self._eval_model = self.model if built is None else built.to(self.device)
             model = self._eval_model
             self._load(as_tensors(params), model)
         model.eval()
@@ -194,12 +232,19 @@ class ClientHost:
         with torch.no_grad():
             for i, b in enumerate(batch_ids):
                 lo, hi = b * batch_size, min((b + 1) * batch_size, len(ds.y_test))
-                logits = model(to_input(ds.x_test[lo:hi], self.input_spec))
-                labels = torch.from_numpy(np.asarray(ds.y_test[lo:hi], dtype=np.int64))
+                logits = model(to_input(ds.x_test[lo:hi], self.input_spec, self.device))
+                labels = torch.from_numpy(np.asarray(ds.y_test[lo:hi], dtype=np.int64)).to(self.device)
                 loss_sum[i] = float(nn.functional.cross_entropy(logits, labels, reduction="sum"))
                 correct[i] = int((logits.argmax(dim=1) == labels).sum())
                 count[i] = hi - lo
         return EvalStats(np.asarray(batch_ids, dtype=np.int64), loss_sum, correct, count)
+
+
+def _on_cpu(update: ClientUpdate) -> ClientUpdate:
+    """The update with its values on the CPU (unchanged, not copied, when they are there already)."""
+    if all(v.device.type == "cpu" for v in update.values.values()):
+        return update
+    return dataclasses.replace(update, values={k: v.cpu() for k, v in update.values.items()})
 
 
 def _finite(update: ClientUpdate) -> bool:

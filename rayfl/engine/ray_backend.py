@@ -4,7 +4,8 @@ Per run, the data set is put in the object store once and every host maps it zer
 parameters are put once; each host gets one call with its clients' tasks and that reference, and returns one partial
 sum per shard (``num_returns = shards + 1``) which goes straight to the shards without passing through the driver.
 Shards reduce the partials in host-id order. rayfl starts a local Ray instance only if none is running and shuts
-down only what it started, so it can run inside Tune trials and users' sessions.
+down only what it started, so it can run inside Tune trials and users' sessions. Where the actors go (a Tune trial's
+placement group, spread over the cluster's nodes, or packed) is decided in ``placement.py``.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from rayfl.engine.backend import (
 )
 from rayfl.engine.host import ClientHost
 from rayfl.engine.param_server import ParamServerShard, plan_shards
+from rayfl.engine.placement import ActorSlot, PoolLayout, layout_in_group, pack_layout, spread_layout
 
 __all__ = ["RayBackend", "ensure_ray"]
 
@@ -60,18 +62,60 @@ def host_cpu_share(num_hosts: int) -> float:
     return min(1.0, math.floor(total / num_hosts * 100) / 100)
 
 
-def _wait_ready(actors: Sequence[Any], cpus: float, cfg: BackendConfig, timeout_s: float = 120.0) -> None:
+def _wait_ready(actors: Sequence[Any], layout: PoolLayout, cfg: BackendConfig) -> None:
+    timeout_s = cfg.start_timeout_s
     refs = [a.ready.remote() for a in actors]
     ready, pending = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
     if pending:
         for actor in actors:
             ray.kill(actor)
+        host = layout.hosts[0]
         raise RuntimeError(
             f"{len(pending)} of {len(refs)} Ray actors did not start within {timeout_s:.0f} s: backend.num_hosts="
-            f"{cfg.num_hosts} at {cpus} CPU and {cfg.gpus_per_host} GPU each does not fit the cluster's resources "
-            f"{ray.cluster_resources()}; lower backend.cpus_per_host / gpus_per_host or num_hosts"
+            f"{cfg.num_hosts} at {host.num_cpus} CPU and {host.num_gpus} GPU each does not fit the cluster's "
+            f"resources {ray.cluster_resources()}; lower backend.cpus_per_host / gpus_per_host or num_hosts (or raise "
+            "backend.start_timeout_s while an autoscaler adds nodes)"
         )
     ray.get(ready)
+
+
+def _plan_placement(cfg: BackendConfig) -> tuple[PoolLayout, Any, bool]:
+    """(layout, placement group or None, whether this backend created that group): the current group when running
+    inside one (a Tune trial), else a group of our own for ``placement: pack``, else none (``SPREAD``)."""
+    from ray.util.placement_group import get_current_placement_group, placement_group
+
+    group = get_current_placement_group()
+    if group is not None:
+        layout = layout_in_group(
+            group.bundle_specs, cfg.num_hosts, cfg.num_shards, cfg.cpus_per_host, cfg.gpus_per_host, cfg.cpus_per_shard
+        )
+        return layout, group, False
+    host_cpus = cfg.cpus_per_host or host_cpu_share(cfg.num_hosts)
+    args = (cfg.num_hosts, cfg.num_shards, host_cpus, cfg.gpus_per_host, cfg.cpus_per_shard)
+    if cfg.placement == "pack":
+        bundles, layout = pack_layout(*args)
+        if bundles:
+            return layout, placement_group(bundles, strategy="PACK"), True
+    return spread_layout(*args), None, False
+
+
+def _strategy(slot: ActorSlot, group: Any) -> Any:
+    """Ray's scheduling strategy for an actor of ``slot``: pinned to its bundle, or SPREAD outside any group."""
+    if group is None or slot.bundle_index is None:
+        return "SPREAD"
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    return PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=slot.bundle_index)
+
+
+def _wait_group(group: Any, timeout_s: float) -> None:
+    ready, _ = ray.wait([group.ready()], timeout=timeout_s)
+    if not ready:
+        raise RuntimeError(
+            f"backend.placement=pack: the placement group {group.bundle_specs} was not granted within "
+            f"{timeout_s:.0f} s by the cluster's resources {ray.cluster_resources()}; lower backend.cpus_per_host / "
+            "gpus_per_host or num_hosts, or use backend.placement=spread"
+        )
 
 
 class RayBackend:
@@ -95,27 +139,54 @@ class RayBackend:
         self.num_test = len(dataset.y_test)
         self.sizes = dataset.client_sizes()
         self.shard_of = plan_shards(shapes, self.num_shards)
+        self.hosts: list[Any] = []
+        self.shards: list[Any] = []
+        self._group: Any = None
+        self._own_group = False
+        try:
+            self._start_actors(dataset, model_cfg, algorithm, backend_cfg, init_seed, compression)
+        except BaseException:
+            self.close()
+            raise
+        log.info(
+            "ray backend: %d client hosts on nodes %s, %d parameter-server shards%s",
+            self.num_hosts,
+            ",".join(self.node_ids()),
+            self.num_shards,
+            "" if self._group is None else f", in placement group {self._group.id.hex()}",
+        )
+
+    def _start_actors(
+        self,
+        dataset: FederatedDataset,
+        model_cfg: ModelConfig,
+        algorithm: Algorithm,
+        backend_cfg: BackendConfig,
+        init_seed: int,
+        compression: CompressionConfig | None,
+    ) -> None:
+        layout, self._group, self._own_group = _plan_placement(backend_cfg)
+        if self._own_group:
+            _wait_group(self._group, backend_cfg.start_timeout_s)
+        group = self._group
         dataset_ref = ray.put(dataset)
-        cpus = backend_cfg.cpus_per_host or host_cpu_share(self.num_hosts)
-        host_cls = ray.remote(ClientHost).options(
-            num_cpus=cpus,
-            num_gpus=backend_cfg.gpus_per_host,
-            max_restarts=0,
-            scheduling_strategy="SPREAD",
-        )
+        host_cls, shard_cls = ray.remote(ClientHost), ray.remote(ParamServerShard)
         self.hosts = [
-            host_cls.remote(h, dataset_ref, model_cfg, algorithm, backend_cfg.torch_threads, init_seed, compression)
-            for h in range(self.num_hosts)
+            host_cls.options(
+                num_cpus=slot.num_cpus,
+                num_gpus=slot.num_gpus,
+                max_restarts=0,
+                scheduling_strategy=_strategy(slot, group),
+            ).remote(h, dataset_ref, model_cfg, algorithm, backend_cfg, init_seed, compression)
+            for h, slot in enumerate(layout.hosts)
         ]
-        shard_cls = ray.remote(ParamServerShard).options(
-            num_cpus=backend_cfg.cpus_per_shard, scheduling_strategy="SPREAD"
-        )
         self.shards = [
-            shard_cls.remote(s, [n for n, k in self.shard_of.items() if k == s], algorithm.reducer)
-            for s in range(self.num_shards)
+            shard_cls.options(num_cpus=slot.num_cpus, scheduling_strategy=_strategy(slot, group)).remote(
+                s, [n for n, k in self.shard_of.items() if k == s], algorithm.reducer
+            )
+            for s, slot in enumerate(layout.shards)
         ]
-        _wait_ready([*self.hosts, *self.shards], cpus, backend_cfg)
-        log.info("ray backend: %d client hosts, %d parameter-server shards", self.num_hosts, self.num_shards)
+        _wait_ready([*self.hosts, *self.shards], layout, backend_cfg)
 
     def train_and_reduce(self, tasks: Sequence[TrainTask], params: Params) -> tuple[Aggregate, list[ClientOutcome]]:
         params_ref = ray.put(to_numpy(params))
@@ -151,8 +222,17 @@ class RayBackend:
         )
 
     def close(self) -> None:
+        self._release()
+        if self._started:
+            ray.shutdown()
+
+    def _release(self) -> None:
+        """Kill the actors and give back a placement group this backend reserved (never a Tune trial's)."""
         for actor in [*self.hosts, *self.shards]:
             ray.kill(actor)
         self.hosts, self.shards = [], []
-        if self._started:
-            ray.shutdown()
+        if self._own_group:
+            from ray.util.placement_group import remove_placement_group
+
+            remove_placement_group(self._group)
+            self._own_group = False

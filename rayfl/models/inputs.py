@@ -1,18 +1,20 @@
 """Turning stored sample arrays into model inputs.
 
 Data is stored compactly (uint8 characters, uint8 pixels) so that it is cheap to keep in Ray's object store; this is
-the one place that converts it to what a model consumes.
+the one place that converts it to what a model consumes. The conversion itself always runs on the CPU and the result
+is then moved to the model's device, so a batch holds the same numbers on every device.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
+from torch import nn
 
-__all__ = ["InputSpec", "to_input"]
+__all__ = ["InputSpec", "client_spec", "module_device", "to_input"]
 
 
 @dataclass(frozen=True)
@@ -38,8 +40,36 @@ class InputSpec:
         )
 
 
-def to_input(x: np.ndarray, spec: InputSpec) -> torch.Tensor:
-    """Convert a batch of stored samples to a model input (a new tensor; the source may be read-only)."""
+def client_spec(spec: InputSpec, x: np.ndarray) -> InputSpec:
+    """``spec`` with the channel statistics of one client's samples ``x``, so that ``to_input`` gives that client's
+    images zero mean and unit variance per channel (``data.normalize: client``); token inputs are returned as they are.
+    Statistics are taken on the scale ``to_input`` works on (0-1 for ``uint8`` pixels), in float64."""
+    if spec.input_kind == "tokens" or len(x) == 0:
+        return spec
+    scale = 1.0 / 255.0 if x.dtype == np.uint8 else 1.0
+    axes = (0, *range(2, x.ndim))
+    values = np.asarray(x, dtype=np.float64) * scale
+    mean = values.mean(axis=axes)
+    std = np.maximum(values.std(axis=axes), 1e-6)  # a constant channel is centred, not blown up
+    return replace(spec, mean=tuple(float(v) for v in mean), std=tuple(float(v) for v in std))
+
+
+def module_device(model: nn.Module) -> torch.device:
+    """The device a model's tensors live on (the CPU for a model without any)."""
+    for param in model.parameters():
+        return param.device
+    for buffer in model.buffers():
+        return buffer.device
+    return torch.device("cpu")
+
+
+def to_input(x: np.ndarray, spec: InputSpec, device: torch.device | None = None) -> torch.Tensor:
+    """Convert a batch of stored samples to a model input on ``device`` (default: the CPU); a new tensor, since the
+    source may be read-only."""
+    return _convert(x, spec) if device is None else _convert(x, spec).to(device)
+
+
+def _convert(x: np.ndarray, spec: InputSpec) -> torch.Tensor:
     if spec.input_kind == "tokens":
         return torch.from_numpy(np.ascontiguousarray(x, dtype=np.int64))
     scale = 1.0 / 255.0 if x.dtype == np.uint8 else 1.0
