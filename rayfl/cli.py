@@ -2,8 +2,10 @@
 
 rayfl run [FILE] [key=value ...]      run an experiment (no FILE: the embedded default)
 rayfl validate FILE [key=value ...]   check a config without running it
+rayfl search FILE [key=value ...]     search-only run: assign models to budgets for the rounds, no training
+rayfl sweep [--check] FILE [key=value]  a Ray Tune sweep (key=value: sweep fields; base.KEY=V: the base experiment)
 rayfl data prepare shakespeare        build the embedded default data set into the cache
-rayfl report RUN_DIR [RUN_DIR ...]    markdown table and accuracy plot of finished runs
+rayfl report RUN_DIR [RUN_DIR ...]    markdown table and accuracy plot of finished runs (--paper: paper 000's layouts)
 rayfl traces record|show|import|synth resource traces: record this machine, inspect, convert, generate
 """
 
@@ -70,6 +72,51 @@ def _cmd_validate(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_search(ns: argparse.Namespace) -> int:
+    from rayfl.engine.search_only import run_search_only
+
+    path, overrides = _split(ns.args)
+    cfg = _load(path, overrides)
+    print(
+        f"rayfl: search-only {cfg.name!r}: {cfg.algorithm.name} on {cfg.model.name}, {cfg.rounds} rounds, "
+        f"{cfg.clients_per_round} clients per round (no training)",
+        flush=True,
+    )
+    result = run_search_only(cfg)
+    hours = result.records[-1].sim_time_s / 3600 if result.records else 0.0
+    print(
+        f"memory util {_percent(result.mean('memory_util'))} | bandwidth util {_percent(result.mean('bandwidth_util'))}"
+        f" | hit rate {_percent(result.mean('hit_rate'))} | clients fitting "
+        f"{_percent(result.mean('clients_run') / max(cfg.clients_per_round, 1))} | sim {hours:.3f} h"
+    )
+    if result.run_dir is not None:
+        print(f"results: {result.run_dir}")
+    return 0
+
+
+def _percent(value: float) -> str:
+    return "—" if not math.isfinite(value) else f"{100 * value:.1f}%"
+
+
+def _cmd_sweep(ns: argparse.Namespace) -> int:
+    from rayfl.tune import load_sweep, run_sweep
+
+    sweep = load_sweep(ns.file, ns.overrides)
+    print(
+        f"rayfl: sweep {sweep.name!r} ({sweep.config.mode}): {len(sweep.params)} swept keys, search "
+        f"{sweep.config.search}, {sweep.config.num_samples} sample(s); {len(sweep.checked)} trial configs checked",
+        flush=True,
+    )
+    if ns.check:
+        return 0
+    result = run_sweep(sweep, overrides=ns.overrides, verbose=1 if ns.verbose else 0)
+    print(result.markdown)
+    print(f"results: {result.sweep_dir} ({result.wall_s:.1f} s)")
+    for path in result.files:
+        print(f"wrote: {path}")
+    return 0 if not (result.table["status"] == "error").any() else 1
+
+
 def _cmd_data(ns: argparse.Namespace) -> int:
     from rayfl.data.shakespeare import default_cache_dir, prepare_shakespeare
 
@@ -83,7 +130,7 @@ def _cmd_report(ns: argparse.Namespace) -> int:
     from rayfl.report import report
 
     out_dir = Path(ns.out) if ns.out else None
-    text, pngs = report([Path(d) for d in ns.run_dirs], out_dir)
+    text, pngs = report([Path(d) for d in ns.run_dirs], out_dir, paper=True if ns.paper else None)
     print(text)
     for png in pngs:
         print(f"plot: {png}")
@@ -102,6 +149,14 @@ def _parser() -> argparse.ArgumentParser:
     val = sub.add_parser("validate", help="check a config without running it")
     val.add_argument("args", nargs="+", metavar="FILE | key=value")
     val.set_defaults(func=_cmd_validate)
+    search = sub.add_parser("search", help="search-only run: model assignment over the budgets, no training")
+    search.add_argument("args", nargs="+", metavar="FILE | key=value")
+    search.set_defaults(func=_cmd_search)
+    sweep = sub.add_parser("sweep", help="run a Ray Tune sweep file")
+    sweep.add_argument("file", metavar="FILE")
+    sweep.add_argument("overrides", nargs="*", metavar="key=value", help="sweep fields; base.KEY=V for the base")
+    sweep.add_argument("--check", action="store_true", help="check the sweep file and every trial's config, then stop")
+    sweep.set_defaults(func=_cmd_sweep)
     data = sub.add_parser("data", help="data sets")
     data_sub = data.add_subparsers(dest="data_command", required=True)
     prep = data_sub.add_parser("prepare", help="build a data set into the cache")
@@ -113,6 +168,12 @@ def _parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="tables and plots of finished runs")
     rep.add_argument("run_dirs", nargs="+")
     rep.add_argument("--out", default=None, help="directory for report.md and PNGs (default: the first run)")
+    rep.add_argument(
+        "--paper",
+        action="store_true",
+        help="add paper 000's Table 3, utilisation bars and per-setting curves (default: when the runs come from "
+        "more than one setting: config 'setting', else the folder holding the run)",
+    )
     rep.set_defaults(func=_cmd_report)
     _add_traces_commands(sub)
     return parser

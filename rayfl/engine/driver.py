@@ -25,7 +25,7 @@ from rayfl.engine.records import ClientRecord, RoundRecord, RunWriter, make_run_
 from rayfl.engine.sampling import sample_clients
 from rayfl.system.clock import ClientPlan
 
-__all__ = ["RunResult", "run_experiment"]
+__all__ = ["RunResult", "client_records", "mean_finite", "open_run_writer", "run_experiment"]
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ def run_experiment(
     ds, algorithm = setup.dataset, setup.algorithm
     if cfg.clients_per_round > ds.num_clients:
         raise ValueError(f"clients_per_round={cfg.clients_per_round} exceeds the {ds.num_clients} clients of the data")
-    writer = _open_writer(cfg) if write else None
+    writer = open_run_writer(cfg) if write else None
     clock = build_clock(cfg, setup)
     bind_algorithm(cfg, setup, clock)
     backend = build_backend(cfg, setup)
@@ -98,9 +98,9 @@ def run_experiment(
             now = time.perf_counter()
             # 7. Records.
             ok = [o for o in outcomes if o.failure is None]
-            client_records = _client_records(plan, outcomes, assignments)
+            clients = client_records(plan, outcomes, assignments)
             stats = algorithm.round_stats()
-            causes = [r.failure for r in client_records]
+            causes = [r.failure for r in clients]
             weights = np.array([o.num_examples for o in ok], dtype=np.float64)
             losses = np.array([o.train_loss for o in ok], dtype=np.float64)
             record = RoundRecord(
@@ -120,13 +120,13 @@ def run_experiment(
                 lr=lr,
                 sim_duration_s=sim_duration,
                 clients_sampled=len(client_ids),
-                memory_util=_mean_finite(plan.memory_util[plan.runs]),
-                bandwidth_util=_mean_finite(plan.bandwidth_util[plan.runs]),
+                memory_util=mean_finite(plan.memory_util[plan.runs]),
+                bandwidth_util=mean_finite(plan.bandwidth_util[plan.runs]),
                 failed_memory=causes.count("memory"),
                 failed_bandwidth=causes.count("bandwidth"),
                 failed_memory_dip=causes.count("memory_dip"),
                 failed_other=sum(1 for c in causes if c not in ("", "memory", "bandwidth", "memory_dip")),
-                over_budget=sum(1 for r in client_records if r.over_budget and not r.failure),
+                over_budget=sum(1 for r in clients if r.over_budget and not r.failure),
                 search_s=stats.search_s,
                 distinct_structures=stats.distinct_structures,
                 hit_rate=stats.hit_rate,
@@ -134,7 +134,7 @@ def run_experiment(
             )
             records.append(record)
             if writer is not None:
-                writer.append_clients(client_records)
+                writer.append_clients(clients)
                 writer.append(record)
             for callback in callbacks:
                 callback(record)
@@ -152,12 +152,13 @@ _NOTHING = Aggregate(params={}, coverage={}, num_clients=0)
 _MIB, _MB = 2.0**20, 1e6
 
 
-def _mean_finite(values: np.ndarray) -> float:
+def mean_finite(values: np.ndarray) -> float:
+    """The mean of the finite entries (NaN when there are none): utilisation over clients with finite budgets."""
     finite = values[np.isfinite(values)]
     return float(finite.mean()) if len(finite) else math.nan
 
 
-def _client_records(
+def client_records(
     plan: ClientPlan, outcomes: Sequence[ClientOutcome], assignments: Mapping[int, Assignment]
 ) -> list[ClientRecord]:
     """One row per sampled client: the plan's numbers, and the failure the plan or the training produced."""
@@ -196,7 +197,8 @@ def most_frequent_label_accuracy(ds: FederatedDataset) -> float:
     return float(np.mean(np.asarray(ds.y_test) == top))
 
 
-def _open_writer(cfg: ExperimentConfig) -> RunWriter:
+def open_run_writer(cfg: ExperimentConfig) -> RunWriter:
+    """A writer on a fresh run directory ``output_dir/name`` holding the resolved config."""
     from rayfl.config_loader import config_to_dict
 
     return RunWriter(make_run_dir(cfg.output_dir, cfg.name), config_to_dict(cfg))

@@ -1,0 +1,55 @@
+"""A sweep's figure: each metric of the results table against one swept key, one line per value of another.
+
+Paper 000's Figure 10 is this plot for the search-only sweep: memory utilisation, bandwidth utilisation and hit rate
+against epsilon, one line per T_max. Built like ``rayfl/report/plots.py``: a ``Figure`` with an explicit Agg canvas, no
+pyplot state.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from rayfl.tune.results import COLUMN_HEADERS, PERCENT_COLUMNS
+
+__all__ = ["plot_sweep"]
+
+log = logging.getLogger(__name__)
+
+
+def _numeric(values: pd.Series) -> pd.Series:
+    return pd.to_numeric(values, errors="coerce").astype(float)
+
+
+def plot_sweep(table: pd.DataFrame, out_png: Path, x: str, lines: str, metrics: Sequence[str]) -> Path:
+    """One panel per metric (percent for fractions): mean over trials sharing ``(x, lines)`` (repeated samples)
+    against ``x``, one line per value of ``lines`` (a single line when ``lines`` is empty)."""
+    figure = Figure(figsize=(4.2 * len(metrics), 3.8), dpi=100)
+    FigureCanvasAgg(figure)
+    groups = [(None, table)] if not lines else list(table.groupby(lines, sort=True))
+    for panel, metric in enumerate(metrics):
+        axes = figure.add_subplot(1, len(metrics), panel + 1)
+        scale = 100.0 if metric in PERCENT_COLUMNS else 1.0
+        for value, rows in groups:
+            means = rows.assign(_y=_numeric(rows[metric]) * scale).groupby(x, sort=True)["_y"].mean()
+            points = [(float(k), float(v)) for k, v in means.items() if math.isfinite(v)]
+            if not points:
+                continue
+            label = None if value is None else f"{lines.rsplit('.', 1)[-1]} = {value}"
+            axes.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=3, label=label)
+        axes.set_xlabel(x.rsplit(".", 1)[-1])
+        axes.set_ylabel(COLUMN_HEADERS.get(metric, metric) + (" (%)" if scale == 100.0 else ""))
+        axes.grid(True, alpha=0.3)
+        if lines and axes.get_legend_handles_labels()[0]:
+            axes.legend(loc="best", fontsize="small")
+    figure.tight_layout()
+    out_png.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(out_png, format="png")
+    log.info("wrote %s", out_png)
+    return out_png

@@ -1,0 +1,86 @@
+"""What one sweep trial reserves: the placement-group bundles of its driver, client hosts and parameter-server shards.
+
+A trial is one simulation whose driver (the Tune function) starts its own Ray actors. Tune creates the trial inside a
+placement group, and the Ray backend, when it finds itself in one, pins its actors to the group's bundles by index
+(``rayfl/engine/placement.py``). This module fixes that layout; both sides follow it:
+
+* bundle ``0``: the trial's driver process, ``{"CPU": driver_cpus}``;
+* bundles ``1 .. H``: client host ``h`` in bundle ``1 + h``, ``{"CPU": cpus_per_host, "GPU": gpus_per_host}`` (the
+  GPU entry only when ``gpus_per_host > 0``);
+* bundles ``H + 1 .. H + S``: parameter-server shard ``s`` in bundle ``1 + H + s``, ``{"CPU": cpus_per_shard}``, only
+  when ``cpus_per_shard > 0``. Ray refuses bundles that hold nothing, so shards that reserve no CPU get no bundle:
+  the backend creates them with ``num_cpus=0`` inside the group without a bundle of their own.
+
+``backend.cpus_per_host: 0`` means "split the cluster's CPUs over the hosts", which is right for one run on a machine
+and wrong inside a sweep (every trial would claim the whole cluster), so a sweep first replaces it by an explicit
+share (``TrialResources.cpus_per_host``, see ``trial_backend``) and the hosts then ask for exactly what their bundles
+hold. Trials on the in-process backend (``backend.kind: local``) and search-only trials run everything in the driver:
+one bundle.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Literal
+
+from rayfl.config import BackendConfig, bounded
+
+__all__ = [
+    "DEFAULT_DRIVER_CPUS",
+    "DEFAULT_HOST_CPUS",
+    "TrialResources",
+    "driver_bundles",
+    "trial_backend",
+    "trial_bundles",
+]
+
+DEFAULT_DRIVER_CPUS = 0.25  # a driver mostly waits on its hosts; small shares let trials share a 2-core machine
+DEFAULT_HOST_CPUS = 0.25
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrialResources:
+    """The ``trial_resources`` section of a sweep file: CPU shares of a trial's driver and (when the experiment leaves
+    ``backend.cpus_per_host`` at 0) of each client host, and how Tune places a trial's bundles over nodes."""
+
+    driver_cpus: float = bounded(DEFAULT_DRIVER_CPUS, gt=0.0)
+    cpus_per_host: float = bounded(DEFAULT_HOST_CPUS, gt=0.0)
+    strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"
+
+
+def trial_backend(backend: BackendConfig, resources: TrialResources) -> BackendConfig:
+    """``backend`` with an explicit host CPU share: ``cpus_per_host: 0`` becomes ``resources.cpus_per_host``."""
+    if backend.kind == "ray" and backend.cpus_per_host == 0:
+        return dataclasses.replace(backend, cpus_per_host=resources.cpus_per_host)
+    return backend
+
+
+def driver_bundles(driver_cpus: float = DEFAULT_DRIVER_CPUS) -> list[dict[str, float]]:
+    """A trial that runs everything in its driver (search-only, or the in-process backend)."""
+    if driver_cpus <= 0:
+        raise ValueError(f"driver_cpus must be > 0 (a bundle must hold something), got {driver_cpus}")
+    return [{"CPU": float(driver_cpus)}]
+
+
+def trial_bundles(backend: BackendConfig, *, driver_cpus: float = DEFAULT_DRIVER_CPUS) -> list[dict[str, float]]:
+    """The bundles of a training trial on ``backend``, in the layout of the module docstring.
+
+    Raises ``ValueError`` for ``backend.kind: ray`` with ``cpus_per_host: 0`` (pass the config through
+    ``trial_backend`` first): a host bundle must say how much it holds.
+    """
+    bundles = driver_bundles(driver_cpus)
+    if backend.kind == "local":
+        return bundles
+    if backend.cpus_per_host <= 0:
+        raise ValueError(
+            "backend.cpus_per_host is 0 ('split the cluster's CPUs'), which a trial cannot reserve: give it an "
+            "explicit share (a sweep does so from trial_resources.cpus_per_host)"
+        )
+    host: dict[str, float] = {"CPU": float(backend.cpus_per_host)}
+    if backend.gpus_per_host > 0:
+        host["GPU"] = float(backend.gpus_per_host)
+    bundles += [dict(host) for _ in range(backend.num_hosts)]
+    if backend.cpus_per_shard > 0:
+        bundles += [{"CPU": float(backend.cpus_per_shard)} for _ in range(backend.num_shards)]
+    return bundles

@@ -1,0 +1,203 @@
+"""The sweep's results table: one row per trial, built from the trials' run directories.
+
+Each row holds the trial's swept values, its status (``completed``; ``stopped`` when the scheduler ended it early;
+``error``), and figures read back from its run directory with ``rayfl.report.load_run`` (the same reader as
+``rayfl report``): final and best test accuracy, final test loss, simulated hours, memory and bandwidth utilisation
+(means over rounds), failed clients, distinct structures, hit rate and search time (model search), rounds done, wall
+time and the run directory. Reading the run directories rather than Tune's last report keeps a stopped or failed
+trial's rows as complete as its records.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import pandas as pd
+
+from rayfl.tune.metrics import TABLE_METRICS
+from rayfl.tune.space import plain
+
+__all__ = [
+    "COLUMN_HEADERS",
+    "PERCENT_COLUMNS",
+    "TrialOutcome",
+    "best_trial",
+    "markdown_table",
+    "results_table",
+    "trial_row",
+    "write_table",
+]
+
+Status = Literal["completed", "stopped", "error"]
+
+
+@dataclass(frozen=True)
+class TrialOutcome:
+    """What Tune says about a finished trial."""
+
+    name: str
+    point: dict[str, Any]
+    run_dir: Path
+    errored: bool = False
+    error: str = ""
+
+
+def _mean(series: pd.Series | None) -> float:
+    if series is None:
+        return math.nan
+    finite = series[series.map(math.isfinite)]
+    return float(finite.mean()) if len(finite) else math.nan
+
+
+def _last(series: pd.Series | None) -> float:
+    if series is None:
+        return math.nan
+    finite = series[series.map(math.isfinite)]
+    return float(finite.iloc[-1]) if len(finite) else math.nan
+
+
+def _figures(run_dir: Path) -> tuple[dict[str, float], int | None]:
+    """The table's figures for one run directory, and the rounds its config asked for (None: no readable run)."""
+    from rayfl.report import load_run
+
+    empty = dict.fromkeys(TABLE_METRICS, math.nan)
+    try:
+        run = load_run(run_dir)
+    except (FileNotFoundError, NotADirectoryError, ValueError):
+        return empty, None
+    failed, sampled = run.column("clients_failed"), run.column("clients_sampled")
+    structures = _last(run.column("distinct_structures"))
+    if not math.isfinite(structures):
+        counted = run.distinct_structures
+        structures = math.nan if counted is None else float(counted)
+    failed_sum = float(failed.fillna(0).sum()) if failed is not None else math.nan
+    sampled_sum = float(sampled.fillna(0).sum()) if sampled is not None else math.nan
+    figures = {
+        "test_acc": _none_nan(run.final_test_acc),
+        "best_test_acc": _none_nan(run.best_test_acc),
+        "test_loss": _none_nan(run.final_test_loss),
+        "sim_hours": run.sim_time_s / 3600.0,
+        "memory_util": _mean(run.column("memory_util")),
+        "bandwidth_util": _mean(run.column("bandwidth_util")),
+        "clients_failed": failed_sum,
+        "failure_rate": failed_sum / sampled_sum if sampled_sum > 0 else math.nan,
+        "distinct_structures": structures,
+        "hit_rate": _mean(run.column("hit_rate")),
+        "search_s": _mean(run.column("search_s")),
+        "rounds_done": float(run.rounds_run),
+        "wall_s": _none_nan(run.wall_time_s),
+    }
+    planned = run.config.get("rounds")
+    return figures, int(planned) if isinstance(planned, int) else None
+
+
+def _none_nan(value: float | None) -> float:
+    return math.nan if value is None else float(value)
+
+
+def trial_row(outcome: TrialOutcome) -> dict[str, Any]:
+    """One row of the table (swept values under their dotted keys)."""
+    figures, planned = _figures(outcome.run_dir)
+    status: Status = "completed"
+    if outcome.errored:
+        status = "error"
+    elif planned is None or figures["rounds_done"] < planned:
+        status = "stopped"
+    return {
+        "trial": outcome.name,
+        **{k: plain(v) for k, v in outcome.point.items()},
+        "status": status,
+        **figures,
+        "error": outcome.error,
+        "run_dir": str(outcome.run_dir),
+    }
+
+
+def results_table(outcomes: Sequence[TrialOutcome]) -> pd.DataFrame:
+    """The table, trials in name order (Tune's trial index comes first in the name)."""
+    rows = [trial_row(o) for o in sorted(outcomes, key=lambda o: o.name)]
+    return pd.DataFrame(rows)
+
+
+def write_table(table: pd.DataFrame, out_dir: Path) -> tuple[Path, Path]:
+    """``results.csv`` and ``results.parquet`` in ``out_dir``; swept values of mixed types are stored as JSON text."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    csv, parquet = out_dir / "results.csv", out_dir / "results.parquet"
+    table.to_csv(csv, index=False)
+    _arrow_safe(table).to_parquet(parquet, index=False)
+    return csv, parquet
+
+
+def _arrow_safe(table: pd.DataFrame) -> pd.DataFrame:
+    out = table.copy()
+    for column in out.columns:
+        if out[column].dtype != object:
+            continue
+        kinds = {type(v) for v in out[column] if v is not None}
+        if len(kinds - {int, float}) > 0 and kinds != {str}:
+            out[column] = [json.dumps(v) for v in out[column]]
+    return out
+
+
+def best_trial(table: pd.DataFrame, metric: str, mode: Literal["max", "min"]) -> Mapping[str, Any] | None:
+    """The row with the best finite ``metric`` (``None`` when no trial has one)."""
+    if metric not in table.columns or table.empty:
+        return None
+    values = pd.to_numeric(table[metric], errors="coerce")
+    finite = values[values.map(math.isfinite)]
+    if finite.empty:
+        return None
+    index = finite.idxmax() if mode == "max" else finite.idxmin()
+    return dict(table.loc[index])
+
+
+PERCENT_COLUMNS = {"test_acc", "best_test_acc", "memory_util", "bandwidth_util", "failure_rate", "hit_rate"}
+COLUMN_HEADERS = {
+    "test_acc": "Final acc",
+    "best_test_acc": "Best acc",
+    "test_loss": "Final loss",
+    "sim_hours": "Sim hours",
+    "memory_util": "Mem util",
+    "bandwidth_util": "BW util",
+    "clients_failed": "Failed",
+    "failure_rate": "Fail rate",
+    "distinct_structures": "Structures",
+    "hit_rate": "Hit rate",
+    "search_s": "Search ms/round",
+    "rounds_done": "Rounds",
+    "wall_s": "Wall s",
+}
+
+
+def _cell(column: str, value: Any) -> str:
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return "—"
+        if column in PERCENT_COLUMNS:
+            return f"{100.0 * value:.1f}%"
+        if column == "search_s":
+            return f"{1000.0 * value:.2f}"
+        if column in ("clients_failed", "distinct_structures", "rounds_done"):
+            return f"{value:.0f}"
+        return f"{value:.3g}" if column not in ("sim_hours", "test_loss", "wall_s") else f"{value:.3f}"
+    return str(value)
+
+
+def markdown_table(table: pd.DataFrame, param_keys: Sequence[str]) -> str:
+    """A short Markdown table: trial, swept values, status and the figures some trial has (empty columns dropped)."""
+    figures = [c for c in TABLE_METRICS if c in table.columns and table[c].map(_finite).any()]
+    columns = ["trial", *param_keys, "status", *figures]
+    head = ["Trial", *param_keys, "Status", *(COLUMN_HEADERS[c] for c in figures)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    for _, row in table.iterrows():
+        lines.append("| " + " | ".join(_cell(c, row[c]) for c in columns) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

@@ -1,0 +1,169 @@
+"""Running a sweep: Ray, Tune's ``Tuner`` over the trials, then the results table, the best trial and the plot.
+
+A sweep writes one fresh folder ``<output_dir>/<name>`` (``name-1`` ... when taken)::
+
+    sweep.yaml          the sweep file as given, plus the command-line overrides
+    trials/<trial>/     one normal run directory per trial (``rayfl report`` reads them)
+    tune/               Tune's own records
+    results.csv, results.parquet, results.md    one row per trial
+    <plot.file>         when the sweep file asks for a plot
+
+rayfl connects to the Ray cluster the base experiment names (``backend.address``) or starts a local one, and shuts
+down only a Ray it started. Before Tune starts it checks that one trial's bundles fit the cluster: Tune would
+otherwise wait forever for a placement group that can never be granted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from rayfl.engine.records import make_run_dir
+from rayfl.tune.plots import plot_sweep
+from rayfl.tune.results import TrialOutcome, best_trial, markdown_table, results_table, write_table
+from rayfl.tune.space import point_label, tune_space
+from rayfl.tune.spec import Sweep
+from rayfl.tune.trainable import run_trial
+from rayfl.tune.trials import TrialPlan
+
+__all__ = ["SweepResult", "run_sweep"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """A finished sweep: its folder, the results table and what was written."""
+
+    sweep_dir: Path
+    table: pd.DataFrame
+    markdown: str
+    best: Mapping[str, Any] | None
+    files: list[Path]
+    wall_s: float
+
+
+def run_sweep(sweep: Sweep, *, overrides: Sequence[str] = (), verbose: int = 0) -> SweepResult:
+    """Run every trial of ``sweep`` with Tune and tabulate them; ``verbose`` is Tune's console verbosity (0-2)."""
+    import ray
+
+    from rayfl.engine.ray_backend import ensure_ray
+
+    began = time.perf_counter()
+    cfg = sweep.config
+    sweep_dir = make_run_dir(sweep.output_dir, sweep.name).absolute()
+    plan = dataclasses.replace(sweep.plan, trials_dir=sweep_dir / "trials")
+    _write_copy(sweep, overrides, sweep_dir / "sweep.yaml")
+    started = ensure_ray(sweep.checked[0].backend)
+    try:
+        _check_fits(plan, sweep, ray.cluster_resources())
+        grid = _tuner(sweep, plan, sweep_dir, verbose).fit()
+        outcomes = [_outcome(result, plan) for result in grid]
+    finally:
+        if started:
+            ray.shutdown()
+    table = results_table(outcomes)
+    files = list(write_table(table, sweep_dir))
+    keys = [p.key for p in sweep.params]
+    best = best_trial(table, cfg.metric, cfg.metric_mode)
+    text = f"# Sweep {sweep.name}\n\n" + markdown_table(table, keys) + "\n" + _best_line(best, keys, cfg.metric)
+    if cfg.plot is not None:
+        png = plot_sweep(table, sweep_dir / cfg.plot.file, cfg.plot.x, cfg.plot.lines, cfg.plot.metrics)
+        files.append(png)
+        text += f"\n![{png.stem}]({png.name})\n"
+    (sweep_dir / "results.md").write_text(text, encoding="utf-8")
+    files.append(sweep_dir / "results.md")
+    return SweepResult(sweep_dir, table, text, best, files, time.perf_counter() - began)
+
+
+def _tuner(sweep: Sweep, plan: TrialPlan, sweep_dir: Path, verbose: int) -> Any:
+    from ray import tune
+    from ray.tune.schedulers import ASHAScheduler
+    from ray.tune.search.basic_variant import BasicVariantGenerator
+
+    cfg = sweep.config
+    keys = [p.key for p in sweep.params]
+    strategy = cfg.trial_resources.strategy
+
+    def resources(config: dict[str, Any]) -> Any:
+        point = {k: config[k] for k in keys}
+        return tune.PlacementGroupFactory(plan.bundles(plan.config(point)), strategy=strategy)
+
+    def trial_name(trial: Any) -> str:
+        index = str(trial.trial_id).rsplit("_", 1)[-1]
+        return f"{index}_{point_label({k: trial.config[k] for k in keys})}" if keys else index
+
+    scheduler = None
+    if cfg.scheduler is not None:
+        s = cfg.scheduler
+        scheduler = ASHAScheduler(
+            time_attr="sim_time_s",  # simulated time, reported every round
+            metric=s.metric,
+            mode=s.mode,
+            max_t=s.max_t_s,
+            grace_period=s.grace_period_s,
+            reduction_factor=s.reduction_factor,
+        )
+    trainable = tune.with_resources(tune.with_parameters(run_trial, plan=plan), resources=resources)
+    return tune.Tuner(
+        trainable,
+        param_space=tune_space(sweep.params),
+        tune_config=tune.TuneConfig(
+            # the variant generator limits concurrency itself (TuneConfig's limit applies to Searchers only)
+            search_alg=BasicVariantGenerator(max_concurrent=cfg.max_concurrent_trials, random_state=cfg.search_seed),
+            scheduler=scheduler,
+            num_samples=cfg.num_samples,
+            trial_name_creator=trial_name,
+            trial_dirname_creator=trial_name,
+        ),
+        run_config=tune.RunConfig(
+            name="tune",
+            storage_path=str(sweep_dir),
+            verbose=verbose,
+            failure_config=tune.FailureConfig(max_failures=0),
+        ),
+    )
+
+
+def _outcome(result: Any, plan: TrialPlan) -> TrialOutcome:
+    name = Path(result.path).name
+    point = {p.key: result.config[p.key] for p in plan.params}
+    error = "" if result.error is None else f"{type(result.error).__name__}: {result.error}".splitlines()[0][:300]
+    return TrialOutcome(name, point, plan.trials_dir / name, errored=result.error is not None, error=error)
+
+
+def _check_fits(plan: TrialPlan, sweep: Sweep, cluster: Mapping[str, float]) -> None:
+    for cfg in sweep.checked:
+        bundles = plan.bundles(cfg)
+        for resource in ("CPU", "GPU"):
+            need = sum(b.get(resource, 0.0) for b in bundles)
+            have = float(cluster.get(resource, 0.0))
+            if need > have + 1e-9:
+                raise ValueError(
+                    f"{sweep.file}: a trial reserves {need:g} {resource} in {len(bundles)} bundles {bundles}, but the "
+                    f"Ray cluster has {have:g}; lower trial_resources (driver_cpus, cpus_per_host), backend.num_hosts "
+                    "or backend.gpus_per_host"
+                )
+
+
+def _best_line(best: Mapping[str, Any] | None, keys: Sequence[str], metric: str) -> str:
+    if best is None:
+        return f"Best trial: none (no trial has a finite {metric}).\n"
+    values = ", ".join(f"{k}={best[k]}" for k in keys)
+    score = f"{metric} = {best[metric]:.4g}"
+    return f"Best trial by {metric}: {best['trial']} ({values}): {score}; run dir {best['run_dir']}\n"
+
+
+def _write_copy(sweep: Sweep, overrides: Sequence[str], path: Path) -> None:
+    text = Path(sweep.file).read_text(encoding="utf-8")
+    if overrides:
+        text += "\n# command-line overrides:\n" + yaml.safe_dump({"_overrides": list(overrides)}, sort_keys=False)
+    path.write_text(text, encoding="utf-8")

@@ -1,0 +1,42 @@
+"""What a trial reports each round: accuracy and loss carried between evaluations."""
+
+from __future__ import annotations
+
+import math
+
+from rayfl.engine.records import RoundRecord
+from rayfl.tune.metrics import REPORTED_METRICS, RoundMetrics
+
+
+def record(round_idx: int, acc: float, loss: float) -> RoundRecord:
+    return RoundRecord(
+        round_idx=round_idx,
+        sim_time_s=10.0 * (round_idx + 1),
+        train_loss=1.0,
+        test_acc=acc,
+        test_loss=loss,
+        clients_run=3,
+        clients_failed=1,
+        bytes_down=0,
+        bytes_up=0,
+        wall_time_s=0.0,
+        round_wall_s=0.0,
+        train_wall_s=0.0,
+        eval_wall_s=0.0,
+        lr=0.1,
+        memory_util=0.5,
+        hit_rate=0.25,
+    )
+
+
+def test_accuracy_and_loss_are_carried_until_the_next_evaluation() -> None:
+    metrics = RoundMetrics()
+    first = metrics(record(0, math.nan, math.nan))
+    assert math.isnan(first["test_acc"]) and first["evaluated"] is False
+    second = metrics(record(1, 0.4, 2.0))
+    third = metrics(record(2, math.nan, math.nan))
+    assert (second["test_acc"], second["test_loss"], second["evaluated"]) == (0.4, 2.0, True)
+    assert (third["test_acc"], third["test_loss"], third["evaluated"]) == (0.4, 2.0, False)
+    assert third["sim_time_s"] == 30.0 and third["rounds_done"] == 3
+    assert (third["clients_run"], third["clients_failed"], third["memory_util"], third["hit_rate"]) == (3, 1, 0.5, 0.25)
+    assert set(third) == set(REPORTED_METRICS)
