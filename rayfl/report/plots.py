@@ -43,7 +43,13 @@ def _x_values(evaluated: pd.DataFrame, x: XAxis) -> list[float] | None:
     return [float(v) / 3600.0 for v in evaluated["sim_time_s"]]
 
 
-def plot_accuracy(runs: Sequence[RunRecords], out_png: str | Path, x: XAxis = "round_idx") -> Path:
+def plot_accuracy(
+    runs: Sequence[RunRecords],
+    out_png: str | Path,
+    x: XAxis = "round_idx",
+    labels: Sequence[str] | None = None,
+    title_prefix: str = "",
+) -> Path:
     """Draw test accuracy (in percent) against rounds or simulated hours, one line per run, and save a PNG.
 
     Only evaluated rounds (non-NaN ``test_acc``) are drawn. A run with a known most-frequent-class baseline
@@ -55,15 +61,20 @@ def plot_accuracy(runs: Sequence[RunRecords], out_png: str | Path, x: XAxis = "r
         runs: the loaded runs; legend labels are their names, disambiguated like the table's.
         out_png: where to write the PNG (parent directories are created).
         x: ``"round_idx"`` for the 0-based round index, ``"sim_hours"`` for simulated time in hours.
+        labels: legend labels, one per run, instead of the run names.
+        title_prefix: text put before the title (e.g. the setting the runs belong to).
 
     Returns:
         The path written.
 
     Raises:
-        ValueError: ``x`` is neither ``"round_idx"`` nor ``"sim_hours"``.
+        ValueError: ``x`` is neither ``"round_idx"`` nor ``"sim_hours"``, or ``labels`` does not have one label per
+            run.
     """
     if x not in _X_LABELS:
         raise ValueError(f"x must be 'round_idx' or 'sim_hours', got {x!r}")
+    if labels is not None and len(labels) != len(runs):
+        raise ValueError(f"labels has {len(labels)} entries for {len(runs)} runs")
     out_path = Path(out_png)
 
     figure = Figure(figsize=(8.0, 5.0), dpi=100)
@@ -71,7 +82,7 @@ def plot_accuracy(runs: Sequence[RunRecords], out_png: str | Path, x: XAxis = "r
     axes = figure.add_subplot(1, 1, 1)
 
     drawn = 0
-    for label, run in zip(unique_labels(runs), runs, strict=True):
+    for label, run in zip(unique_labels(runs) if labels is None else labels, runs, strict=True):
         if x == "sim_hours" and run.sim_time_s <= 0:
             log.warning("run %s has no simulated time; left out of the sim_hours plot", run.path)
             continue
@@ -101,7 +112,7 @@ def plot_accuracy(runs: Sequence[RunRecords], out_png: str | Path, x: XAxis = "r
     if x == "round_idx":
         axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.set_ylabel("Test accuracy (%)")
-    axes.set_title(_TITLES[x])
+    axes.set_title(title_prefix + _TITLES[x])
     axes.grid(True, alpha=0.3)
     if drawn:
         axes.legend(loc="best", fontsize="small")

@@ -205,6 +205,13 @@ def _read_rounds(run_dir: Path) -> pd.DataFrame:
     csv = run_dir / ROUNDS_CSV
     if parquet.is_file():
         frame = pd.read_parquet(parquet)
+        if csv.is_file():
+            # the CSV gets every round as it finishes, the Parquet every few rounds and at the end: a run stopped
+            # from outside (a Tune scheduler, a kill) leaves the CSV ahead
+            rows = pd.read_csv(csv)
+            if len(rows) > len(frame):
+                log.info("%s: %s has more rounds than %s (run stopped early); reading it", run_dir, ROUNDS_CSV, parquet)
+                frame = rows
     elif csv.is_file():
         log.warning("%s has no %s; reading %s instead", run_dir, ROUNDS_PARQUET, ROUNDS_CSV)
         frame = pd.read_csv(csv)

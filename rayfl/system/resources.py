@@ -94,6 +94,12 @@ class Levels(ResourceSource):
     With ``n`` clients and ``L`` levels every level gets ``n // L`` clients and the first ``n % L`` levels one more:
     exactly 1/L each when ``L`` divides the cohort. The value of a client depends on the round's cohort, which is
     what "exactly 1/5 of the sampled clients per level" means.
+
+    A level is the client's, not the resource's: the permutation does not depend on ``purpose``, so every ``levels``
+    source of a run with the same number of levels puts a client in the same group. Memory and bandwidth levels then
+    describe one device class (HeteroFL's "model complexity level", paper 000 settings 1-2: the clients of level
+    ``i`` have the memory *and* the bandwidth of the ``i``-th model), rather than two independent draws whose
+    minimum would skew the cohort towards the small levels.
     """
 
     values: tuple[float, ...]
@@ -102,7 +108,7 @@ class Levels(ResourceSource):
 
     def at(self, clients: np.ndarray, t: float, round_idx: int) -> np.ndarray:
         order = np.argsort(np.asarray(clients), kind="stable")  # canonical: independent of the caller's order
-        perm = derive_rng(self.seed, f"{self.purpose}/levels", round_idx).permutation(len(clients))
+        perm = derive_rng(self.seed, "levels", len(self.values), round_idx).permutation(len(clients))
         level = np.empty(len(clients), dtype=np.int64)
         level[order[perm]] = np.arange(len(clients)) * len(self.values) // max(len(clients), 1)
         return np.asarray(self.values, dtype=np.float64)[level]
@@ -274,6 +280,17 @@ def load_logs(cfg: ResourceConfig, kind: str) -> list[Log]:
     return logs
 
 
+def _within(samples: np.ndarray, cfg: ResourceConfig, unit: float, kind: str) -> np.ndarray:
+    """An empirical distribution restricted to ``[low, high]`` when ``high`` is set (e.g. paper 000 setting 5's
+    Wi-Fi rates "within [30, 100] Mb/s"): the tests outside the range are left out, not clipped."""
+    if cfg.high <= 0.0:
+        return samples
+    kept = samples[(samples >= cfg.low * unit) & (samples <= cfg.high * unit)]
+    if len(kept) == 0:
+        raise ValueError(f"{cfg.file}: no {kind} value of the distribution lies in [{cfg.low:g}, {cfg.high:g}]")
+    return kept
+
+
 def build_source(cfg: ResourceConfig | None, kind: str, seed: int, purpose: str) -> ResourceSource:
     """The source a ``ResourceConfig`` describes; ``kind`` is memory, bandwidth, compute or availability."""
     if cfg is None or cfg.source == "none":
@@ -290,5 +307,5 @@ def build_source(cfg: ResourceConfig | None, kind: str, seed: int, purpose: str)
 
         assert cfg.file is not None
         samples = np.asarray(load_distribution_si(Path(cfg.file), cfg.format, kind, cfg.technology)) * cfg.scale
-        return Empirical(samples, seed, purpose, cfg.per_round)
+        return Empirical(_within(samples, cfg, unit, kind), seed, purpose, cfg.per_round)
     return TraceReplay(load_logs(cfg, kind), cfg.assign, cfg.offset, seed, purpose)

@@ -62,7 +62,9 @@ def _resnet(cfg: Any, spec: InputSpec) -> ElasticFamily:
 
 def _vit(cfg: Any, spec: InputSpec) -> ElasticFamily:
     channels, size = _image(spec, cfg)
-    return ViTFamily(cfg, in_channels=channels, num_classes=spec.num_classes, image_size=size)
+    return ViTFamily(
+        cfg, in_channels=channels, num_classes=spec.num_classes, image_size=size, **_transformer_sizes(cfg)
+    )
 
 
 def _hetero_cnn(cfg: Any, spec: InputSpec) -> ElasticFamily:
@@ -78,8 +80,12 @@ def _femnist_cnn(cfg: Any, spec: InputSpec) -> ElasticFamily:
 def _char_bert(cfg: Any, spec: InputSpec) -> ElasticFamily:
     if spec.input_kind != "tokens":
         raise ValueError(f"model.name={cfg.name!r} needs token inputs, but the data gives {spec.input_kind}")
-    sizes = {k: getattr(cfg, k) or None for k in ("embed_dim", "depth", "heads", "head_dim", "mlp_dim")}
-    return CharBertFamily(cfg, vocab_size=spec.num_classes, seq_len=spec.sample_shape[0], **sizes)
+    return CharBertFamily(cfg, vocab_size=spec.num_classes, seq_len=spec.sample_shape[0], **_transformer_sizes(cfg))
+
+
+def _transformer_sizes(cfg: Any) -> dict[str, int | None]:
+    """A transformer config's size overrides; 0 (the default) keeps the preset's value."""
+    return {k: getattr(cfg, k) or None for k in ("embed_dim", "depth", "heads", "head_dim", "mlp_dim")}
 
 
 FAMILIES: dict[type[Any], Callable[[Any, InputSpec], ElasticFamily]] = {

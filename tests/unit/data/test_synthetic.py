@@ -51,3 +51,44 @@ def test_dispatcher_builds_1000_clients(tmp_path: Path) -> None:
     ds = build_federated_dataset(cfg, seed=0, cache_dir=tmp_path)
     assert ds.num_clients == 1000 and len(ds.x) == 2000
     assert ds.client_names[-1] == "client0999"
+
+
+def test_dirichlet_partition_skews_labels_and_sizes() -> None:
+    """``partition: dirichlet`` splits the same image pool as CIFAR-10 is split: label skew, unequal clients."""
+    cfg = DataConfig(name="synthetic", num_clients=20, synthetic_samples=50, partition="dirichlet", dirichlet_alpha=0.1)
+    ds = load_synthetic(cfg, seed=0)
+    pool = load_synthetic(DataConfig(name="synthetic", num_clients=20, synthetic_samples=50), seed=0)
+    assert ds.num_clients == 20 and len(ds.y) == 1000 and ds.client_sizes().min() >= 1
+    assert len(set(ds.client_sizes().tolist())) > 1
+    # the same images, regrouped: every pool image appears once
+    assert sorted(ds.y.tolist()) == sorted(pool.y.tolist())
+    assert np.array_equal(np.sort(ds.x.reshape(1000, -1), axis=0), np.sort(pool.x.reshape(1000, -1), axis=0))
+    # alpha 0.1: most clients hold few classes; an IID block of 50 holds nearly all ten
+    classes = [len(ds.client_labels(c)) for c in range(ds.num_clients)]
+    assert np.median(classes) <= 4 < min(len(pool.client_labels(c)) for c in range(pool.num_clients))
+    assert ds.meta["partition"] == "dirichlet" and ds.meta["dirichlet_alpha"] == 0.1
+    again = load_synthetic(cfg, seed=0)
+    assert np.array_equal(again.offsets, ds.offsets) and np.array_equal(again.y, ds.y)
+
+
+def test_iid_partition_is_the_consecutive_split() -> None:
+    natural = load_synthetic(DataConfig(name="synthetic", num_clients=4, synthetic_samples=6), seed=2)
+    iid = load_synthetic(DataConfig(name="synthetic", num_clients=4, synthetic_samples=6, partition="iid"), seed=2)
+    assert np.array_equal(natural.x, iid.x) and np.array_equal(natural.offsets, iid.offsets)
+
+
+def test_less_noise_keeps_the_labelling_rule_and_full_noise_the_old_images() -> None:
+    plain = load_synthetic(DataConfig(name="synthetic", num_clients=5, synthetic_samples=40), seed=3)
+    same = load_synthetic(DataConfig(name="synthetic", num_clients=5, synthetic_samples=40, synthetic_noise=1.0), 3)
+    assert np.array_equal(plain.x, same.x) and np.array_equal(plain.y, same.y)
+    smooth = load_synthetic(DataConfig(name="synthetic", num_clients=5, synthetic_samples=40, synthetic_noise=0.25), 3)
+    # labels are the teacher's on the new images: recomputing them gives the same
+    from rayfl.data.synthetic import _label
+
+    assert np.array_equal(_label(smooth.x, 3), smooth.y)
+    # the 8x8 block means now carry most of the pixel variance
+    blocks = smooth.x.reshape(200, 3, 4, 8, 4, 8).astype(np.float64)
+    within = blocks.var(axis=(3, 5)).mean()
+    assert within < 0.15 * smooth.x.astype(np.float64).var()
+    counts = np.bincount(smooth.y, minlength=10)
+    assert (counts > 0).sum() >= 8

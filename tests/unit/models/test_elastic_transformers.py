@@ -314,6 +314,27 @@ def test_overrides_and_validation() -> None:
         ViTFamily(ViTConfig(patch_size=64))
 
 
+def test_vit_config_size_overrides_reach_the_family() -> None:
+    """``model.embed_dim`` & co. in the YAML resize the ViT (0 keeps the preset), as for the character BERT."""
+    from rayfl.models.elastic import build_family
+    from rayfl.models.inputs import InputSpec
+
+    spec = InputSpec("image", 10, (3, 32, 32))
+    cfg = ViTConfig(size="tiny", patch_size=8, embed_dim=48, depth=6, heads=3, head_dim=16, mlp_dim=192)
+    fam = build_family(cfg, spec)
+    assert isinstance(fam, ViTFamily)
+    assert (fam.shape.embed_dim, fam.shape.depth, fam.shape.heads, fam.shape.head_dim, fam.shape.mlp_dim) == (
+        48,
+        6,
+        3,
+        16,
+        192,
+    )
+    preset = build_family(ViTConfig(size="tiny", depth=2), spec)
+    assert isinstance(preset, ViTFamily)
+    assert (preset.shape.embed_dim, preset.shape.depth, preset.shape.mlp_dim) == (192, 2, 768)
+
+
 # ------------------------------------------------------------------------------------------------ cost model
 class _AllPositions(nn.Module):
     def __init__(self, model: nn.Module) -> None:

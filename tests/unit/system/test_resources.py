@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
-from rayfl.system.resources import Constant, Levels, Log, RangeSource, TraceReplay, Unlimited
+from rayfl.config import ResourceConfig
+from rayfl.system.resources import (
+    Constant,
+    Empirical,
+    Levels,
+    Log,
+    RangeSource,
+    TraceReplay,
+    Unlimited,
+    build_source,
+)
 
 # a hand-made step log: 10 bit/s on [0, 2), 0 on [2, 3), 30 on [3, 4); period 4 (the last sample holds for the
 # median sampling step, 1 s)
@@ -93,6 +105,37 @@ def test_levels_give_exactly_one_fifth_per_level_every_round() -> None:
         # the value of a client does not depend on the order the cohort is given in
         shuffled = cohort[::-1]
         np.testing.assert_array_equal(src.at(shuffled, 0.0, round_idx), values[::-1])
+
+
+def test_levels_of_different_resources_put_a_client_in_the_same_group() -> None:
+    """HeteroFL's level is the device's: its memory and its bandwidth both come from level i."""
+    memory = Levels((50.0, 40.0, 30.0, 20.0, 10.0), seed=3, purpose="memory")
+    bandwidth = Levels((5.0, 4.0, 3.0, 2.0, 1.0), seed=3, purpose="bandwidth_down")
+    for round_idx in range(10):
+        cohort = np.random.default_rng(round_idx).choice(100, size=10, replace=False)
+        np.testing.assert_array_equal(memory.at(cohort, 0.0, round_idx), 10.0 * bandwidth.at(cohort, 0.0, round_idx))
+
+
+def test_empirical_range_keeps_only_values_within_low_and_high(tmp_path: Path) -> None:
+    """A ``high`` restricts an empirical distribution to the tests within ``[low, high]``; ``scale`` applies after."""
+    table = tmp_path / "wifi.csv"
+    rates = [5.0, 30.0, 55.0, 100.0, 250.0, 80.0]
+    table.write_text("network_type,bandwidth_Mbps\n" + "".join(f"WIFI,{r}\n" for r in rates), encoding="utf-8")
+
+    def samples_mbps(**kwargs: float) -> list[float]:
+        cfg = ResourceConfig(source="empirical", file=str(table), format="mobilebandwidth", **kwargs)
+        source = build_source(cfg, "bandwidth", 0, "down")
+        assert isinstance(source, Empirical)
+        return sorted(float(v) for v in source.samples / 1e6)
+
+    assert samples_mbps() == sorted(rates)
+    assert samples_mbps(low=30.0, high=100.0) == [30.0, 55.0, 80.0, 100.0]
+    assert samples_mbps(low=30.0, high=100.0, scale=0.5) == [15.0, 27.5, 40.0, 50.0]
+    cfg = ResourceConfig(source="empirical", file=str(table), format="mobilebandwidth", low=30.0, high=100.0)
+    drawn = build_source(cfg, "bandwidth", 0, "down").at(np.arange(200), 0.0, 1) / 1e6
+    assert set(drawn.tolist()) <= {30.0, 55.0, 80.0, 100.0}
+    with pytest.raises(ValueError, match="no bandwidth value"):
+        samples_mbps(low=300.0, high=400.0)
 
 
 def test_range_sources_are_pure_functions_of_client_and_round() -> None:

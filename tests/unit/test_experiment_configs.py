@@ -1,0 +1,121 @@
+"""Every shipped experiment config loads with the real loader, and the paper's CPU-sized settings mirror the full ones.
+
+Configs: every ``*.yaml`` under ``experiments/`` (but ``experiments/sweeps/``, which holds sweep files, not experiment
+configs) and under ``rayfl/configs/``. A config may point at trace files outside the repository (the real device
+traces in ``../shared/traces-real``); where such a file is absent the test is skipped and says so, while a missing
+path inside the repository, or any other problem, fails and names the file.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rayfl.config import HETEROFL_RATES, ExperimentConfig, ResourceConfig
+from rayfl.config_loader import ConfigError, load_config
+
+REPO = Path(__file__).resolve().parents[2]
+PAPER = REPO / "experiments" / "paper"
+SETTINGS = range(1, 7)
+
+
+def shipped_configs() -> list[Path]:
+    experiments = REPO / "experiments"
+    found = [p for p in experiments.rglob("*.yaml") if p.relative_to(experiments).parts[0] != "sweeps"]
+    found += (REPO / "rayfl" / "configs").rglob("*.yaml")
+    return sorted(found)
+
+
+CONFIGS = shipped_configs()
+
+
+def _missing_outside_repo(err: ConfigError) -> Path | None:
+    """The absent path an error is about, when that path lies outside the repository."""
+    match = re.search(r"does not exist \(resolved to (.+)\)$", err.reason)
+    if match is None:
+        return None
+    path = Path(match.group(1))
+    return None if path.is_relative_to(REPO) else path
+
+
+def test_the_shipped_configs_are_found() -> None:
+    names = {str(p.relative_to(REPO)) for p in CONFIGS}
+    assert "rayfl/configs/default.yaml" in names
+    for n in SETTINGS:
+        assert f"experiments/paper/setting{n}.yaml" in names
+        assert f"experiments/paper/cpu/setting{n}.yaml" in names
+    assert not any(name.startswith("experiments/sweeps/") for name in names)
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: str(p.relative_to(REPO)))
+def test_shipped_config_loads(path: Path) -> None:
+    try:
+        load_config(path)
+    except ConfigError as err:
+        absent = _missing_outside_repo(err)
+        if absent is not None:
+            pytest.skip(f"{path.relative_to(REPO)} reads {absent}, which is not on this machine")
+        pytest.fail(f"{path.relative_to(REPO)} is invalid: {err}", pytrace=False)
+
+
+def _pair(n: int) -> tuple[ExperimentConfig, ExperimentConfig]:
+    try:
+        return load_config(PAPER / f"setting{n}.yaml"), load_config(PAPER / "cpu" / f"setting{n}.yaml")
+    except ConfigError as err:
+        if _missing_outside_repo(err) is not None:
+            pytest.skip(str(err))
+        raise
+
+
+def _sources(cfg: ExperimentConfig) -> list[str | None]:
+    system = cfg.system
+    resources: list[ResourceConfig | None] = [system.memory, system.bandwidth_down, system.bandwidth_up]
+    return [None if r is None else f"{r.source}:{r.format}:{r.pattern}:{r.technology}" for r in resources]
+
+
+@pytest.mark.parametrize("n", SETTINGS)
+def test_cpu_setting_has_the_structure_of_the_full_one(n: int) -> None:
+    """Same setting label, partition, resource sources, communication limit, search space and method, training
+    recipe; only sizes (model, clients, rounds, distillation steps) and budget scales differ."""
+    full, cpu = _pair(n)
+    assert full.setting == cpu.setting == f"setting{n}"
+    assert (full.data.partition, full.data.dirichlet_alpha) == (cpu.data.partition, cpu.data.dirichlet_alpha)
+    assert _sources(full) == _sources(cpu)
+    assert full.system.comm_limit_s == cpu.system.comm_limit_s
+    assert full.model.name == cpu.model.name
+    assert type(full.algorithm) is type(cpu.algorithm)
+    for key in ("ratios", "epsilon", "t_max", "criterion", "admit"):
+        assert getattr(full.algorithm, key) == getattr(cpu.algorithm, key), key
+    assert full.algorithm.distill.enabled and cpu.algorithm.distill.enabled
+    for key in ("epochs", "batch_size", "optimizer", "lr", "momentum", "weight_decay", "lr_schedule", "lr_decay"):
+        assert getattr(full.train, key) == getattr(cpu.train, key), key
+    fractions = [r / full.rounds for r in full.train.lr_decay_rounds]
+    assert [round(f * cpu.rounds) for f in fractions] == pytest.approx(list(cpu.train.lr_decay_rounds), abs=1)
+    assert full.data.name != "synthetic"
+
+
+@pytest.mark.parametrize("path", [PAPER / "setting1.yaml", PAPER / "setting2.yaml", PAPER / "cpu" / "setting1.yaml"])
+def test_levels_give_each_client_exactly_its_heterofl_model(path: Path) -> None:
+    """Settings 1-2: the clients of level i fit HeteroFL's i-th model (memory and bandwidth) and not the (i-1)-th."""
+    from rayfl.models.elastic import CostModel, build_family
+    from rayfl.models.inputs import InputSpec
+
+    cfg = load_config(path)
+    family = build_family(cfg.model, InputSpec("image", 10, (3, 32, 32)))
+    cost = CostModel(family, cfg.train.batch_size, cfg.train.optimizer, cfg.train.momentum)
+    space = family.space
+    units = np.array([space.units([rate] * len(space.dims)) for rate in HETEROFL_RATES])
+    costs = cost.evaluate(units)
+    memory_mib = costs.peak_memory / 2.0**20 + cfg.system.memory_overhead_mib
+    mbps = 8.0 * (costs.bytes_down + costs.bytes_up) / cfg.system.comm_limit_s / 1e6
+    assert cfg.system.memory.source == cfg.system.bandwidth_down.source == "levels"
+    assert cfg.system.bandwidth_up is None  # the download levels serve uploads too
+    for budgets, needs in ((cfg.system.memory.values, memory_mib), (cfg.system.bandwidth_down.values, mbps)):
+        assert len(budgets) == len(HETEROFL_RATES)
+        for level, budget in enumerate(budgets):
+            assert needs[level] <= budget, (level, needs[level], budget)
+            if level > 0:
+                assert budget < needs[level - 1], (level, needs[level - 1], budget)
