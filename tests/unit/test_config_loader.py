@@ -156,6 +156,7 @@ def test_full_yaml_round_trips_through_dump_config(tmp_path: Path) -> None:
     dumped = yaml.safe_load(out.read_text(encoding="utf-8"))
     assert list(dumped) == [
         "name",
+        "setting",
         "seed",
         "rounds",
         "clients_per_round",
