@@ -195,15 +195,20 @@ def utilisation_markdown(grid: PaperGrid) -> str:
 
 
 # ----------------------------------------------------------------------------------------------- figures
+UTILISATION_AXIS_PCT = 150.0  # bars above it (methods that ignore budgets) are cut there and labelled with their value
+
+
 def plot_utilisation(grid: PaperGrid, out_png: str | Path) -> Path:
     """Figure 6: grouped bars of mean memory (top) and bandwidth (bottom) utilisation, one group per setting and one
-    bar per method; a missing run or a run without the column leaves a gap."""
+    bar per method; a missing run or a run without the column leaves a gap. The axis stops at 150%: a method that
+    ignores budgets (FedAvg "Largest") can need many times a budget, and its bar is cut there with its value on top."""
     out_path = Path(out_png)
     figure = Figure(figsize=(max(6.0, 1.6 * len(grid.settings) + 3.0), 7.0), dpi=100)
     FigureCanvasAgg(figure)
     width = 0.8 / max(1, len(grid.methods))
     for row, (column, title) in enumerate((("memory_util", "Memory"), ("bandwidth_util", "Bandwidth"))):
         axes = figure.add_subplot(2, 1, row + 1)
+        top = 0.0
         for i, method in enumerate(grid.methods):
             xs, ys = [], []
             for j, setting in enumerate(grid.settings):
@@ -212,7 +217,20 @@ def plot_utilisation(grid: PaperGrid, out_png: str | Path) -> Path:
                 if value is not None:
                     xs.append(j - 0.4 + (i + 0.5) * width)
                     ys.append(100.0 * value)
-            axes.bar(xs, ys, width=width, label=method)
+            bars = axes.bar(xs, [min(y, UTILISATION_AXIS_PCT) for y in ys], width=width, label=method)
+            for bar, y in zip(bars, ys, strict=True):
+                if y > UTILISATION_AXIS_PCT:
+                    axes.text(
+                        bar.get_x() + bar.get_width() / 2,
+                        UTILISATION_AXIS_PCT,
+                        f"{y:.0f}%",
+                        ha="center",
+                        va="bottom",
+                        fontsize="x-small",
+                        rotation=90,
+                    )
+            top = max([top, *ys])
+        axes.set_ylim(0.0, min(max(top, 100.0), UTILISATION_AXIS_PCT) * 1.15)
         axes.set_xticks(range(len(grid.settings)), list(grid.settings))
         axes.set_ylabel(f"{title} utilisation (%)")
         axes.grid(True, axis="y", alpha=0.3)
@@ -241,8 +259,9 @@ def plot_setting_curves(grid: PaperGrid, out_dir: str | Path) -> list[Path]:
         runs = [run for _, run in pairs]
         slug = _slug(setting)
         title = f"{setting}: "
-        pngs.append(plot_accuracy(runs, target / f"accuracy_vs_rounds_{slug}.png", "round_idx", labels, title))
+        rounds_png = target / f"accuracy_vs_rounds_{slug}.png"
+        pngs.append(plot_accuracy(runs, rounds_png, "round_idx", labels, title, shared_baseline=True))
         if any(run.sim_time_s > 0 for run in runs):
             png = target / f"accuracy_vs_sim_hours_{slug}.png"
-            pngs.append(plot_accuracy(runs, png, "sim_hours", labels, title))
+            pngs.append(plot_accuracy(runs, png, "sim_hours", labels, title, shared_baseline=True))
     return pngs

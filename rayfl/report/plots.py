@@ -49,6 +49,7 @@ def plot_accuracy(
     x: XAxis = "round_idx",
     labels: Sequence[str] | None = None,
     title_prefix: str = "",
+    shared_baseline: bool = False,
 ) -> Path:
     """Draw test accuracy (in percent) against rounds or simulated hours, one line per run, and save a PNG.
 
@@ -63,6 +64,8 @@ def plot_accuracy(
         x: ``"round_idx"`` for the 0-based round index, ``"sim_hours"`` for simulated time in hours.
         labels: legend labels, one per run, instead of the run names.
         title_prefix: text put before the title (e.g. the setting the runs belong to).
+        shared_baseline: runs on the same data share one baseline: draw it once, in grey (the first known one),
+            instead of one line per run.
 
     Returns:
         The path written.
@@ -82,6 +85,7 @@ def plot_accuracy(
     axes = figure.add_subplot(1, 1, 1)
 
     drawn = 0
+    shared: float | None = None
     for label, run in zip(unique_labels(runs) if labels is None else labels, runs, strict=True):
         if x == "sim_hours" and run.sim_time_s <= 0:
             log.warning("run %s has no simulated time; left out of the sim_hours plot", run.path)
@@ -99,7 +103,9 @@ def plot_accuracy(
         (line,) = axes.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=3, label=label)
         drawn += 1
         baseline = run.baseline_acc
-        if baseline is not None:
+        if shared_baseline:
+            shared = baseline if shared is None else shared
+        elif baseline is not None:
             axes.axhline(
                 100.0 * baseline,
                 linestyle="--",
@@ -108,6 +114,8 @@ def plot_accuracy(
                 label=f"{label} baseline",
             )
 
+    if shared is not None:
+        axes.axhline(100.0 * shared, linestyle="--", linewidth=1.0, color="grey", label="most-frequent-label baseline")
     axes.set_xlabel(_X_LABELS[x])
     if x == "round_idx":
         axes.xaxis.set_major_locator(MaxNLocator(integer=True))
