@@ -12,10 +12,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from rayfl.algorithms import round_lr
+from rayfl.algorithms.base import RoundStats
 from rayfl.algorithms.payloads import Aggregate, Assignment, ClientOutcome, ServerState, TrainTask
 from rayfl.config import ExperimentConfig
 from rayfl.data.federated import FederatedDataset
@@ -100,7 +102,6 @@ def run_experiment(
             ok = [o for o in outcomes if o.failure is None]
             clients = client_records(plan, outcomes, assignments)
             stats = algorithm.round_stats()
-            causes = [r.failure for r in clients]
             weights = np.array([o.num_examples for o in ok], dtype=np.float64)
             losses = np.array([o.train_loss for o in ok], dtype=np.float64)
             record = RoundRecord(
@@ -120,16 +121,7 @@ def run_experiment(
                 lr=lr,
                 sim_duration_s=sim_duration,
                 clients_sampled=len(client_ids),
-                memory_util=mean_finite(plan.memory_util[plan.runs]),
-                bandwidth_util=mean_finite(plan.bandwidth_util[plan.runs]),
-                failed_memory=causes.count("memory"),
-                failed_bandwidth=causes.count("bandwidth"),
-                failed_memory_dip=causes.count("memory_dip"),
-                failed_other=sum(1 for c in causes if c not in ("", "memory", "bandwidth", "memory_dip")),
-                over_budget=sum(1 for r in clients if r.over_budget and not r.failure),
-                search_s=stats.search_s,
-                distinct_structures=stats.distinct_structures,
-                hit_rate=stats.hit_rate,
+                **system_fields(plan.memory_util[plan.runs], plan.bandwidth_util[plan.runs], clients, stats),
                 server_train_s=stats.server_train_s,
             )
             records.append(record)
@@ -150,6 +142,26 @@ def run_experiment(
 
 _NOTHING = Aggregate(params={}, coverage={}, num_clients=0)
 _MIB, _MB = 2.0**20, 1e6
+
+
+def system_fields(
+    memory_util: np.ndarray, bandwidth_util: np.ndarray, clients: Sequence[ClientRecord], stats: RoundStats
+) -> dict[str, Any]:
+    """A round record's system columns, shared by training and search-only runs: mean utilisation of the clients
+    that ran, failures by cause, over-budget clients and the algorithm's search statistics."""
+    causes = [r.failure for r in clients]
+    return {
+        "memory_util": mean_finite(memory_util),
+        "bandwidth_util": mean_finite(bandwidth_util),
+        "failed_memory": causes.count("memory"),
+        "failed_bandwidth": causes.count("bandwidth"),
+        "failed_memory_dip": causes.count("memory_dip"),
+        "failed_other": sum(1 for c in causes if c not in ("", "memory", "bandwidth", "memory_dip")),
+        "over_budget": sum(1 for r in clients if r.over_budget and not r.failure),
+        "search_s": stats.search_s,
+        "distinct_structures": stats.distinct_structures,
+        "hit_rate": stats.hit_rate,
+    }
 
 
 def mean_finite(values: np.ndarray) -> float:

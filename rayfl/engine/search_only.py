@@ -39,7 +39,7 @@ from rayfl.algorithms.payloads import Params
 from rayfl.config import ExperimentConfig
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine.build import Setup, bind_algorithm, build_clock
-from rayfl.engine.driver import client_records, mean_finite, open_run_writer
+from rayfl.engine.driver import client_records, mean_finite, open_run_writer, system_fields
 from rayfl.engine.records import RoundRecord
 from rayfl.engine.sampling import sample_clients
 from rayfl.models import InputSpec, build_model
@@ -114,7 +114,6 @@ def run_search_only(
             sim_duration = clock.advance(plan, assign_s)
             clients = client_records(plan, [], assignments)
             runs = plan.runs
-            causes = [r.failure for r in clients]
             stats = algorithm.round_stats()
             now = time.perf_counter()
             record = RoundRecord(
@@ -134,16 +133,7 @@ def run_search_only(
                 lr=math.nan,
                 sim_duration_s=sim_duration,
                 clients_sampled=len(client_ids),
-                memory_util=mean_finite(plan.memory_util[runs]),
-                bandwidth_util=mean_finite(plan.bandwidth_util[runs]),
-                failed_memory=causes.count("memory"),
-                failed_bandwidth=causes.count("bandwidth"),
-                failed_memory_dip=causes.count("memory_dip"),
-                failed_other=sum(1 for c in causes if c not in ("", "memory", "bandwidth", "memory_dip")),
-                over_budget=sum(1 for r in clients if r.over_budget and not r.failure),
-                search_s=stats.search_s,
-                distinct_structures=stats.distinct_structures,
-                hit_rate=stats.hit_rate,
+                **system_fields(plan.memory_util[runs], plan.bandwidth_util[runs], clients, stats),
             )
             records.append(record)
             if writer is not None:
