@@ -24,6 +24,7 @@ them). Assignments of equal rate and equal selector are shared between clients o
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 from collections.abc import Sequence
 from typing import Any
@@ -48,12 +49,13 @@ def client_label_set(x: np.ndarray, y: np.ndarray, sequence_loss: str) -> np.nda
     return np.unique(targets)
 
 
-class UniformRateAlgorithm(SubModelAlgorithm):
-    """Largest fitting uniform rate, a per-method channel selector, optional label masking (see module docstring)."""
+class UniformRateAlgorithm(SubModelAlgorithm, abc.ABC):
+    """Largest fitting uniform rate, a per-method channel selector, optional label masking (see module docstring).
+    Abstract: each method (HeteroFL, FedRolex, FedDropout, AnyCostFL) says which channels a client keeps."""
 
+    @abc.abstractmethod
     def selector(self, round_idx: int, client_id: int) -> Selector:
         """Which units of each dimension a client keeps this round."""
-        raise NotImplementedError
 
     @property
     def rates(self) -> tuple[float, ...]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -74,7 +75,8 @@ def run_sweep(sweep: Sweep, *, overrides: Sequence[str] = (), verbose: int = 0) 
     files = list(write_table(table, sweep_dir))
     keys = [p.key for p in sweep.params]
     best = best_trial(table, cfg.metric, cfg.metric_mode)
-    text = f"# Sweep {sweep.name}\n\n" + markdown_table(table, keys) + "\n" + _best_line(best, keys, cfg.metric)
+    best_line = _best_line(best, keys, cfg.metric, sweep_dir)
+    text = f"# Sweep {sweep.name}\n\n" + markdown_table(table, keys) + "\n" + best_line
     if cfg.plot is not None:
         png = plot_sweep(table, sweep_dir / cfg.plot.file, cfg.plot.x, cfg.plot.lines, cfg.plot.metrics)
         files.append(png)
@@ -154,12 +156,14 @@ def _check_fits(plan: TrialPlan, sweep: Sweep, cluster: Mapping[str, float]) -> 
                 )
 
 
-def _best_line(best: Mapping[str, Any] | None, keys: Sequence[str], metric: str) -> str:
+def _best_line(best: Mapping[str, Any] | None, keys: Sequence[str], metric: str, sweep_dir: Path) -> str:
+    """The best trial, its run directory given relative to ``results.md`` so the file reads the same anywhere."""
     if best is None:
         return f"Best trial: none (no trial has a finite {metric}).\n"
     values = ", ".join(f"{k}={best[k]}" for k in keys)
     score = f"{metric} = {best[metric]:.4g}"
-    return f"Best trial by {metric}: {best['trial']} ({values}): {score}; run dir {best['run_dir']}\n"
+    run_dir = os.path.relpath(best["run_dir"], sweep_dir)
+    return f"Best trial by {metric}: {best['trial']} ({values}): {score}; run dir {run_dir}\n"
 
 
 def _write_copy(sweep: Sweep, overrides: Sequence[str], path: Path) -> None:
