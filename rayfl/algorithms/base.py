@@ -185,6 +185,13 @@ class Algorithm:
             return torch.optim.Adam(params, lr=lr, weight_decay=self.train.weight_decay)
         return torch.optim.SGD(params, lr=lr, momentum=self.train.momentum, weight_decay=self.train.weight_decay)
 
+    def backward_step(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, task: TrainTask) -> torch.Tensor:
+        """One batch of ``local_train``: compute the loss, back-propagate it and return it (for the reported mean).
+        The default is ``local_loss``; methods with several passes per batch (FjORD) override this."""
+        loss = self.local_loss(model, x, y, task)
+        loss.backward()  # type: ignore[no-untyped-call]  # torch stubs leave backward untyped
+        return loss
+
     def local_train(
         self,
         model: nn.Module,
@@ -216,8 +223,7 @@ class Algorithm:
                     break
                 idx = order[start : start + cfg.batch_size].to(device)
                 opt.zero_grad(set_to_none=True)
-                loss = self.local_loss(model, inputs[idx], labels[idx], task)
-                loss.backward()  # type: ignore[no-untyped-call]  # torch stubs leave backward untyped
+                loss = self.backward_step(model, inputs[idx], labels[idx], task)
                 if cfg.grad_clip_norm > 0:
                     nn.utils.clip_grad_norm_(params, cfg.grad_clip_norm)
                 opt.step()

@@ -54,6 +54,7 @@ Choices where the paper and the reference leave room:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -64,12 +65,23 @@ from torch.func import functional_call
 from rayfl.algorithms.payloads import Assignment, ClientUpdate, ClientView, ServerState, TensorSlice, TrainTask
 from rayfl.algorithms.submodel import SubModelAlgorithm, first_k
 from rayfl.config import FjORDConfig, TrainConfig
-from rayfl.models.inputs import InputSpec, module_device, to_input
-from rayfl.rng import derive_rng, derive_torch_generator
+from rayfl.models.inputs import InputSpec, module_device
+from rayfl.rng import derive_rng
 
 __all__ = ["FjORD"]
 
 _Forward = Callable[[torch.Tensor], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class _ClientWidths:
+    """The widths one client trains at this round: its own ``p_max`` units, the allowed widths and their units, and
+    the generator that draws one width per batch."""
+
+    own: tuple[int, ...]
+    allowed: tuple[float, ...]
+    units: dict[float, tuple[int, ...]]
+    rng: np.random.Generator
 
 
 class FjORD(SubModelAlgorithm):
@@ -81,6 +93,7 @@ class FjORD(SubModelAlgorithm):
     def __init__(self, config: FjORDConfig, train: TrainConfig) -> None:
         super().__init__(config, train)
         self._width_models: dict[tuple[int, ...], tuple[nn.Module, dict[str, TensorSlice]]] = {}
+        self._client_widths: _ClientWidths | None = None  # set while local_train runs
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
@@ -199,57 +212,39 @@ class FjORD(SubModelAlgorithm):
         task: TrainTask,
         input_spec: InputSpec,
     ) -> ClientUpdate:
-        """Ordered-dropout training of the client's ``p_max`` model (see module docstring); the batches are the base
-        loop's, and the widths come from ``derive_rng(seed, "fjord", round, client)`` (``width_sequence``)."""
-        cfg = self.train
+        """Ordered-dropout training of the client's ``p_max`` model (see module docstring): the base loop's batches,
+        each trained at a width drawn from ``derive_rng(seed, "fjord", round, client)`` (``width_sequence``) in
+        ``backward_step``. A host trains its clients one after another, so the client's widths live on ``self``
+        for the duration of this call."""
         family = self.require_family()
-        own = family.full_units if task.assignment.units is None else tuple(task.assignment.units)
         allowed = self.allowed_widths(task.assignment.units)
-        width_units = {w: self.uniform_units(w) for w in allowed}
-        width_rng = derive_rng(task.seed, "fjord", task.round_idx, task.client_id)
-        device = module_device(model)
-        inputs = to_input(x, input_spec, device)
-        labels = torch.from_numpy(np.asarray(y, dtype=np.int64)).to(device)
-        gen = derive_torch_generator(task.seed, "train", task.round_idx, task.client_id)
-        params = [p for p in model.parameters() if p.requires_grad]
-        opt = self.make_optimizer(params, task.lr)
-        model.train()
-        n = len(labels)
-        steps, loss_sum = 0, 0.0
-        for _epoch in range(cfg.epochs):
-            order = torch.randperm(n, generator=gen)
-            for start in range(0, n, cfg.batch_size):
-                if cfg.max_steps and steps >= cfg.max_steps:
-                    break
-                idx = order[start : start + cfg.batch_size].to(device)
-                xb, yb = inputs[idx], labels[idx]
-                units = width_units[allowed[int(width_rng.integers(len(allowed)))]]
-                opt.zero_grad(set_to_none=True)
-                if units == own:
-                    loss = self.local_loss(model, xb, yb, task)
-                    loss.backward()  # type: ignore[no-untyped-call]  # torch stubs leave backward untyped
-                else:
-                    forward = self._sub_forward(model, units)  # fresh views of the client's current tensors
-                    if self.config.kd:
-                        teacher = self._logits(model, xb)
-                        loss = self._cross_entropy(teacher, xb, yb)
-                        loss.backward()  # type: ignore[no-untyped-call]
-                        self._soft_cross_entropy(forward(xb), teacher).backward()  # type: ignore[no-untyped-call]
-                    else:
-                        loss = self._cross_entropy(forward(xb), xb, yb)
-                        loss.backward()  # type: ignore[no-untyped-call]
-                if cfg.grad_clip_norm > 0:
-                    nn.utils.clip_grad_norm_(params, cfg.grad_clip_norm)
-                opt.step()
-                loss_sum += float(loss.detach())
-                steps += 1
-        values = {k: v.detach().clone() for k, v in model.state_dict().items() if v.is_floating_point()}
-        return ClientUpdate(
-            client_id=task.client_id,
-            weight=self.client_weight(n),
-            values=values,
-            slices=dict(task.assignment.slices),
-            num_examples=n,
-            train_loss=loss_sum / steps if steps else float("nan"),
-            num_steps=steps,
+        self._client_widths = _ClientWidths(
+            own=family.full_units if task.assignment.units is None else tuple(task.assignment.units),
+            allowed=allowed,
+            units={w: self.uniform_units(w) for w in allowed},
+            rng=derive_rng(task.seed, "fjord", task.round_idx, task.client_id),
         )
+        try:
+            return super().local_train(model, x, y, task, input_spec)
+        finally:
+            self._client_widths = None
+
+    def backward_step(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, task: TrainTask) -> torch.Tensor:
+        """One batch at one width: ``p_max`` trains on the labels; a smaller width trains its leading block on the
+        labels, or (``kd``) ``p_max`` on the labels plus the smaller width on ``p_max``'s soft targets."""
+        widths = self._client_widths
+        if widths is None:
+            raise RuntimeError("FjORD.backward_step runs only inside FjORD.local_train")
+        units = widths.units[widths.allowed[int(widths.rng.integers(len(widths.allowed)))]]
+        if units == widths.own:
+            return super().backward_step(model, x, y, task)
+        forward = self._sub_forward(model, units)  # fresh views of the client's current tensors
+        if self.config.kd:
+            teacher = self._logits(model, x)
+            loss = self._cross_entropy(teacher, x, y)
+            loss.backward()  # type: ignore[no-untyped-call]  # torch stubs leave backward untyped
+            self._soft_cross_entropy(forward(x), teacher).backward()  # type: ignore[no-untyped-call]
+            return loss
+        loss = self._cross_entropy(forward(x), x, y)
+        loss.backward()  # type: ignore[no-untyped-call]
+        return loss
