@@ -16,6 +16,7 @@ from typing import Any, Literal
 __all__ = [
     "ALGORITHM_CONFIGS",
     "MODEL_CONFIGS",
+    "SUPERNET_OPS",
     "AlgorithmConfig",
     "AnyCostFLConfig",
     "BackendConfig",
@@ -30,13 +31,17 @@ __all__ = [
     "FedAvgConfig",
     "FedDropoutConfig",
     "FedRolexConfig",
+    "FedorASConfig",
+    "FedorASSearchConfig",
     "FemnistCNNConfig",
     "FjORDConfig",
     "HeteroFLConfig",
     "ModelConfig",
     "ModelSearchConfig",
+    "PhaseConfig",
     "ResNetConfig",
     "ResourceConfig",
+    "SupernetConfig",
     "SystemConfig",
     "TrainConfig",
     "ViTConfig",
@@ -183,8 +188,34 @@ class FemnistCNNConfig:
     hidden: int = bounded(2048, ge=1)
 
 
+SUPERNET_OPS = ("conv1", "ds3_e0.5", "ds3_e1", "ds3_e2", "mb1_e2", "mb3_e0.5", "mb3_e1", "mb3_e2", "identity")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SupernetConfig:
+    """FedorAS's supernet (paper 003 Sec. 3, official ``resnet_model.py``): a 3x3 stem of ``stem_channels``, then per
+    stage ``blocks_per_stage`` searchable blocks, each a choice among ``ops`` (``conv1``: standard 1x1 conv;
+    ``ds3_eE``: depthwise-separable 3x3 with expansion E; ``mbK_eE``: MBConv with kernel K and expansion E;
+    ``identity``: the block is skipped, so depth is searchable), and a strided reduction between stages that
+    multiplies the channels by ``width_mult``; global pooling and a linear classifier. The paper's CIFAR-10 space is
+    ``stem_channels: 64``, ``blocks_per_stage: [4, 4, 4, 4]`` and all nine ops."""
+
+    name: Literal["supernet"] = "supernet"
+    stem_channels: int = bounded(16, ge=1)
+    blocks_per_stage: tuple[int, ...] = (2, 2, 2)
+    width_mult: float = bounded(1.5, gt=0.0)
+    ops: tuple[str, ...] = SUPERNET_OPS
+
+
 ModelConfig = (
-    CharLSTMConfig | CharTransformerConfig | CNNConfig | ResNetConfig | ViTConfig | CharBertConfig | FemnistCNNConfig
+    CharLSTMConfig
+    | CharTransformerConfig
+    | CNNConfig
+    | ResNetConfig
+    | ViTConfig
+    | CharBertConfig
+    | FemnistCNNConfig
+    | SupernetConfig
 )
 MODEL_CONFIGS: dict[str, type[Any]] = {
     "char_lstm": CharLSTMConfig,
@@ -194,6 +225,7 @@ MODEL_CONFIGS: dict[str, type[Any]] = {
     "vit": ViTConfig,
     "char_bert": CharBertConfig,
     "femnist_cnn": FemnistCNNConfig,
+    "supernet": SupernetConfig,
 }
 
 
@@ -314,6 +346,50 @@ class ModelSearchConfig:
     distill: DistillConfig = field(default_factory=lambda: DistillConfig(enabled=True))
 
 
+@dataclass(frozen=True, kw_only=True)
+class FedorASConfig:
+    """FedorAS supernet training (paper 003 Sec. 3.2-3.3, App. D.4; ALGORITHMS.md section 10).
+
+    Tiers: clients split into ``len(tier_shares)`` tiers by these shares of a seeded shuffle (the official code's
+    4 x 25 %); the FLOPs
+    bracket of tier ``t`` comes from the sorted FLOPs of ``bracket_paths`` random paths (lower limit: the quantile
+    ``bracket_low`` of their cumulative sum, upper: the quantile ``bracket_high``, split evenly; the top tier ends at
+    the supernet's largest path). Per round one subspace whose parameters fit ``subspace_params`` (0: half of the
+    supernet's parameters, the paper's ResNet-18-sized limit for its 22.3 M supernet) is sent to every client
+    (Eq. 2); every batch trains one path drawn within the client's tier FLOPs (Eq. 3-4); OPA aggregation (Eq. 5)."""
+
+    name: Literal["fedoras"] = "fedoras"
+    tier_shares: tuple[float, ...] = (0.25, 0.25, 0.25, 0.25)
+    bracket_paths: int = bounded(100_000, ge=10)
+    bracket_low: float = bounded(0.0, ge=0.0, lt=1.0)
+    bracket_high: float = bounded(0.95, gt=0.0, le=1.0)
+    subspace_params: int = bounded(0, ge=0)
+    eval_path: Literal["largest", "smallest"] = "largest"  # the path the engine evaluates after each round
+
+
+@dataclass(frozen=True, kw_only=True)
+class FedorASSearchConfig:
+    """FedorAS's search phase (paper 003 Sec. 3.4, official ``search.py``/``nsga2.py``): per tier, a population of
+    ``population`` valid paths (inside the tier's FLOPs bracket) scored by validation accuracy with the supernet's
+    weights, then one NSGA-II generation per round of ``parents`` parents (binary tournament on rank and crowding),
+    uniform crossover and per-layer mutation with probability ``mutation``; children outside the bracket are scored by
+    their negative distance to it. ``method: random`` draws every generation's children as fresh random valid paths
+    (the paper's appendix baseline). Validation: ``val_examples`` examples drawn once from the pooled training data;
+    ``workers``: parallel evaluation tasks (Ray tasks on the Ray backend). The search's simulated server time is
+    modelled as the forward FLOPs of every evaluation over ``server_gflops`` (measured time replaces it under
+    ``system.server_time: measured``)."""
+
+    name: Literal["fedoras_search"] = "fedoras_search"
+    method: Literal["nsga2", "random"] = "nsga2"
+    population: int = bounded(128, ge=2)
+    parents: int = bounded(64, ge=2)
+    mutation: float = bounded(0.1, ge=0.0, le=1.0)
+    val_examples: int = bounded(1000, ge=1)
+    eval_batch_size: int = bounded(256, ge=1)
+    workers: int = bounded(2, ge=1)
+    server_gflops: float = bounded(1000.0, gt=0.0)
+
+
 AlgorithmConfig = (
     FedAvgConfig
     | HeteroFLConfig
@@ -322,6 +398,8 @@ AlgorithmConfig = (
     | AnyCostFLConfig
     | FjORDConfig
     | ModelSearchConfig
+    | FedorASConfig
+    | FedorASSearchConfig
 )
 ALGORITHM_CONFIGS: dict[str, type[Any]] = {
     "fedavg": FedAvgConfig,
@@ -331,6 +409,8 @@ ALGORITHM_CONFIGS: dict[str, type[Any]] = {
     "anycostfl": AnyCostFLConfig,
     "fjord": FjORDConfig,
     "model_search": ModelSearchConfig,
+    "fedoras": FedorASConfig,
+    "fedoras_search": FedorASSearchConfig,
 }
 
 
@@ -453,6 +533,15 @@ class BackendConfig:
 
 # ---------------------------------------------------------------------------------------------- experiment
 @dataclass(frozen=True, kw_only=True)
+class PhaseConfig:
+    """One phase of a multi-phase run (``rayfl/engine/phases.py``): its own algorithm for ``rounds`` rounds."""
+
+    name: str = "phase"
+    rounds: int = bounded(1, ge=1)
+    algorithm: AlgorithmConfig = field(default_factory=FedAvgConfig, metadata={"tagged": ALGORITHM_CONFIGS})
+
+
+@dataclass(frozen=True, kw_only=True)
 class ExperimentConfig:
     """One simulation: data, model, algorithm, local training, backend, rounds and output."""
 
@@ -470,3 +559,6 @@ class ExperimentConfig:
     backend: BackendConfig = field(default_factory=BackendConfig)
     system: SystemConfig = field(default_factory=SystemConfig)
     compression: CompressionConfig = field(default_factory=CompressionConfig)
+    # Several phases, run one after another on one clock and one set of records; when given, they replace
+    # ``algorithm`` and their rounds add up to ``rounds`` (``rayfl/engine/phases.py``).
+    phases: tuple[PhaseConfig, ...] = ()

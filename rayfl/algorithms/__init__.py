@@ -8,6 +8,8 @@ from rayfl.algorithms.anycostfl import AnyCostFL
 from rayfl.algorithms.base import Algorithm, round_lr
 from rayfl.algorithms.fedavg import FedAvg
 from rayfl.algorithms.feddropout import FedDropout
+from rayfl.algorithms.fedoras import FedorAS
+from rayfl.algorithms.fedoras_search import FedorASSearch
 from rayfl.algorithms.fedrolex import FedRolex
 from rayfl.algorithms.fjord import FjORD
 from rayfl.algorithms.heterofl import HeteroFL
@@ -21,6 +23,8 @@ __all__ = [
     "FedAvg",
     "FedDropout",
     "FedRolex",
+    "FedorAS",
+    "FedorASSearch",
     "FjORD",
     "HeteroFL",
     "ModelSearchAlgorithm",
@@ -36,6 +40,8 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
     "anycostfl": AnyCostFL,
     "fjord": FjORD,
     "model_search": ModelSearchAlgorithm,
+    "fedoras": FedorAS,
+    "fedoras_search": FedorASSearch,
 }
 
 

@@ -94,6 +94,8 @@ class ClientUpdate:
     num_examples: int
     train_loss: float
     num_steps: int
+    # a tensor named here counts with this weight instead of ``weight`` (FedorAS's OPA: examples through its op)
+    tensor_weights: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,9 @@
 For each element ``e`` of a global tensor: ``new[e] = sum_c w_c x_c[e] / sum_c w_c [e covered by c]`` over the
 clients ``c`` whose update covers ``e``; an element that no client covered keeps its previous value (HeteroFL's
 ``combine``; ALGORITHMS.md section 1). Full-model updates are the special case where every client covers everything,
-so FedAvg uses the same code.
+so FedAvg uses the same code. A client's update may weigh single tensors differently (``ClientUpdate.tensor_weights``):
+FedorAS's OPA (paper 003 Eq. 5) weighs each op's tensors by the examples the client pushed through that op, which makes
+the element-wise mean exactly OPA's per-op average.
 
 The reduction is split in two associative halves so it can be sharded and pre-aggregated: client hosts
 ``accumulate`` their clients into float64 partial sums, parameter-server shards ``merge`` partials from the hosts in
@@ -40,8 +42,8 @@ class MaskedWeightedMean:
 
     def accumulate(self, partial: Partial, update: ClientUpdate, shapes: Mapping[str, torch.Size]) -> None:
         """Add one client's update into ``partial`` in place."""
-        w = float(update.weight)
         for name, value in update.values.items():
+            w = float(update.tensor_weights.get(name, update.weight))
             shape = tuple(shapes[name])
             sums = partial.get(name)
             if sums is None:

@@ -10,12 +10,13 @@ from typing import Any
 
 import torch
 
-from rayfl.algorithms import Algorithm, build_algorithm
+from rayfl.algorithms import Algorithm
 from rayfl.algorithms.base import ServerContext
 from rayfl.algorithms.payloads import Params
 from rayfl.config import ExperimentConfig
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine.backend import Backend, LocalBackend
+from rayfl.engine.phases import build_run_algorithm
 from rayfl.models import InputSpec, build_model
 from rayfl.rng import derive_seed
 from rayfl.system.clock import SimClock
@@ -57,7 +58,7 @@ def build_setup(cfg: ExperimentConfig, dataset: FederatedDataset | None = None, 
     return Setup(
         dataset=dataset,
         input_spec=spec,
-        algorithm=build_algorithm(cfg.algorithm, cfg.train),
+        algorithm=build_run_algorithm(cfg),
         params=initial_params(cfg, spec),
     )
 

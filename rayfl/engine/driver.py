@@ -16,15 +16,16 @@ from typing import Any
 
 import numpy as np
 
-from rayfl.algorithms import round_lr
 from rayfl.algorithms.base import RoundStats
 from rayfl.algorithms.payloads import Aggregate, Assignment, ClientOutcome, ServerState, TrainTask
 from rayfl.config import ExperimentConfig
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine.backend import EvalResult
 from rayfl.engine.build import bind_algorithm, build_backend, build_clock, build_setup
+from rayfl.engine.phases import PhaseSchedule
 from rayfl.engine.records import ClientRecord, RoundRecord, RunWriter, make_run_dir
 from rayfl.engine.sampling import sample_clients
+from rayfl.engine.server_tasks import build_task_pool
 from rayfl.system.clock import ClientPlan
 
 __all__ = ["RunResult", "client_records", "mean_finite", "open_run_writer", "run_experiment"]
@@ -63,21 +64,26 @@ def run_experiment(
     clock = build_clock(cfg, setup)
     bind_algorithm(cfg, setup, clock)
     backend = build_backend(cfg, setup)
+    schedule = PhaseSchedule(algorithm, cfg.rounds)  # one phase unless cfg.phases (engine/phases.py)
+    pool = build_task_pool(cfg.backend)
     state = algorithm.init_state(setup.params)
     records: list[RoundRecord] = []
     last_eval = EvalResult(float("nan"), float("nan"), 0)
     try:
         for round_idx in range(cfg.rounds):
             round_start = time.perf_counter()
+            # 0. The phase's algorithm; hand-over at a phase's start; a server phase's work (search).
+            algorithm, state, phase_server_s = schedule.begin_round(round_idx, state, pool)
             # 1. Check-in: who is sampled, their data sizes and their budgets at the round's simulated start.
-            client_ids = sample_clients(cfg.seed, round_idx, ds.num_clients, cfg.clients_per_round)
+            per_round = schedule.clients_per_round(round_idx, cfg.clients_per_round)
+            client_ids = sample_clients(cfg.seed, round_idx, ds.num_clients, per_round)
             views = clock.check_in(round_idx, client_ids, [ds.num_examples(int(c)) for c in client_ids])
             # 2. Assignment: which (sub-)model each client trains.
             assignments = algorithm.assign(state, round_idx, views)
             server_s = time.perf_counter() - round_start
             # 3. Plan: who fits, who fails, how long each takes; only clients that can finish are run.
             plan = clock.plan(round_idx, views, assignments)
-            lr = round_lr(cfg.train, round_idx, cfg.rounds)
+            lr = schedule.lr(cfg.train, round_idx)
             tasks = [
                 TrainTask(v.client_id, round_idx, cfg.seed, lr, assignments[v.client_id])
                 for v, runs in zip(views, plan.runs, strict=True)
@@ -91,7 +97,7 @@ def run_experiment(
             if aggregate.num_clients > 0:
                 state = algorithm.server_update(state, round_idx, aggregate)
             server_s += time.perf_counter() - train_done
-            sim_duration = clock.advance(plan, server_s)
+            sim_duration = clock.advance(plan, server_s, phase_server_s)
             # 6. Evaluation of the global model.
             evaluated = (round_idx + 1) % cfg.eval_every == 0 or round_idx == cfg.rounds - 1
             eval_start = time.perf_counter()
@@ -123,6 +129,7 @@ def run_experiment(
                 clients_sampled=len(client_ids),
                 **system_fields(plan.memory_util[plan.runs], plan.bandwidth_util[plan.runs], clients, stats),
                 server_train_s=stats.server_train_s,
+                phase=schedule.phase_at(round_idx).name,
             )
             records.append(record)
             if writer is not None:
@@ -136,7 +143,10 @@ def run_experiment(
             writer.close()
     baseline = most_frequent_label_accuracy(ds)
     if writer is not None:
-        writer.finish(_summary(cfg, records, last_eval, baseline))
+        summary = _summary(cfg, records, last_eval, baseline)
+        if cfg.phases:
+            summary["phases"] = schedule.summary(records)
+        writer.finish(summary)
     return RunResult(records, state, writer.run_dir if writer else None, last_eval, baseline)
 
 

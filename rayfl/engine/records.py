@@ -53,6 +53,7 @@ class RoundRecord:
     distinct_structures: float = math.nan
     hit_rate: float = math.nan
     server_train_s: float = math.nan
+    phase: str = ""  # the phase's name in a multi-phase run (engine/phases.py)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from rayfl.config import (
     FemnistCNNConfig,
     ModelConfig,
     ResNetConfig,
+    SupernetConfig,
     ViTConfig,
 )
 from rayfl.models.char import CharLSTM, CharTransformer
@@ -52,6 +53,7 @@ _BUILDERS: dict[type[Any], Callable[[Any, InputSpec], nn.Module]] = {
     ViTConfig: _elastic,
     CharBertConfig: _elastic,
     FemnistCNNConfig: _elastic,
+    SupernetConfig: _elastic,
 }
 
 

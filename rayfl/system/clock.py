@@ -82,6 +82,8 @@ class ClientPlan:
         return util
 
     def duration_s(self, comm_limit_s: float) -> float:
+        if len(self.client_id) == 0:  # nobody was sampled (a server phase): no client time at all
+            return 0.0
         runs = self.runs
         return float(self.finish_s[runs].max()) if runs.any() else float(comm_limit_s)
 
@@ -205,10 +207,14 @@ class SimClock:
         return replace(plan, compute_s=compute, upload_s=upload)
 
     # 4. advance ---------------------------------------------------------------------------------------------------
-    def advance(self, plan: ClientPlan, server_s: float) -> float:
-        """Move the clock past the round; returns the round's simulated duration."""
+    def advance(self, plan: ClientPlan, server_s: float, modelled_server_s: float = 0.0) -> float:
+        """Move the clock past the round; returns the round's simulated duration. Server time: the measured
+        ``server_s`` under ``server_time: measured``, else the ``modelled_server_s`` an algorithm reports (a server
+        phase's search, ``engine/phases.py``)."""
         duration = plan.duration_s(self.cfg.comm_limit_s)
         if self.cfg.server_time == "measured":
             duration += server_s
+        else:
+            duration += modelled_server_s
         self.now += duration
         return duration

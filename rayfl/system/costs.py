@@ -88,7 +88,9 @@ class CostOracle:
             up = down.copy()
         else:
             up = np.array([upload_bytes(e, self.compression, self.dtype_bytes) for e in numels], dtype=np.float64)
-        if self.elastic is not None:
+        if self.elastic is not None and n == 0:
+            memory, flops = np.zeros(0), np.zeros(0)
+        elif self.elastic is not None:
             units = np.stack([np.asarray(a.units) if a.units is not None else self.full_units for a in assignments])
             c = self.elastic.evaluate(units) if n else None
             memory = c.peak_memory if c is not None else np.zeros(0)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from rayfl.config import CharBertConfig, CNNConfig, FemnistCNNConfig, ResNetConfig, ViTConfig
+from rayfl.config import CharBertConfig, CNNConfig, FemnistCNNConfig, ResNetConfig, SupernetConfig, ViTConfig
 from rayfl.models.elastic.bert import CharBertFamily
 from rayfl.models.elastic.convnets import FemnistCNNFamily, HeteroCNNFamily
 from rayfl.models.elastic.cost import CostModel, Costs, units_from_ratios
@@ -77,6 +77,13 @@ def _femnist_cnn(cfg: Any, spec: InputSpec) -> ElasticFamily:
     return FemnistCNNFamily(cfg, in_channels=channels, num_classes=spec.num_classes, image_size=size)
 
 
+def _supernet(cfg: Any, spec: InputSpec) -> ElasticFamily:
+    from rayfl.models.supernet import SupernetFamily  # supernet.py imports this package's family module
+
+    channels, size = _image(spec, cfg)
+    return SupernetFamily(cfg, in_channels=channels, num_classes=spec.num_classes, image_size=size)
+
+
 def _char_bert(cfg: Any, spec: InputSpec) -> ElasticFamily:
     if spec.input_kind != "tokens":
         raise ValueError(f"model.name={cfg.name!r} needs token inputs, but the data gives {spec.input_kind}")
@@ -94,6 +101,7 @@ FAMILIES: dict[type[Any], Callable[[Any, InputSpec], ElasticFamily]] = {
     CNNConfig: _hetero_cnn,
     FemnistCNNConfig: _femnist_cnn,
     CharBertConfig: _char_bert,
+    SupernetConfig: _supernet,
 }
 
 

@@ -1,0 +1,246 @@
+"""FedorAS, phase 1: federated supernet training with budget-aware path sampling and OPA aggregation.
+
+Dudziak, Laskaridis, Fernandez-Marques, Leontiadis, Lane et al., "FedorAS: Federated Architecture Search under system
+heterogeneity" (paper 003); official ``SamsungLabs/FedorAS`` (ALGORITHMS.md section 10). The model is the supernet
+family (``rayfl/models/supernet.py``); the pure sampling functions are in ``fedoras_sampling.py``.
+
+* **Tiers** (App. D.4). At binding the clients are split into tiers by ``tier_shares`` and the tiers' FLOPs brackets
+  are computed from ``bracket_paths`` random paths. Both are functions of the seed, so every host computes the same.
+* **Subspace** (Eq. 2). Each round one subspace (ops per layer) whose parameters fit ``subspace_params`` is drawn from
+  ``derive_rng(seed, "fedoras-subspace", round)`` and sent to every sampled client (as the official code; the paper
+  allows one per client). The clients' model is that subspace of the supernet, so bytes moved are the subspace's.
+* **Paths** (Eq. 3-4). Every batch trains one path of the subspace whose FLOPs fit the client's tier's upper bracket
+  edge, drawn from ``derive_rng(seed, "fedoras-path", round, client, batch)``; the client counts the examples that
+  went through each (layer, op).
+* **OPA** (Eq. 5). Each op's tensors count with the examples the client pushed through that op
+  (``ClientUpdate.tensor_weights``); the engine's element-wise weighted mean then gives every op the average weighted
+  by examples through it over all clients; fixed layers (stem, reductions, head) count with all the client's examples
+  (FedAvg). An op the client held but never used is not uploaded, so an op nobody used keeps its value. (The paper's
+  "at least two clients" rule is off, as the official flag ``remove_single_user_updates=False``.)
+
+The engine evaluates one path of the supernet after every round (``eval_path``: the path with the largest FLOPs, or
+the smallest). The tiers and brackets travel to later phases in ``FedorASState``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from rayfl.algorithms.base import Algorithm
+from rayfl.algorithms.fedoras_sampling import (
+    OpTables,
+    path_rng,
+    sample_path,
+    sample_subspace,
+    tier_brackets,
+    tiers_by_shares,
+)
+from rayfl.algorithms.payloads import Assignment, ClientUpdate, ClientView, ServerState, TrainTask
+from rayfl.algorithms.submodel import first_k
+from rayfl.config import FedorASConfig, TrainConfig
+from rayfl.models.elastic import CostModel, ElasticFamily
+from rayfl.models.inputs import InputSpec
+from rayfl.models.supernet import SupernetFamily, SupernetModel
+from rayfl.rng import derive_rng
+
+__all__ = ["FedorAS", "FedorASState", "TierPlan", "op_tables", "supernet_family", "tier_plan"]
+
+
+@dataclass(frozen=True)
+class TierPlan:
+    """Each client's tier and the tiers' FLOPs edges (tier ``t``: ``[edges[t], edges[t + 1]]``)."""
+
+    client_tier: np.ndarray
+    edges: np.ndarray
+
+    @property
+    def num_tiers(self) -> int:
+        return len(self.edges) - 1
+
+
+@dataclass(frozen=True)
+class FedorASState:
+    """What FedorAS's later phases inherit from supernet training."""
+
+    tiers: TierPlan
+
+
+def supernet_family(family: ElasticFamily | None) -> SupernetFamily:
+    if not isinstance(family, SupernetFamily):
+        raise ValueError("fedoras needs model.name: supernet")
+    return family
+
+
+def op_tables(family: SupernetFamily, cost: CostModel) -> OpTables:
+    """Per (layer, op) parameters and FLOPs from the cost model: each op alone minus the empty model."""
+    num_dims = len(family.space.dims)
+    empty = cost.evaluate(np.zeros(num_dims))
+    each = cost.evaluate(np.eye(num_dims))
+    shape = (family.num_layers, family.num_ops)
+    return OpTables(
+        params=(each.params - empty.params[0]).reshape(shape),
+        flops=(each.flops - empty.flops[0]).reshape(shape),
+        fixed_params=float(empty.params[0]),
+        fixed_flops=float(empty.flops[0]),
+        identity=family.identity,
+    )
+
+
+def tier_plan(config: FedorASConfig, tables: OpTables, seed: int, num_clients: int) -> TierPlan:
+    rng_tiers = derive_rng(seed, "fedoras-tiers")
+    rng_brackets = derive_rng(seed, "fedoras-brackets")
+    edges = tier_brackets(
+        tables, len(config.tier_shares), rng_brackets, config.bracket_paths, config.bracket_low, config.bracket_high
+    )
+    return TierPlan(tiers_by_shares(num_clients, config.tier_shares, rng_tiers), edges)
+
+
+@dataclass
+class _ClientPaths:
+    """One client's path sampling while it trains: its subspace, FLOPs limit and example counts per (layer, op)."""
+
+    task: TrainTask
+    mask: np.ndarray
+    limit_flops: float
+    counts: np.ndarray
+    batch_idx: int = 0
+
+
+class FedorAS(Algorithm):
+    """Supernet training: subspace per round, path per batch within the tier's FLOPs, OPA (module docstring)."""
+
+    name = "fedoras"
+    config: FedorASConfig
+
+    def __init__(self, config: FedorASConfig, train: TrainConfig) -> None:
+        super().__init__(config, train)
+        self.tables: OpTables | None = None
+        self.tiers: TierPlan | None = None
+        self._client: _ClientPaths | None = None  # set while local_train runs
+
+    def bind_server(self, ctx: Any) -> None:
+        super().bind_server(ctx)
+        family = supernet_family(ctx.family)
+        if ctx.cost is None:
+            raise ValueError("fedoras needs the supernet's cost model")
+        self.tables = op_tables(family, ctx.cost)
+        self.tiers = tier_plan(self.config, self.tables, ctx.seed, ctx.dataset.num_clients)
+
+    def bind_client(self, family: ElasticFamily | None, input_spec: InputSpec) -> None:
+        super().bind_client(family, input_spec)
+        supernet_family(family)
+
+    def _ready(self) -> tuple[SupernetFamily, OpTables, TierPlan]:
+        if self.tables is None or self.tiers is None:
+            raise RuntimeError("fedoras: bind_server must run before the first round")
+        return supernet_family(self.family), self.tables, self.tiers
+
+    @property
+    def limit_params(self) -> float:
+        _, tables, _ = self._ready()
+        if self.config.subspace_params:
+            return float(self.config.subspace_params)
+        return 0.5 * tables.subspace_params(np.ones_like(tables.params, dtype=bool))
+
+    # ------------------------------------------------------------------------------------------ server side
+    def init_state(self, params: dict[str, torch.Tensor]) -> ServerState:
+        _, _, tiers = self._ready()
+        return ServerState(params=params, algo_state=FedorASState(tiers))
+
+    def enter_phase(self, previous: ServerState, round_idx: int) -> ServerState:
+        """Hand-over from an earlier phase: keep its parameters, start supernet training's own state."""
+        return replace(self.init_state(previous.params), round_idx=round_idx)
+
+    def subspace(self, round_idx: int) -> np.ndarray:
+        _, tables, _ = self._ready()
+        seed = self.server.seed
+        return sample_subspace(tables, self.limit_params, derive_rng(seed, "fedoras-subspace", round_idx))
+
+    def assign(self, state: ServerState, round_idx: int, views: Sequence[ClientView]) -> dict[int, Assignment]:
+        if not views:
+            return {}
+        family, _, _ = self._ready()
+        units = family.units_of_mask(self.subspace(round_idx))
+        assignment = family.assignment(first_k(units))
+        return {v.client_id: assignment for v in views}
+
+    def client_weight(self, num_examples: int) -> float:
+        return float(num_examples)
+
+    def eval_units(self, state: ServerState) -> tuple[int, ...] | None:
+        family, tables, _ = self._ready()
+        pick = np.argmax if self.config.eval_path == "largest" else np.argmin
+        flops = np.where(np.isnan(tables.flops), 0.0, tables.flops)
+        return family.units_of_path(pick(flops, axis=1))
+
+    # ------------------------------------------------------------------------------------------ client side
+    def client_limit_flops(self, client_id: int) -> float:
+        _, _, tiers = self._ready()
+        return float(tiers.edges[int(tiers.client_tier[client_id]) + 1])
+
+    def path_for_batch(self, task: TrainTask, mask: np.ndarray, batch_idx: int) -> np.ndarray:
+        """The path the client of ``task`` trains its batch ``batch_idx`` with (reproducible from those keys)."""
+        _, tables, _ = self._ready()
+        rng = path_rng(task.seed, task.round_idx, task.client_id, batch_idx)
+        return sample_path(tables, mask, self.client_limit_flops(task.client_id), rng)
+
+    def local_train(
+        self,
+        model: nn.Module,
+        x: np.ndarray,
+        y: np.ndarray,
+        task: TrainTask,
+        input_spec: InputSpec,
+    ) -> ClientUpdate:
+        family, _, _ = self._ready()
+        units = task.assignment.units
+        mask = (
+            np.ones((family.num_layers, family.num_ops), dtype=bool) if units is None else family.mask_of_units(units)
+        )
+        self._client = _ClientPaths(task, mask, self.client_limit_flops(task.client_id), np.zeros(mask.shape))
+        try:
+            update = super().local_train(model, x, y, task, input_spec)
+            counts = self._client.counts
+        finally:
+            self._client = None
+            _supernet_model(model).path = None
+        return opa_update(update, family, counts)
+
+    def backward_step(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, task: TrainTask) -> torch.Tensor:
+        client = self._client
+        if client is None:
+            raise RuntimeError("FedorAS.backward_step runs only inside FedorAS.local_train")
+        path = self.path_for_batch(task, client.mask, client.batch_idx)
+        client.batch_idx += 1
+        client.counts[np.arange(len(path)), path] += len(y)
+        _supernet_model(model).path = tuple(int(p) for p in path)
+        return super().backward_step(model, x, y, task)
+
+
+def _supernet_model(model: nn.Module) -> SupernetModel:
+    if not isinstance(model, SupernetModel):
+        raise TypeError(f"fedoras trains supernet models, got {type(model).__name__}")
+    return model
+
+
+def opa_update(update: ClientUpdate, family: SupernetFamily, counts: np.ndarray) -> ClientUpdate:
+    """The update with each op's tensors weighted by the examples through that op, unused ops left out (Eq. 5)."""
+    values: dict[str, torch.Tensor] = {}
+    weights: dict[str, float] = {}
+    for name, value in update.values.items():
+        gate = family.space.layouts[name].gate
+        if gate is None:
+            values[name] = value
+            continue
+        layer, op = divmod(gate, family.num_ops)
+        if counts[layer, op] > 0:
+            values[name] = value
+            weights[name] = float(counts[layer, op])
+    slices = {k: v for k, v in update.slices.items() if k in values}
+    return replace(update, values=values, slices=slices, tensor_weights=weights)

@@ -1,0 +1,291 @@
+"""FedorAS, phase 2: per-tier search over the trained supernet's paths, on the server (a server phase).
+
+Paper 003 Sec. 3.4 and the official ``src/search.py`` / ``src/nsga2.py`` (ALGORITHMS.md section 10). The phase takes
+over supernet training's state (parameters and ``FedorASState``: tiers and FLOPs brackets) and runs no client:
+
+* **Fitness** of a path: top-1 accuracy on a validation set (``val_examples`` drawn once, seeded, from the pooled
+  training data, standing in for the official global validation set) of the path realised with the supernet's weights.
+  Candidates are evaluated in parallel through the engine's ``TaskPool`` (Ray tasks on the Ray backend), split into
+  ``workers`` chunks; each evaluation is deterministic (one torch thread, fixed batches), so the pool does not change
+  the result.
+* **First round**: per tier ``population`` valid paths, drawn by the budgeted path sampler under the tier's upper edge
+  and kept when they reach its lower edge. **Each later round** is one generation per tier: ``parents`` parents by
+  binary tournament, uniform crossover, per-layer mutation (``mutation``), then NSGA-II survivor selection on
+  (-score, FLOPs). A child outside its tier's bracket is not evaluated; its score is minus its distance to the bracket
+  over the largest path's FLOPs (the official ``_score_invalid``). ``method: random`` replaces the children by fresh
+  valid random paths (the paper's appendix baseline). Paths already scored are not evaluated again.
+* **Result**: per tier the best in-bracket path by validation accuracy, kept in ``SearchState``.
+* **Simulated time**: the forward FLOPs of every evaluation over ``server_gflops`` (modelled server time).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import torch
+
+from rayfl.algorithms.base import Algorithm, RoundStats, ServerContext
+from rayfl.algorithms.fedoras import FedorASState, TierPlan, op_tables, supernet_family
+from rayfl.algorithms.fedoras_nsga2 import (
+    crossover,
+    crowding_distance,
+    mutate,
+    non_dominated_ranks,
+    select_survivors,
+    tournament,
+)
+from rayfl.algorithms.fedoras_sampling import OpTables, path_flops, sample_path
+from rayfl.algorithms.payloads import Assignment, ClientView, Params, ServerState
+from rayfl.config import FedorASSearchConfig, TrainConfig
+from rayfl.models.inputs import InputSpec, to_input
+from rayfl.models.supernet import SupernetFamily
+from rayfl.rng import derive_rng
+
+__all__ = ["FedorASSearch", "SearchState", "TierSearch", "evaluate_paths"]
+
+
+@dataclass(frozen=True)
+class TierSearch:
+    """One tier's search: current population (paths, scores), everything scored so far, the best path."""
+
+    paths: np.ndarray  # (n, L)
+    scores: np.ndarray  # (n,)
+    seen_paths: np.ndarray  # (m, L)
+    seen_scores: np.ndarray  # (m,)
+    evaluations: int
+
+    @property
+    def best(self) -> tuple[np.ndarray, float]:
+        k = int(np.argmax(self.seen_scores))
+        return self.seen_paths[k], float(self.seen_scores[k])
+
+
+@dataclass(frozen=True)
+class SearchState:
+    """The search phase's state: the tiers it inherited and each tier's search."""
+
+    tiers: TierPlan
+    searches: tuple[TierSearch, ...] = ()
+
+    def best_paths(self) -> list[np.ndarray]:
+        return [s.best[0] for s in self.searches]
+
+
+def evaluate_paths(
+    family: SupernetFamily,
+    params: dict[str, np.ndarray],
+    x: np.ndarray,
+    y: np.ndarray,
+    spec: InputSpec,
+    batch_size: int,
+    paths: np.ndarray,
+) -> np.ndarray:
+    """Validation accuracy of each path realised with the supernet's ``params`` (one torch thread, fixed batches)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        labels = torch.from_numpy(np.asarray(y, dtype=np.int64))
+        out = np.zeros(len(paths))
+        for i, path in enumerate(paths):
+            with torch.device("meta"):
+                model = family.build(family.units_of_path(path))
+            model = model.to_empty(device="cpu")
+            with torch.no_grad():
+                for name, tensor in model.state_dict().items():
+                    tensor.copy_(torch.from_numpy(np.asarray(params[name])))
+            model.eval()
+            correct = 0
+            with torch.no_grad():
+                for lo in range(0, len(labels), batch_size):
+                    logits = model(to_input(x[lo : lo + batch_size], spec, torch.device("cpu")))
+                    correct += int((logits.argmax(dim=1) == labels[lo : lo + batch_size]).sum())
+            out[i] = correct / max(1, len(labels))
+        return out
+    finally:
+        torch.set_num_threads(threads)
+
+
+class FedorASSearch(Algorithm):
+    """Server phase: NSGA-II (or random) search per tier (module docstring)."""
+
+    name = "fedoras_search"
+    config: FedorASSearchConfig
+
+    def __init__(self, config: FedorASSearchConfig, train: TrainConfig) -> None:
+        super().__init__(config, train)
+        self._tables: OpTables | None = None
+        self._val: tuple[np.ndarray, np.ndarray] | None = None  # driver only
+        self._search_s = float("nan")
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state["_val"] = None
+        return state
+
+    def bind_server(self, ctx: ServerContext) -> None:
+        super().bind_server(ctx)
+        family = supernet_family(ctx.family)
+        if ctx.cost is None:
+            raise ValueError("fedoras_search needs the supernet's cost model")
+        self._tables = op_tables(family, ctx.cost)
+        ds = ctx.dataset
+        count = min(self.config.val_examples, len(ds.y))
+        index = np.sort(derive_rng(ctx.seed, "fedoras-val").choice(len(ds.y), size=count, replace=False))
+        self._val = (np.asarray(ds.x[index]), np.asarray(ds.y[index]))
+
+    @property
+    def tables(self) -> OpTables:
+        if self._tables is None:
+            raise RuntimeError("fedoras_search: bind_server must run first")
+        return self._tables
+
+    # ------------------------------------------------------------------------------------------ phase hooks
+    def init_state(self, params: Params) -> ServerState:
+        raise ValueError("fedoras_search continues a fedoras phase; it cannot be a run's first phase")
+
+    def enter_phase(self, previous: ServerState, round_idx: int) -> ServerState:
+        inherited = previous.algo_state
+        if not isinstance(inherited, FedorASState | SearchState):
+            raise ValueError("fedoras_search must follow a fedoras (supernet training) phase")
+        return ServerState(params=previous.params, round_idx=round_idx, algo_state=SearchState(inherited.tiers))
+
+    def assign(self, state: ServerState, round_idx: int, views: Sequence[ClientView]) -> dict[int, Assignment]:
+        return {}
+
+    def server_round(self, state: ServerState, round_idx: int, pool: Any) -> tuple[ServerState, float]:
+        """The initial populations (first round) or one generation per tier; returns modelled server seconds."""
+        began = time.perf_counter()
+        search = state.algo_state
+        if not isinstance(search, SearchState):
+            raise ValueError("fedoras_search: the state holds no search")
+        seed = self.server.seed
+        candidates: list[np.ndarray] = []
+        for tier in range(search.tiers.num_tiers):
+            rng = derive_rng(seed, "fedoras-search", round_idx, tier)
+            lo, hi = search.tiers.edges[tier], search.tiers.edges[tier + 1]
+            if not search.searches:
+                candidates.append(self.valid_paths(self.config.population, lo, hi, rng))
+            else:
+                candidates.append(self.children(search.searches[tier], lo, hi, rng))
+        scores, evaluated_flops = self.score(state.params, search, candidates, pool)
+        searches = []
+        for tier, (paths, score) in enumerate(zip(candidates, scores, strict=True)):
+            searches.append(self.survive(search, tier, paths, score))
+        self._search_s = time.perf_counter() - began
+        model_s = evaluated_flops * len(self._validation()[1]) / (self.config.server_gflops * 1e9)
+        return replace(state, algo_state=replace(search, searches=tuple(searches))), model_s
+
+    # ------------------------------------------------------------------------------------------ search steps
+    def valid_paths(self, count: int, lo: float, hi: float, rng: np.random.Generator) -> np.ndarray:
+        """``count`` paths with FLOPs in ``[lo, hi]`` from the budgeted sampler (drawn until enough are found)."""
+        tables, full = self.tables, np.ones_like(self.tables.params, dtype=bool)
+        found: list[np.ndarray] = []
+        for _ in range(100 * count):
+            path = sample_path(tables, full, hi, rng)
+            if path_flops(tables, path)[0] >= lo:
+                found.append(path)
+                if len(found) == count:
+                    return np.stack(found)
+        raise ValueError(
+            f"fedoras_search: found only {len(found)} of {count} paths in the bracket [{lo:.0f}, {hi:.0f}]"
+        )
+
+    def children(self, tier: TierSearch, lo: float, hi: float, rng: np.random.Generator) -> np.ndarray:
+        count = self.config.parents
+        if self.config.method == "random":
+            return self.valid_paths(count, lo, hi, rng)
+        f = self.objectives(tier.paths, tier.scores)
+        ranks = non_dominated_ranks(f)
+        parents = tier.paths[tournament(ranks, crowding_distance(f, ranks), count + count % 2, rng)]
+        kids: list[np.ndarray] = []
+        for a, b in zip(parents[0::2], parents[1::2], strict=True):
+            kids.extend(crossover(a, b, rng))
+        return np.stack([mutate(k, self.tables.num_ops, self.config.mutation, rng) for k in kids[:count]])
+
+    def objectives(self, paths: np.ndarray, scores: np.ndarray) -> np.ndarray:
+        """Minimised: minus the score, and FLOPs."""
+        return np.stack([-scores, path_flops(self.tables, paths)], axis=1)
+
+    def score(
+        self, params: Params, search: SearchState, candidates: list[np.ndarray], pool: Any
+    ) -> tuple[list[np.ndarray], float]:
+        """Scores of every tier's candidates: cached, out-of-bracket distance, or evaluated through the pool."""
+        tables, edges = self.tables, search.tiers.edges
+        scores = [np.full(len(c), np.nan) for c in candidates]
+        todo: list[tuple[int, int]] = []
+        queued: dict[bytes, int] = {}
+        unique: list[np.ndarray] = []
+        for tier, paths in enumerate(candidates):
+            seen = {} if not search.searches else _lookup(search.searches[tier])
+            flops = path_flops(tables, paths)
+            lo, hi = edges[tier], edges[tier + 1]
+            for k, path in enumerate(paths):
+                key = path.astype(np.int64).tobytes()
+                if key in seen:
+                    scores[tier][k] = seen[key]
+                elif not lo <= flops[k] <= hi:
+                    scores[tier][k] = -max(lo - flops[k], flops[k] - hi) / tables.max_flops
+                else:
+                    if key not in queued:
+                        queued[key] = len(unique)
+                        unique.append(path)
+                    todo.append((tier, k))
+        accuracy = self._evaluate(params, np.stack(unique), pool) if unique else np.zeros(0)
+        for tier, k in todo:
+            scores[tier][k] = accuracy[queued[candidates[tier][k].astype(np.int64).tobytes()]]
+        evaluated_flops = float(path_flops(tables, np.stack(unique)).sum()) if unique else 0.0
+        return scores, evaluated_flops
+
+    def _validation(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._val is None:
+            raise RuntimeError("fedoras_search: the validation set lives on the driver")
+        return self._val
+
+    def _evaluate(self, params: Params, paths: np.ndarray, pool: Any) -> np.ndarray:
+        x, y = self._validation()
+        family = supernet_family(self.family)
+        spec = self.server.input_spec
+        arrays = {k: v.detach().cpu().numpy() for k, v in params.items()}
+        chunks = [c for c in np.array_split(paths, min(self.config.workers, len(paths))) if len(c)]
+        shared = (family, arrays, x, y, spec, self.config.eval_batch_size)
+        return np.concatenate(pool.map(evaluate_paths, shared, chunks))
+
+    def survive(self, search: SearchState, tier: int, paths: np.ndarray, scores: np.ndarray) -> TierSearch:
+        if not search.searches:
+            return TierSearch(paths, scores, paths, scores, len(paths))
+        old = search.searches[tier]
+        pool_paths = np.concatenate([old.paths, paths])
+        pool_scores = np.concatenate([old.scores, scores])
+        keep = select_survivors(self.objectives(pool_paths, pool_scores), len(old.paths))
+        seen = _lookup(old)
+        fresh = [k for k, p in enumerate(paths) if p.astype(np.int64).tobytes() not in seen]
+        return TierSearch(
+            pool_paths[keep],
+            pool_scores[keep],
+            np.concatenate([old.seen_paths, paths[fresh]]),
+            np.concatenate([old.seen_scores, scores[fresh]]),
+            old.evaluations + len(fresh),
+        )
+
+    # ------------------------------------------------------------------------------------------ engine hooks
+    def eval_units(self, state: ServerState) -> tuple[int, ...] | None:
+        """The top tier's best path so far (the supernet's largest path before the first search round)."""
+        family = supernet_family(self.family)
+        search = state.algo_state
+        if isinstance(search, SearchState) and search.searches:
+            return family.units_of_path(search.searches[-1].best[0])
+        return family.units_of_path(np.argmax(self.tables.flops, axis=1))
+
+    def round_stats(self) -> RoundStats:
+        return RoundStats(search_s=self._search_s)
+
+    def client_weight(self, num_examples: int) -> float:
+        return float(num_examples)
+
+
+def _lookup(search: TierSearch) -> dict[bytes, float]:
+    return {p.astype(np.int64).tobytes(): float(s) for p, s in zip(search.seen_paths, search.seen_scores, strict=True)}

@@ -1,0 +1,186 @@
+"""Multi-phase runs: several algorithms one after another on one simulated clock, one set of records, one report.
+
+A run with ``phases`` (``PhaseConfig``: name, rounds, algorithm section) is a ``PhaseSchedule``: phase ``k`` owns the
+global rounds ``[start_k, start_k + rounds_k)``, so the phase of a round is a function of ``round_idx`` alone and a
+checkpoint needs nothing beyond the round index and the state. The driver asks the schedule three things per round:
+
+* ``begin_round(round_idx, state, pool)``: the round's algorithm and state. At a phase's first round the state is
+  handed over: the phase's algorithm receives the previous phase's final state (``enter_phase`` when it defines one,
+  else ``init_state`` on the previous parameters). A *server phase* (an algorithm with ``server_round``, e.g. FedorAS's
+  search) then does its round's work on the server, with a ``TaskPool`` for parallel work, and returns its modelled
+  server seconds, which the clock adds (``system.server_time: measured`` replaces them by measured time).
+* ``clients_per_round(round_idx, default)``: 0 in server phases (no client trains), else the run's figure.
+* ``lr(train, round_idx)``: the client learning rate, with the schedule running over the phase's own rounds.
+
+Client hosts receive one ``PhasedAlgorithm``, which forwards every client-side hook to the phase of the task's
+round. All phases aggregate with the same element-wise reducer (``MaskedWeightedMean``, whose per-tensor weights
+cover FedorAS's OPA); phases cannot bring their own evaluation model (HeteroFL's static-BN copy), since a host builds
+that once. A run without ``phases`` is a one-phase schedule of its ``algorithm`` and runs exactly as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import torch
+from torch import nn
+
+from rayfl.algorithms import build_algorithm
+from rayfl.algorithms.base import Algorithm, ServerContext, round_lr
+from rayfl.algorithms.payloads import ClientUpdate, Params, ServerState, TrainTask
+from rayfl.algorithms.reducers import MaskedWeightedMean
+from rayfl.config import ExperimentConfig, TrainConfig
+from rayfl.engine.server_tasks import TaskPool
+from rayfl.models.elastic import ElasticFamily
+from rayfl.models.inputs import InputSpec
+
+__all__ = ["Phase", "PhaseEntry", "PhaseSchedule", "PhasedAlgorithm", "ServerPhase", "build_run_algorithm"]
+
+
+@runtime_checkable
+class PhaseEntry(Protocol):
+    """An algorithm that takes over a previous phase's state in its own way."""
+
+    def enter_phase(self, previous: ServerState, round_idx: int) -> ServerState: ...
+
+
+@runtime_checkable
+class ServerPhase(Protocol):
+    """An algorithm whose rounds run on the server only: ``server_round`` returns the new state and the round's
+    modelled server seconds."""
+
+    def server_round(self, state: ServerState, round_idx: int, pool: TaskPool) -> tuple[ServerState, float]: ...
+
+
+@dataclass(frozen=True)
+class Phase:
+    name: str
+    start: int
+    rounds: int
+    algorithm: Algorithm
+
+
+class PhasedAlgorithm(Algorithm):
+    """The algorithms of a multi-phase run; client-side hooks go to the phase of the task's round."""
+
+    name = "phased"
+
+    def __init__(self, phases: Sequence[Phase], train: TrainConfig) -> None:
+        super().__init__(None, train)
+        self.phases = tuple(phases)
+        for phase in self.phases:
+            if type(phase.algorithm.reducer) is not MaskedWeightedMean:
+                raise ValueError(f"phase {phase.name!r}: phases must aggregate with the element-wise weighted mean")
+
+    def index_of(self, round_idx: int) -> int:
+        starts = [p.start for p in self.phases]
+        return max(0, int(np.searchsorted(starts, round_idx, side="right")) - 1)
+
+    def at(self, round_idx: int) -> Algorithm:
+        return self.phases[self.index_of(round_idx)].algorithm
+
+    # ------------------------------------------------------------------------------------------ binding
+    def bind_server(self, ctx: ServerContext) -> None:
+        super().bind_server(ctx)
+        for phase in self.phases:
+            phase.algorithm.bind_server(ctx)
+
+    def bind_client(self, family: ElasticFamily | None, input_spec: InputSpec) -> None:
+        super().bind_client(family, input_spec)
+        for phase in self.phases:
+            phase.algorithm.bind_client(family, input_spec)
+
+    def eval_model(self) -> nn.Module | None:
+        if any(phase.algorithm.eval_model() is not None for phase in self.phases):
+            raise ValueError("phases cannot bring their own evaluation model (a host builds one for the whole run)")
+        return None
+
+    def init_state(self, params: Params) -> ServerState:
+        return self.phases[0].algorithm.init_state(params)
+
+    # ------------------------------------------------------------------------------------------ client side
+    def local_train(
+        self, model: nn.Module, x: np.ndarray, y: np.ndarray, task: TrainTask, input_spec: InputSpec
+    ) -> ClientUpdate:
+        return self.at(task.round_idx).local_train(model, x, y, task, input_spec)
+
+    def local_loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, task: TrainTask) -> torch.Tensor:
+        return self.at(task.round_idx).local_loss(model, x, y, task)
+
+    def backward_step(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, task: TrainTask) -> torch.Tensor:
+        return self.at(task.round_idx).backward_step(model, x, y, task)
+
+
+class PhaseSchedule:
+    """Which algorithm runs round ``round_idx``, and the hand-over between phases (module docstring)."""
+
+    def __init__(self, algorithm: Algorithm, rounds: int) -> None:
+        if isinstance(algorithm, PhasedAlgorithm):
+            self.phases = algorithm.phases
+            self._phased: PhasedAlgorithm | None = algorithm
+        else:
+            self.phases = (Phase("", 0, rounds, algorithm),)
+            self._phased = None
+        self.total_rounds = sum(p.rounds for p in self.phases)
+
+    def index_of(self, round_idx: int) -> int:
+        return 0 if self._phased is None else self._phased.index_of(round_idx)
+
+    def phase_at(self, round_idx: int) -> Phase:
+        return self.phases[self.index_of(round_idx)]
+
+    def algorithm_at(self, round_idx: int) -> Algorithm:
+        return self.phase_at(round_idx).algorithm
+
+    def begin_round(self, round_idx: int, state: ServerState, pool: TaskPool) -> tuple[Algorithm, ServerState, float]:
+        """The round's algorithm and state (handed over at a phase's first round), and modelled server seconds."""
+        phase = self.phase_at(round_idx)
+        algorithm = phase.algorithm
+        if round_idx == phase.start and phase.start > 0:
+            if isinstance(algorithm, PhaseEntry):
+                state = algorithm.enter_phase(state, round_idx)
+            else:
+                state = replace(algorithm.init_state(state.params), round_idx=round_idx)
+        server_s = 0.0
+        if isinstance(algorithm, ServerPhase):
+            state, server_s = algorithm.server_round(state, round_idx, pool)
+        return algorithm, state, server_s
+
+    def clients_per_round(self, round_idx: int, default: int) -> int:
+        return 0 if isinstance(self.algorithm_at(round_idx), ServerPhase) else default
+
+    def lr(self, train: TrainConfig, round_idx: int) -> float:
+        phase = self.phase_at(round_idx)
+        return round_lr(train, round_idx - phase.start, phase.rounds)
+
+    def summary(self, records: Sequence[Any]) -> list[dict[str, object]]:
+        """Per phase: name, rounds, simulated seconds spent in it and the last evaluated accuracy (for the report)."""
+        out: list[dict[str, object]] = []
+        for phase in self.phases:
+            rows = [r for r in records if phase.start <= r.round_idx < phase.start + phase.rounds]
+            accs = [r.test_acc for r in rows if r.test_acc == r.test_acc]
+            out.append(
+                {
+                    "name": phase.name,
+                    "algorithm": phase.algorithm.name,
+                    "rounds": phase.rounds,
+                    "sim_time_s": float(sum(r.sim_duration_s for r in rows)),
+                    "final_test_acc": accs[-1] if accs else float("nan"),
+                }
+            )
+        return out
+
+
+def build_run_algorithm(cfg: ExperimentConfig) -> Algorithm:
+    """The run's algorithm: ``cfg.algorithm``, or a ``PhasedAlgorithm`` of ``cfg.phases``."""
+    if not cfg.phases:
+        return build_algorithm(cfg.algorithm, cfg.train)
+    phases: list[Phase] = []
+    start = 0
+    for p in cfg.phases:
+        phases.append(Phase(p.name, start, p.rounds, build_algorithm(p.algorithm, cfg.train)))
+        start += p.rounds
+    return PhasedAlgorithm(phases, cfg.train)

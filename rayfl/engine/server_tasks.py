@@ -1,0 +1,48 @@
+"""Server-side parallel work for phases that run on the server (FedorAS's search): a map over items.
+
+``TaskPool.map(fn, shared, items)`` returns ``[fn(*shared, item) for item in items]`` in item order. The in-process
+pool runs them one after another; the Ray pool runs each item as a Ray task, with ``shared`` put into the object store
+once. ``fn`` must be a pure, module-level function (it is pickled to Ray workers), so both pools give the same results.
+Server phases run while the client hosts are idle, so the tasks reserve no CPU of their own (a reservation could
+never be granted while the hosts hold every CPU of a small cluster); their parallelism is the number of items.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypeVar
+
+from rayfl.config import BackendConfig
+
+__all__ = ["LocalTaskPool", "RayTaskPool", "TaskPool", "build_task_pool"]
+
+T = TypeVar("T")
+
+
+class TaskPool(Protocol):
+    """Runs a pure function over items, possibly in parallel; results in item order."""
+
+    def map(self, fn: Callable[..., T], shared: Sequence[Any], items: Sequence[Any]) -> list[T]: ...
+
+
+class LocalTaskPool:
+    """In this process, one item after another."""
+
+    def map(self, fn: Callable[..., T], shared: Sequence[Any], items: Sequence[Any]) -> list[T]:
+        return [fn(*shared, item) for item in items]
+
+
+class RayTaskPool:
+    """One Ray task per item on the running Ray instance (the Ray backend's)."""
+
+    def map(self, fn: Callable[..., T], shared: Sequence[Any], items: Sequence[Any]) -> list[T]:
+        import ray
+
+        remote = ray.remote(num_cpus=0)(fn)
+        refs = [ray.put(s) for s in shared]
+        return list(ray.get([remote.remote(*refs, item) for item in items]))
+
+
+def build_task_pool(cfg: BackendConfig) -> TaskPool:
+    """The pool matching the backend: Ray tasks on the Ray backend, in-process otherwise."""
+    return RayTaskPool() if cfg.kind == "ray" else LocalTaskPool()

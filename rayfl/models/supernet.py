@@ -1,0 +1,316 @@
+"""FedorAS's supernet as an elastic family: every (searchable layer, candidate op) is a one-unit, skippable dimension.
+
+Paper 003 (Dudziak et al., "FedorAS", Sec. 3.1) and the official ``src/models/resnet_model.py`` (ALGORITHMS.md section
+10): a 3x3 stem, then stages of searchable blocks, each a choice among candidate operations, with a strided reduction
+(depthwise 3x3 stride 2 + pointwise, plus a 1x1 strided projection shortcut; channels x ``width_mult``) between stages,
+global pooling and a linear classifier. Candidates (``SupernetConfig.ops``):
+
+* ``conv1``: standard 1x1 conv → BN → ReLU;
+* ``ds3_eE``: depthwise-separable 3x3: depthwise 3x3 → BN → ReLU → pointwise to ``E x c`` → BN → ReLU → pointwise back
+  to ``c`` → BN;
+* ``mbK_eE``: MBConv: pointwise to ``E x c`` → BN → ReLU → depthwise KxK → BN → ReLU → pointwise back to ``c`` → BN;
+* ``identity``: nothing, so the block is skipped and depth is searchable.
+
+A block computes ``x + op(x)`` (identity: ``x``), so a skipped block is exactly the identity. Batch norms use batch
+statistics (``track_running_stats=False``, as every rayfl family), so there are no running statistics to aggregate.
+
+Why dimensions of size one: a *subspace* (the ops a client may use this round, paper Eq. 2) and a *path* (one op per
+layer) are then ordinary unit vectors of the family. ``build(units)`` builds a model holding exactly the ops whose
+unit is 1, with the global tensor names, so the engine's hosts build, load and scatter a client's subspace like any
+sub-model, and bytes moved are the subspace's. The cost model sums one cost piece per present op: for a path that is
+exactly the path's parameters and FLOPs (each op measured on the meta device at its input shape, as the official
+``compute_cost_mat`` does with ptflops); for a subspace with several ops per layer it is an upper bound (a client runs
+one path per batch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from rayfl.config import SupernetConfig
+from rayfl.models.elastic.family import CostUnit, ElasticFamily
+from rayfl.models.elastic.space import Dimension, SearchSpace, TensorLayout
+
+__all__ = ["SupernetFamily", "SupernetModel", "parse_op"]
+
+_MakeInput = Callable[[int, torch.device], torch.Tensor]
+IDENTITY = "identity"
+
+
+def parse_op(name: str) -> tuple[str, int, float]:
+    """``(kind, kernel, expansion)`` of a candidate op name (``conv1``, ``ds3_e0.5``, ``mb3_e2``, ``identity``)."""
+    if name == IDENTITY:
+        return IDENTITY, 0, 0.0
+    if name == "conv1":
+        return "conv", 1, 1.0
+    for kind in ("ds", "mb"):
+        if name.startswith(kind) and "_e" in name:
+            kernel, expansion = name[len(kind) :].split("_e")
+            return kind, int(kernel), float(expansion)
+    raise ValueError(f"unknown supernet op {name!r}")
+
+
+def _bn(channels: int) -> nn.BatchNorm2d:
+    return nn.BatchNorm2d(channels, track_running_stats=False)
+
+
+def make_op(name: str, channels: int) -> nn.Module:
+    """One candidate op on ``channels`` channels (stride 1, same channels in and out)."""
+    kind, kernel, expansion = parse_op(name)
+    hidden = max(1, round(expansion * channels))
+    if kind == "conv":
+        return nn.Sequential(nn.Conv2d(channels, channels, 1, bias=False), _bn(channels), nn.ReLU())
+    if kind == "ds":
+        return nn.Sequential(
+            nn.Conv2d(channels, channels, kernel, padding=kernel // 2, groups=channels, bias=False),
+            _bn(channels),
+            nn.ReLU(),
+            nn.Conv2d(channels, hidden, 1, bias=False),
+            _bn(hidden),
+            nn.ReLU(),
+            nn.Conv2d(hidden, channels, 1, bias=False),
+            _bn(channels),
+        )
+    if kind == "mb":
+        return nn.Sequential(
+            nn.Conv2d(channels, hidden, 1, bias=False),
+            _bn(hidden),
+            nn.ReLU(),
+            nn.Conv2d(hidden, hidden, kernel, padding=kernel // 2, groups=hidden, bias=False),
+            _bn(hidden),
+            nn.ReLU(),
+            nn.Conv2d(hidden, channels, 1, bias=False),
+            _bn(channels),
+        )
+    raise ValueError(f"op {name!r} has no module (identity is handled by the block)")
+
+
+class Reduction(nn.Module):
+    """Depthwise 3x3 stride 2 → BN → ReLU → pointwise → BN, plus a strided 1x1 projection shortcut; then ReLU."""
+
+    def __init__(self, c_in: int, c_out: int) -> None:
+        super().__init__()
+        self.main = nn.Sequential(
+            nn.Conv2d(c_in, c_in, 3, stride=2, padding=1, groups=c_in, bias=False),
+            _bn(c_in),
+            nn.ReLU(),
+            nn.Conv2d(c_in, c_out, 1, bias=False),
+            _bn(c_out),
+        )
+        self.shortcut = nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride=2, bias=False), _bn(c_out))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.main(x) + self.shortcut(x))
+
+
+class _Block(nn.Module):
+    """``x + op(x)`` for one op (a cost piece)."""
+
+    def __init__(self, op: nn.Module) -> None:
+        super().__init__()
+        self.op = op
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = x + self.op(x)
+        return out
+
+
+class _Head(nn.Module):
+    def __init__(self, channels: int, num_classes: int) -> None:
+        super().__init__()
+        self.head = nn.Linear(channels, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.head(x.mean(dim=(2, 3)))
+        return out
+
+
+class SupernetModel(nn.Module):
+    """The supernet restricted to the ops of ``present`` (per layer, op indices into ``ops``).
+
+    ``path`` (one op index per layer, each present) chooses the ops the next forward passes run; with ``path`` unset
+    every layer must hold exactly one op (a realised path, or the evaluation of one).
+    """
+
+    def __init__(
+        self,
+        cfg: SupernetConfig,
+        in_channels: int,
+        num_classes: int,
+        present: Sequence[Sequence[int]],
+    ) -> None:
+        super().__init__()
+        self.op_names = tuple(cfg.ops)
+        self.present = tuple(tuple(int(o) for o in layer) for layer in present)
+        channels = _stage_channels(cfg)
+        self.stem = nn.Sequential(nn.Conv2d(in_channels, channels[0], 3, padding=1, bias=False), _bn(channels[0]))
+        layers: list[nn.ModuleDict] = []
+        self.stage_of_layer: list[int] = []
+        for s, blocks in enumerate(cfg.blocks_per_stage):
+            for _ in range(blocks):
+                ops = {
+                    str(o): make_op(self.op_names[o], channels[s])
+                    for o in self.present[len(layers)]
+                    if self.op_names[o] != IDENTITY
+                }
+                layers.append(nn.ModuleDict(ops))
+                self.stage_of_layer.append(s)
+        self.layers = nn.ModuleList(layers)
+        self.reductions = nn.ModuleList(Reduction(channels[s], channels[s + 1]) for s in range(len(channels) - 1))
+        self.head = nn.Linear(channels[-1], num_classes)
+        self.path: tuple[int, ...] | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        path = self.path
+        x = torch.relu(self.stem(x))
+        stage = 0
+        for layer_idx, layer in enumerate(self.layers):
+            if self.stage_of_layer[layer_idx] != stage:
+                x = self.reductions[stage](x)
+                stage = self.stage_of_layer[layer_idx]
+            if path is not None:
+                op = path[layer_idx]
+            elif len(self.present[layer_idx]) == 1:
+                op = self.present[layer_idx][0]
+            else:
+                raise ValueError(f"supernet layer {layer_idx} holds {len(self.present[layer_idx])} ops and no path")
+            if op not in self.present[layer_idx]:
+                raise ValueError(f"supernet layer {layer_idx}: op {op} is not in this model")
+            if self.op_names[op] != IDENTITY:
+                x = x + layer[str(op)](x)  # type: ignore[index]  # a ModuleDict (ModuleList erases the type)
+        while stage < len(self.reductions):  # stages with no layers after the last searchable one
+            x = self.reductions[stage](x)
+            stage += 1
+        logits: torch.Tensor = self.head(x.mean(dim=(2, 3)))
+        return logits
+
+
+def _stage_channels(cfg: SupernetConfig) -> list[int]:
+    channels = [cfg.stem_channels]
+    for _ in cfg.blocks_per_stage[1:]:
+        channels.append(max(1, round(channels[-1] * cfg.width_mult)))
+    return channels
+
+
+class SupernetFamily(ElasticFamily):
+    """Search space (one unit per layer and op), builder and cost pieces of the supernet (module docstring)."""
+
+    def __init__(self, cfg: SupernetConfig, in_channels: int = 3, num_classes: int = 10, *, image_size: int = 32):
+        if not cfg.ops:
+            raise ValueError("model.ops needs at least one candidate op")
+        for op in cfg.ops:
+            parse_op(op)
+        self.cfg = cfg
+        self.in_channels = in_channels
+        self.num_classes = num_classes
+        self.image_size = image_size
+        self.op_names = tuple(cfg.ops)
+        self.num_ops = len(cfg.ops)
+        self.channels = _stage_channels(cfg)
+        self.layer_stage = [s for s, blocks in enumerate(cfg.blocks_per_stage) for _ in range(blocks)]
+        self.num_layers = len(self.layer_stage)
+        self.identity = self.op_names.index(IDENTITY) if IDENTITY in self.op_names else None
+        dims = tuple(
+            Dimension(f"layers.{layer}.{op}", 1, skippable=True)
+            for layer in range(self.num_layers)
+            for op in self.op_names
+        )
+        with torch.device("meta"):
+            full = self._model([range(self.num_ops)] * self.num_layers)
+        layouts: dict[str, TensorLayout] = {}
+        for name, tensor in full.state_dict().items():
+            parts = name.split(".")
+            gate = self.dim_of(int(parts[1]), int(parts[2])) if parts[0] == "layers" else None
+            layouts[name] = TensorLayout(tuple(tensor.shape), (None,) * tensor.dim(), gate)
+        self.space = SearchSpace(dims, layouts, classifier=("head.weight", "head.bias"))
+
+    # --- units <-> ops -----------------------------------------------------------------------------------------
+    def dim_of(self, layer: int, op: int) -> int:
+        return layer * self.num_ops + op
+
+    def units_of_mask(self, mask: np.ndarray) -> tuple[int, ...]:
+        """Units of a subspace: ``mask[l, o]`` says layer ``l`` holds op ``o``."""
+        m = np.asarray(mask, dtype=bool)
+        if m.shape != (self.num_layers, self.num_ops):
+            raise ValueError(f"a subspace mask has shape {(self.num_layers, self.num_ops)}, got {m.shape}")
+        return tuple(int(v) for v in m.reshape(-1))
+
+    def units_of_path(self, path: Sequence[int] | np.ndarray) -> tuple[int, ...]:
+        mask = np.zeros((self.num_layers, self.num_ops), dtype=bool)
+        mask[np.arange(self.num_layers), np.asarray(path, dtype=np.int64)] = True
+        return self.units_of_mask(mask)
+
+    def mask_of_units(self, units: Sequence[int]) -> np.ndarray:
+        return np.asarray(units, dtype=bool).reshape(self.num_layers, self.num_ops)
+
+    # --- ElasticFamily -----------------------------------------------------------------------------------------
+    def _model(self, present: Sequence[Sequence[int]]) -> SupernetModel:
+        return SupernetModel(self.cfg, self.in_channels, self.num_classes, present)
+
+    def build(self, units: Sequence[int]) -> nn.Module:
+        mask = self.mask_of_units(units)
+        return self._model([np.flatnonzero(row).tolist() for row in mask])
+
+    def cost_units(self) -> list[CostUnit]:
+        """Stem, one piece per (layer, non-identity op) gated on its dimension, the reductions, the head."""
+        c, res = self.channels, self.image_size
+        pieces = [
+            CostUnit(
+                ("supernet-stem", self.in_channels, c[0], res),
+                (),
+                None,
+                lambda _w: (nn.Sequential(self._stem(), nn.ReLU()), _images(self.in_channels, res, False)),
+            )
+        ]
+        sizes = [res]
+        for _ in c[1:]:
+            sizes.append((sizes[-1] + 1) // 2)
+        for layer, stage in enumerate(self.layer_stage):
+            for op, name in enumerate(self.op_names):
+                if name == IDENTITY:
+                    continue
+                pieces.append(
+                    CostUnit(
+                        ("supernet-op", name, c[stage], sizes[stage]),
+                        (),
+                        self.dim_of(layer, op),
+                        _op_maker(name, c[stage], sizes[stage]),
+                    )
+                )
+        for s in range(len(c) - 1):
+            pieces.append(CostUnit(("supernet-reduction", c[s], c[s + 1], sizes[s]), (), None, _red_maker(c, s, sizes)))
+        pieces.append(
+            CostUnit(
+                ("supernet-head", c[-1], self.num_classes, sizes[-1]),
+                (),
+                None,
+                lambda _w: (_Head(c[-1], self.num_classes), _images(c[-1], sizes[-1], True)),
+            )
+        )
+        return pieces
+
+    def _stem(self) -> nn.Module:
+        return nn.Sequential(
+            nn.Conv2d(self.in_channels, self.channels[0], 3, padding=1, bias=False), _bn(self.channels[0])
+        )
+
+
+def _images(channels: int, res: int, grad: bool) -> _MakeInput:
+    def make(batch: int, device: torch.device) -> torch.Tensor:
+        return torch.randn(batch, channels, res, res, device=device, requires_grad=grad)
+
+    return make
+
+
+def _op_maker(name: str, channels: int, res: int) -> Callable[[tuple[int, ...]], tuple[nn.Module, _MakeInput]]:
+    return lambda _w: (_Block(make_op(name, channels)), _images(channels, res, True))
+
+
+def _red_maker(
+    channels: Sequence[int], stage: int, sizes: Sequence[int]
+) -> Callable[[tuple[int, ...]], tuple[nn.Module, _MakeInput]]:
+    return lambda _w: (Reduction(channels[stage], channels[stage + 1]), _images(channels[stage], sizes[stage], True))

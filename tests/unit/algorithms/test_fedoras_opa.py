@@ -1,0 +1,91 @@
+"""OPA aggregation (paper 003 Eq. 5) through the engine's element-wise reducer, on a hand-made two-client case."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from rayfl.algorithms.fedoras import opa_update
+from rayfl.algorithms.payloads import ClientUpdate
+from rayfl.algorithms.reducers import MaskedWeightedMean
+from rayfl.config import SupernetConfig
+from rayfl.models.supernet import SupernetFamily
+
+
+def _family() -> SupernetFamily:
+    # one searchable layer with ops 0 = conv1, 1 = ds3_e1, 2 = mb3_e1, 3 = identity
+    cfg = SupernetConfig(stem_channels=2, blocks_per_stage=(1,), ops=("conv1", "ds3_e1", "mb3_e1", "identity"))
+    return SupernetFamily(cfg, in_channels=1, num_classes=2, image_size=4)
+
+
+def _update(client_id: int, value: float, examples: int, shapes: dict[str, torch.Size]) -> ClientUpdate:
+    return ClientUpdate(
+        client_id=client_id,
+        weight=float(examples),
+        values={k: torch.full(s, value) for k, s in shapes.items()},
+        slices={},
+        num_examples=examples,
+        train_loss=0.0,
+        num_steps=1,
+    )
+
+
+def test_opa_two_clients_with_an_op_only_one_used_and_one_nobody_used() -> None:
+    """Client A pushed 30 examples through op 0 and 10 through op 1 (40 in all); client B 10 through op 0.
+    Values: A sends 1.0 everywhere, B 3.0; the previous global is 0.5.
+    op 0: (30 x 1 + 10 x 3) / 40 = 1.5; op 1 (A only): 1.0; op 2 (nobody): stays 0.5;
+    fixed layers (FedAvg over all examples): (40 x 1 + 10 x 3) / 50 = 1.4."""
+    family = _family()
+    previous = {k: torch.full(v.shape, 0.5) for k, v in family.global_model().state_dict().items()}
+    shapes = {k: v.shape for k, v in previous.items()}
+    counts_a = np.zeros((1, 4))
+    counts_a[0, 0], counts_a[0, 1], counts_a[0, 3] = 30, 10, 0
+    counts_b = np.zeros((1, 4))
+    counts_b[0, 0] = 10
+    a = opa_update(_update(0, 1.0, 40, shapes), family, counts_a)
+    b = opa_update(_update(1, 3.0, 10, shapes), family, counts_b)
+    assert not any(k.startswith("layers.0.2.") for k in a.values)  # an op held but unused is not uploaded
+    assert not any(k.startswith("layers.0.1.") for k in b.values)
+    reducer = MaskedWeightedMean()
+    partial_a: dict = {}
+    partial_b: dict = {}
+    reducer.accumulate(partial_a, a, shapes)  # on two hosts, merged in host order: sharded reduction
+    reducer.accumulate(partial_b, b, shapes)
+    new, coverage = reducer.finalize(reducer.merge([partial_a, partial_b]), previous)
+    for name, tensor in new.items():
+        if name.startswith("layers.0.0."):
+            expected = 1.5
+        elif name.startswith("layers.0.1."):
+            expected = 1.0
+        elif name.startswith("layers.0.2."):
+            expected = 0.5
+            assert coverage[name] == 0.0
+        else:
+            expected = 1.4
+        assert torch.allclose(tensor, torch.full_like(tensor, expected), atol=0, rtol=1e-7), name
+    assert any(n.startswith("layers.0.2.") for n in new) and any(n.startswith("stem.") for n in new)
+
+
+def test_supernet_costs_match_the_real_path_model() -> None:
+    """A path's parameters and FLOPs from the family's cost pieces equal the realised model's."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from rayfl.algorithms.fedoras import op_tables
+    from rayfl.algorithms.fedoras_sampling import path_flops
+    from rayfl.models.elastic.cost import CostModel
+
+    cfg = SupernetConfig(stem_channels=4, blocks_per_stage=(2, 1))
+    family = SupernetFamily(cfg, in_channels=3, num_classes=10, image_size=8)
+    tables = op_tables(family, CostModel(family, 4, use_disk_cache=False))
+    assert tables.params.shape == (3, 9) and tables.params[:, family.identity].tolist() == [0.0, 0.0, 0.0]
+    path = np.array([1, 8, 6])
+    model = family.build(family.units_of_path(path))
+    counter = FlopCounterMode(display=False)
+    with counter:
+        model(torch.randn(1, 3, 8, 8))
+    params = sum(p.numel() for p in model.parameters())
+    assert tables.fixed_params + tables.params[np.arange(3), path].sum() == params
+    assert path_flops(tables, path)[0] == counter.get_total_flops()
+    # a subspace model holds exactly the ops of its units and needs a path when a layer holds several
+    sub = family.build(family.units_of_mask(np.ones((3, 9), dtype=bool)))
+    assert sum(p.numel() for p in sub.parameters()) == tables.subspace_params(np.ones((3, 9), dtype=bool))
