@@ -255,14 +255,19 @@ class FedorASSearch(Algorithm):
         return np.concatenate(pool.map(evaluate_paths, shared, chunks))
 
     def survive(self, search: SearchState, tier: int, paths: np.ndarray, scores: np.ndarray) -> TierSearch:
+        seen = {} if not search.searches else _lookup(search.searches[tier])
+        fresh: list[int] = []
+        for k, path in enumerate(paths):
+            key = path.astype(np.int64).tobytes()
+            if key not in seen:
+                seen[key] = float(scores[k])
+                fresh.append(k)
         if not search.searches:
-            return TierSearch(paths, scores, paths, scores, len(paths))
+            return TierSearch(paths, scores, paths[fresh], scores[fresh], len(fresh))
         old = search.searches[tier]
         pool_paths = np.concatenate([old.paths, paths])
         pool_scores = np.concatenate([old.scores, scores])
         keep = select_survivors(self.objectives(pool_paths, pool_scores), len(old.paths))
-        seen = _lookup(old)
-        fresh = [k for k, p in enumerate(paths) if p.astype(np.int64).tobytes() not in seen]
         return TierSearch(
             pool_paths[keep],
             pool_scores[keep],

@@ -169,6 +169,7 @@ def test_full_yaml_round_trips_through_dump_config(tmp_path: Path) -> None:
         "backend",
         "system",
         "compression",
+        "phases",
     ]
     assert list(dumped["train"])[:3] == ["epochs", "max_steps", "batch_size"]
 

@@ -1,0 +1,127 @@
+"""Multi-phase runs: records, clock and report cover every phase; the phase of a round is a function of the round."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from rayfl.algorithms.fedoras import op_tables, supernet_family
+from rayfl.algorithms.fedoras_sampling import path_flops
+from rayfl.algorithms.fedoras_search import SearchState
+from rayfl.config import ExperimentConfig, FedAvgConfig, PhaseConfig
+from rayfl.config_loader import ConfigError, load_config
+from rayfl.engine.build import build_clock, build_setup
+from rayfl.engine.driver import RunResult, run_experiment
+from rayfl.engine.phases import PhasedAlgorithm, PhaseSchedule, build_run_algorithm
+from rayfl.models.elastic import CostModel, ElasticFamily
+from tests.helpers import tiny_config, tiny_image_dataset
+from tests.helpers_fedoras import fedoras_tiny_config
+
+
+def _fedoras(hosts: int, tmp: Path | None = None) -> RunResult:
+    cfg = fedoras_tiny_config(kind="local", num_hosts=hosts)
+    if tmp is not None:
+        cfg = dataclasses.replace(cfg, output_dir=str(tmp))
+    return run_experiment(cfg, write=tmp is not None, dataset=tiny_image_dataset())
+
+
+def result_family(cfg: ExperimentConfig) -> ElasticFamily | None:
+    return build_clock(cfg, build_setup(cfg, tiny_image_dataset())).oracle.family
+
+
+def cost_model(cfg: ExperimentConfig) -> CostModel:
+    cost = build_clock(cfg, build_setup(cfg, tiny_image_dataset())).oracle.elastic
+    assert cost is not None
+    return cost
+
+
+def test_schedule_maps_rounds_to_phases() -> None:
+    algorithm = build_run_algorithm(fedoras_tiny_config(kind="local"))
+    assert isinstance(algorithm, PhasedAlgorithm)
+    schedule = PhaseSchedule(algorithm, 6)
+    assert [schedule.phase_at(r).name for r in range(6)] == ["supernet"] * 2 + ["search"] * 3 + ["supernet-again"]
+    assert [schedule.clients_per_round(r, 4) for r in range(6)] == [4, 4, 0, 0, 0, 4]
+    single = PhaseSchedule(build_run_algorithm(tiny_config(kind="local")), 3)
+    assert [schedule.index_of(r) for r in range(6)] == [0, 0, 1, 1, 1, 2] and single.index_of(2) == 0
+
+
+def test_three_phase_run_covers_every_phase_in_records_clock_and_report(tmp_path: Path) -> None:
+    result = _fedoras(2, tmp_path)
+    records = result.records
+    assert [r.phase for r in records] == ["supernet"] * 2 + ["search"] * 3 + ["supernet-again"]
+    assert [r.clients_run for r in records] == [4, 4, 0, 0, 0, 4]
+    times = [r.sim_time_s for r in records]
+    assert all(b > a for a, b in itertools.pairwise(times))  # every phase moves the one clock
+    search = records[2:5]
+    assert all(r.sim_duration_s > 0 and r.search_s > 0 for r in search)  # modelled server time of the search
+    assert all(math.isnan(r.train_loss) for r in search) and all(r.bytes_down == 0 for r in search)
+    assert all(math.isfinite(r.train_loss) for r in records if r.phase != "search")
+    summary = json.loads((result.run_dir / "summary.json").read_text())  # type: ignore[operator]
+    assert [p["name"] for p in summary["phases"]] == ["supernet", "search", "supernet-again"]
+    assert sum(p["sim_time_s"] for p in summary["phases"]) == pytest.approx(records[-1].sim_time_s)
+    rows = (result.run_dir / "rounds.csv").read_text().splitlines()  # type: ignore[operator]
+    assert "phase" in rows[0].split(",") and len(rows) == 7
+
+
+def test_search_state_is_handed_over_and_hosts_do_not_change_results() -> None:
+    one, two = _fedoras(1), _fedoras(2)
+    assert [(r.train_loss, r.test_acc, r.sim_time_s) for r in one.records] == [
+        (r.train_loss, r.test_acc, r.sim_time_s) for r in two.records
+    ]
+    for name in one.state.params:
+        assert torch.equal(one.state.params[name], two.state.params[name])
+
+
+def test_search_phase_finds_in_bracket_paths_per_tier() -> None:
+    cfg = dataclasses.replace(
+        fedoras_tiny_config(kind="local", num_hosts=1), rounds=5, phases=fedoras_tiny_config().phases[:2]
+    )
+    result = run_experiment(cfg, write=False, dataset=tiny_image_dataset())
+    state = result.state.algo_state
+    assert isinstance(state, SearchState) and len(state.searches) == 4
+    edges = state.tiers.edges
+    tables = op_tables(supernet_family(result_family(cfg)), cost_model(cfg))
+    for tier, search in enumerate(state.searches):
+        assert len(search.paths) == 6 and search.evaluations == len(search.seen_paths)
+        best, score = search.best
+        assert 0.0 <= score <= 1.0 and score == search.seen_scores.max()
+        assert edges[tier] <= path_flops(tables, best)[0] <= edges[tier + 1]  # the best path lies in its bracket
+        assert len(np.unique(search.seen_paths, axis=0)) == len(search.seen_paths)  # nothing scored twice
+
+
+def test_phases_must_add_up_to_rounds(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(
+        "rounds: 5\nphases:\n  - name: a\n    rounds: 2\n    algorithm: {name: fedavg}\n"
+        "  - name: b\n    rounds: 2\n    algorithm: {name: fjord}\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(ConfigError, match="phases' rounds"):
+        load_config(path)
+
+
+def test_fedavg_then_fedavg_equals_one_fedavg_run() -> None:
+    """A general (non-FedorAS) schedule: two FedAvg phases hand over the parameters and equal one FedAvg run
+    (with a constant learning rate the per-phase schedule is the same)."""
+    base = tiny_config(kind="local", num_hosts=2)
+    phased = dataclasses.replace(
+        base,
+        phases=(
+            PhaseConfig(name="a", rounds=1, algorithm=FedAvgConfig()),
+            PhaseConfig(name="b", rounds=2, algorithm=FedAvgConfig()),
+        ),
+    )
+    assert isinstance(phased, ExperimentConfig)
+    one = run_experiment(base, write=False, dataset=tiny_image_dataset())
+    two = run_experiment(phased, write=False, dataset=tiny_image_dataset())
+    assert [r.test_acc for r in one.records] == [r.test_acc for r in two.records]
+    assert [r.phase for r in two.records] == ["a", "b", "b"]
+    for name in one.state.params:
+        assert torch.equal(one.state.params[name], two.state.params[name])
