@@ -28,7 +28,7 @@ from typing import Any, Literal, Union
 
 import yaml
 
-from rayfl.config import SUPERNET_OPS, ExperimentConfig, FedorASConfig, SupernetConfig
+from rayfl.config import SUPERNET_OPS, ExperimentConfig, FedorASConfig, FedorASSearchConfig, SupernetConfig
 
 __all__ = [
     "ConfigError",
@@ -609,6 +609,14 @@ def _semantic_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:
     return problems
 
 
+def _follows_fedoras(cfg: ExperimentConfig, at: KeyPath) -> bool:
+    """The section at ``at`` is a phase after a FedorAS phase (``algorithm`` itself is unused when phases exist)."""
+    if at == ("algorithm",):
+        return bool(cfg.phases)
+    index = int(at[1])
+    return index > 0 and isinstance(cfg.phases[index - 1].algorithm, FedorASConfig | FedorASSearchConfig)
+
+
 def _phase_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:
     """Phases' rounds add up to ``rounds``; the supernet's ops are known ones; FedorAS tier shares sum to 1."""
     problems: list[tuple[KeyPath, str]] = []
@@ -624,6 +632,10 @@ def _phase_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:
     sections: list[tuple[KeyPath, object]] = [(("algorithm",), cfg.algorithm)]
     sections += [(("phases", i, "algorithm"), p.algorithm) for i, p in enumerate(cfg.phases)]
     for at, algo in sections:
+        if isinstance(algo, FedorASConfig | FedorASSearchConfig) and not isinstance(cfg.model, SupernetConfig):
+            problems.append(((*at, "name"), f"{algo.name!r} needs model.name: supernet, got {cfg.model.name!r}"))
+        if isinstance(algo, FedorASSearchConfig) and not _follows_fedoras(cfg, at):
+            problems.append(((*at, "name"), "'fedoras_search' must follow a 'fedoras' phase"))
         if isinstance(algo, FedorASConfig):
             shares = algo.tier_shares
             if not shares or min(shares) <= 0.0 or abs(sum(shares) - 1.0) > 1e-6:
