@@ -47,7 +47,7 @@ def _cmd_run(ns: argparse.Namespace) -> int:
     path, overrides = _split(ns.args)
     cfg = _load(path, overrides)
     print(
-        f"rayfl: running {cfg.name!r}: {cfg.algorithm.name} on {cfg.data.name}, {cfg.rounds} rounds, "
+        f"rayfl: running {cfg.name!r}: {cfg.algorithm_label} on {cfg.data.name}, {cfg.rounds} rounds, "
         f"{cfg.clients_per_round} clients per round, backend {cfg.backend.kind}",
         flush=True,
     )
@@ -68,7 +68,7 @@ def _cmd_run(ns: argparse.Namespace) -> int:
 def _cmd_validate(ns: argparse.Namespace) -> int:
     path, overrides = _split(ns.args)
     cfg = _load(path, overrides)
-    print(f"{path or DEFAULT_CONFIG}: OK ({cfg.name}: {cfg.algorithm.name}, {cfg.model.name}, {cfg.data.name})")
+    print(f"{path or DEFAULT_CONFIG}: OK ({cfg.name}: {cfg.algorithm_label}, {cfg.model.name}, {cfg.data.name})")
     return 0
 
 

@@ -562,3 +562,8 @@ class ExperimentConfig:
     # Several phases, run one after another on one clock and one set of records; when given, they replace
     # ``algorithm`` and their rounds add up to ``rounds`` (``rayfl/engine/phases.py``).
     phases: tuple[PhaseConfig, ...] = ()
+
+    @property
+    def algorithm_label(self) -> str:
+        """The run's algorithm in summaries and messages: its name, or the phases' names joined by ``+``."""
+        return "+".join(p.algorithm.name for p in self.phases) if self.phases else self.algorithm.name

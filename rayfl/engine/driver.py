@@ -231,7 +231,7 @@ def _summary(
 ) -> dict[str, object]:
     return {
         "name": cfg.name,
-        "algorithm": cfg.algorithm.name,
+        "algorithm": cfg.algorithm_label,
         "final_test_acc": final.accuracy,
         "final_test_loss": final.loss,
         "baseline_acc": baseline,

@@ -37,7 +37,14 @@ from rayfl.engine.server_tasks import TaskPool
 from rayfl.models.elastic import ElasticFamily
 from rayfl.models.inputs import InputSpec
 
-__all__ = ["Phase", "PhaseEntry", "PhaseSchedule", "PhasedAlgorithm", "ServerPhase", "build_run_algorithm"]
+__all__ = [
+    "Phase",
+    "PhaseEntry",
+    "PhaseSchedule",
+    "PhasedAlgorithm",
+    "ServerPhase",
+    "build_run_algorithm",
+]
 
 
 @runtime_checkable

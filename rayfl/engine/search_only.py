@@ -80,6 +80,8 @@ def run_search_only(
 ) -> SearchOnlyResult:
     """Assign and plan ``cfg.rounds`` rounds without training; with ``write`` the records go to a new run directory."""
     start = time.perf_counter()
+    if cfg.phases:
+        raise ValueError("search-only runs take one algorithm; remove 'phases' (multi-phase runs train)")
     if dataset is None:
         from rayfl.data import build_federated_dataset
 
