@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -44,10 +44,12 @@ from rayfl.algorithms.fedoras_sampling import (
 from rayfl.algorithms.payloads import Assignment, ClientUpdate, ClientView, ServerState, TrainTask
 from rayfl.algorithms.submodel import first_k
 from rayfl.config import FedorASConfig, TrainConfig
-from rayfl.models.elastic import CostModel, ElasticFamily
 from rayfl.models.inputs import InputSpec
-from rayfl.models.supernet import SupernetFamily, SupernetModel
 from rayfl.rng import derive_rng
+
+if TYPE_CHECKING:  # the elastic package imports rayfl.algorithms, so its modules load lazily here
+    from rayfl.models.elastic import CostModel, ElasticFamily
+    from rayfl.models.supernet import SupernetFamily, SupernetModel
 
 __all__ = ["FedorAS", "FedorASState", "TierPlan", "op_tables", "supernet_family", "tier_plan"]
 
@@ -72,6 +74,8 @@ class FedorASState:
 
 
 def supernet_family(family: ElasticFamily | None) -> SupernetFamily:
+    from rayfl.models.supernet import SupernetFamily
+
     if not isinstance(family, SupernetFamily):
         raise ValueError("fedoras needs model.name: supernet")
     return family
@@ -224,6 +228,8 @@ class FedorAS(Algorithm):
 
 
 def _supernet_model(model: nn.Module) -> SupernetModel:
+    from rayfl.models.supernet import SupernetModel
+
     if not isinstance(model, SupernetModel):
         raise TypeError(f"fedoras trains supernet models, got {type(model).__name__}")
     return model

@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -42,7 +42,9 @@ from rayfl.algorithms.fedoras_sampling import OpTables, path_flops, sample_path
 from rayfl.algorithms.payloads import Assignment, ClientView, Params, ServerState
 from rayfl.config import FedorASSearchConfig, TrainConfig
 from rayfl.models.inputs import InputSpec, to_input
-from rayfl.models.supernet import SupernetFamily
+
+if TYPE_CHECKING:  # the elastic package imports rayfl.algorithms
+    from rayfl.models.supernet import SupernetFamily
 from rayfl.rng import derive_rng
 
 __all__ = ["FedorASSearch", "SearchState", "TierSearch", "evaluate_paths"]
@@ -284,6 +286,35 @@ class FedorASSearch(Algorithm):
         if isinstance(search, SearchState) and search.searches:
             return family.units_of_path(search.searches[-1].best[0])
         return family.units_of_path(np.argmax(self.tables.flops, axis=1))
+
+    def phase_result(self, state: ServerState) -> dict[str, object]:
+        """Per tier: its FLOPs bracket and clients, the chosen path (op names), its FLOPs, parameters, validation
+        accuracy and test accuracy with the supernet's weights, and the paths evaluated."""
+        search = state.algo_state
+        if not isinstance(search, SearchState) or not search.searches:
+            return {}
+        family, tables, ds = supernet_family(self.family), self.tables, self.server.dataset
+        arrays = {k: v.detach().cpu().numpy() for k, v in state.params.items()}
+        best = np.stack(search.best_paths())
+        test = evaluate_paths(
+            family, arrays, ds.x_test, ds.y_test, self.server.input_spec, self.config.eval_batch_size, best
+        )
+        tiers: list[dict[str, object]] = []
+        for tier, (tier_search, path) in enumerate(zip(search.searches, best, strict=True)):
+            tiers.append(
+                {
+                    "tier": tier,
+                    "flops_bracket": [float(search.tiers.edges[tier]), float(search.tiers.edges[tier + 1])],
+                    "clients": int((search.tiers.client_tier == tier).sum()),
+                    "path": [family.op_names[int(o)] for o in path],
+                    "flops": float(path_flops(tables, path)[0]),
+                    "params": float(tables.fixed_params + tables.params[np.arange(len(path)), path].sum()),
+                    "val_acc": tier_search.best[1],
+                    "test_acc": float(test[tier]),
+                    "evaluations": tier_search.evaluations,
+                }
+            )
+        return {"method": self.config.method, "tiers": tiers}
 
     def round_stats(self) -> RoundStats:
         return RoundStats(search_s=self._search_s)

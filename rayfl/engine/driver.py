@@ -145,7 +145,7 @@ def run_experiment(
     if writer is not None:
         summary = _summary(cfg, records, last_eval, baseline)
         if cfg.phases:
-            summary["phases"] = schedule.summary(records)
+            summary["phases"] = schedule.summary(records, state)
         writer.finish(summary)
     return RunResult(records, state, writer.run_dir if writer else None, last_eval, baseline)
 

@@ -12,6 +12,9 @@ checkpoint needs nothing beyond the round index and the state. The driver asks t
 * ``clients_per_round(round_idx, default)``: 0 in server phases (no client trains), else the run's figure.
 * ``lr(train, round_idx)``: the client learning rate, with the schedule running over the phase's own rounds.
 
+At the end, ``summary`` gives per phase its rounds, simulated seconds and last accuracy, plus ``phase_result(state)``
+of algorithms that report one (FedorAS's search: the chosen path per tier), taken from the phase's final state.
+
 Client hosts receive one ``PhasedAlgorithm``, which forwards every client-side hook to the phase of the task's
 round. All phases aggregate with the same element-wise reducer (``MaskedWeightedMean``, whose per-tensor weights
 cover FedorAS's OPA); phases cannot bring their own evaluation model (HeteroFL's static-BN copy), since a host builds
@@ -40,6 +43,7 @@ from rayfl.models.inputs import InputSpec
 __all__ = [
     "Phase",
     "PhaseEntry",
+    "PhaseResult",
     "PhaseSchedule",
     "PhasedAlgorithm",
     "ServerPhase",
@@ -60,6 +64,13 @@ class ServerPhase(Protocol):
     modelled server seconds."""
 
     def server_round(self, state: ServerState, round_idx: int, pool: TaskPool) -> tuple[ServerState, float]: ...
+
+
+@runtime_checkable
+class PhaseResult(Protocol):
+    """An algorithm that reports what its phase produced (for the run's summary), from the phase's final state."""
+
+    def phase_result(self, state: ServerState) -> dict[str, object]: ...
 
 
 @dataclass(frozen=True)
@@ -132,6 +143,7 @@ class PhaseSchedule:
             self.phases = (Phase("", 0, rounds, algorithm),)
             self._phased = None
         self.total_rounds = sum(p.rounds for p in self.phases)
+        self.results: dict[int, dict[str, object]] = {}  # phase index -> its ``phase_result`` at its end
 
     def index_of(self, round_idx: int) -> int:
         return 0 if self._phased is None else self._phased.index_of(round_idx)
@@ -147,6 +159,7 @@ class PhaseSchedule:
         phase = self.phase_at(round_idx)
         algorithm = phase.algorithm
         if round_idx == phase.start and phase.start > 0:
+            self._record_result(self.index_of(round_idx) - 1, state)
             if isinstance(algorithm, PhaseEntry):
                 state = algorithm.enter_phase(state, round_idx)
             else:
@@ -163,10 +176,17 @@ class PhaseSchedule:
         phase = self.phase_at(round_idx)
         return round_lr(train, round_idx - phase.start, phase.rounds)
 
-    def summary(self, records: Sequence[Any]) -> list[dict[str, object]]:
-        """Per phase: name, rounds, simulated seconds spent in it and the last evaluated accuracy (for the report)."""
+    def _record_result(self, index: int, state: ServerState) -> None:
+        algorithm = self.phases[index].algorithm
+        if isinstance(algorithm, PhaseResult):
+            self.results[index] = algorithm.phase_result(state)
+
+    def summary(self, records: Sequence[Any], final_state: ServerState) -> list[dict[str, object]]:
+        """Per phase: name, rounds, simulated seconds spent in it, the last evaluated accuracy and, for algorithms
+        that report one, the phase's result (the last phase's from ``final_state``)."""
+        self._record_result(len(self.phases) - 1, final_state)
         out: list[dict[str, object]] = []
-        for phase in self.phases:
+        for index, phase in enumerate(self.phases):
             rows = [r for r in records if phase.start <= r.round_idx < phase.start + phase.rounds]
             accs = [r.test_acc for r in rows if r.test_acc == r.test_acc]
             out.append(
@@ -176,6 +196,7 @@ class PhaseSchedule:
                     "rounds": phase.rounds,
                     "sim_time_s": float(sum(r.sim_duration_s for r in rows)),
                     "final_test_acc": accs[-1] if accs else float("nan"),
+                    **({"result": self.results[index]} if index in self.results else {}),
                 }
             )
         return out

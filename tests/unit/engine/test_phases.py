@@ -66,6 +66,12 @@ def test_three_phase_run_covers_every_phase_in_records_clock_and_report(tmp_path
     summary = json.loads((result.run_dir / "summary.json").read_text())  # type: ignore[operator]
     assert [p["name"] for p in summary["phases"]] == ["supernet", "search", "supernet-again"]
     assert sum(p["sim_time_s"] for p in summary["phases"]) == pytest.approx(records[-1].sim_time_s)
+    tiers = summary["phases"][1]["result"]["tiers"]  # the search reports its chosen path per tier
+    assert [t["tier"] for t in tiers] == [0, 1, 2, 3] and sum(t["clients"] for t in tiers) == 12
+    for t in tiers:
+        low, high = t["flops_bracket"]
+        assert low <= t["flops"] <= high and len(t["path"]) == 3 and 0.0 <= t["test_acc"] <= 1.0
+    assert "result" not in summary["phases"][0]
     rows = (result.run_dir / "rounds.csv").read_text().splitlines()  # type: ignore[operator]
     assert "phase" in rows[0].split(",") and len(rows) == 7
 
