@@ -152,3 +152,18 @@ def test_fedoras_configs_are_checked(tmp_path: Path, yaml_text: str, message: st
     path.write_text(yaml_text, encoding="utf-8")
     with pytest.raises(ConfigError, match=message):
         load_config(path)
+
+
+def test_random_search_switch_draws_fresh_valid_paths() -> None:
+    cfg = fedoras_tiny_config(kind="local", num_hosts=1)
+    search = dataclasses.replace(cfg.phases[1], algorithm=dataclasses.replace(cfg.phases[1].algorithm, method="random"))
+    cfg = dataclasses.replace(cfg, rounds=5, phases=(cfg.phases[0], search))
+    result = run_experiment(cfg, write=False, dataset=tiny_image_dataset())
+    state = result.state.algo_state
+    assert isinstance(state, SearchState)
+    tables = op_tables(supernet_family(result_family(cfg)), cost_model(cfg))
+    for tier, tier_search in enumerate(state.searches):
+        flops = path_flops(tables, tier_search.seen_paths)
+        # random children are drawn inside the bracket, so every scored path is a real accuracy
+        assert ((flops >= state.tiers.edges[tier]) & (flops <= state.tiers.edges[tier + 1])).all()
+        assert (tier_search.seen_scores >= 0.0).all()
