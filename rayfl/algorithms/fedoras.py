@@ -26,13 +26,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from torch import nn
 
-from rayfl.algorithms.base import Algorithm
+from rayfl.algorithms.base import Algorithm, ServerContext
 from rayfl.algorithms.fedoras_sampling import (
     OpTables,
     path_rng,
@@ -128,7 +128,7 @@ class FedorAS(Algorithm):
         self.tiers: TierPlan | None = None
         self._client: _ClientPaths | None = None  # set while local_train runs
 
-    def bind_server(self, ctx: Any) -> None:
+    def bind_server(self, ctx: ServerContext) -> None:
         super().bind_server(ctx)
         family = supernet_family(ctx.family)
         if ctx.cost is None:
@@ -180,8 +180,7 @@ class FedorAS(Algorithm):
     def eval_units(self, state: ServerState) -> tuple[int, ...] | None:
         family, tables, _ = self._ready()
         pick = np.argmax if self.config.eval_path == "largest" else np.argmin
-        flops = np.where(np.isnan(tables.flops), 0.0, tables.flops)
-        return family.units_of_path(pick(flops, axis=1))
+        return family.units_of_path(pick(tables.flops, axis=1))
 
     # ------------------------------------------------------------------------------------------ client side
     def client_limit_flops(self, client_id: int) -> float:

@@ -43,7 +43,8 @@ from rayfl.algorithms.payloads import Assignment, ClientView, Params, ServerStat
 from rayfl.config import FedorASSearchConfig, TrainConfig
 from rayfl.models.inputs import InputSpec, to_input
 
-if TYPE_CHECKING:  # the elastic package imports rayfl.algorithms
+if TYPE_CHECKING:  # the elastic package imports rayfl.algorithms; the engine imports the algorithms
+    from rayfl.engine.server_tasks import TaskPool
     from rayfl.models.supernet import SupernetFamily
 from rayfl.rng import derive_rng
 
@@ -158,7 +159,7 @@ class FedorASSearch(Algorithm):
     def assign(self, state: ServerState, round_idx: int, views: Sequence[ClientView]) -> dict[int, Assignment]:
         return {}
 
-    def server_round(self, state: ServerState, round_idx: int, pool: Any) -> tuple[ServerState, float]:
+    def server_round(self, state: ServerState, round_idx: int, pool: TaskPool) -> tuple[ServerState, float]:
         """The initial populations (first round) or one generation per tier; returns modelled server seconds."""
         began = time.perf_counter()
         search = state.algo_state
@@ -213,7 +214,7 @@ class FedorASSearch(Algorithm):
         return np.stack([-scores, path_flops(self.tables, paths)], axis=1)
 
     def score(
-        self, params: Params, search: SearchState, candidates: list[np.ndarray], pool: Any
+        self, params: Params, search: SearchState, candidates: list[np.ndarray], pool: TaskPool
     ) -> tuple[list[np.ndarray], float]:
         """Scores of every tier's candidates: cached, out-of-bracket distance, or evaluated through the pool."""
         tables, edges = self.tables, search.tiers.edges
@@ -247,7 +248,7 @@ class FedorASSearch(Algorithm):
             raise RuntimeError("fedoras_search: the validation set lives on the driver")
         return self._val
 
-    def _evaluate(self, params: Params, paths: np.ndarray, pool: Any) -> np.ndarray:
+    def _evaluate(self, params: Params, paths: np.ndarray, pool: TaskPool) -> np.ndarray:
         x, y = self._validation()
         family = supernet_family(self.family)
         spec = self.server.input_spec
