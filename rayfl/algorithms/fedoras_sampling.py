@@ -66,6 +66,11 @@ class OpTables:
         return float(self.fixed_params + self.params[mask].sum())
 
     @property
+    def min_flops(self) -> float:
+        """FLOPs of the cheapest path (the official code's "fixed" cost: fixed layers plus the cheapest op each)."""
+        return float(self.fixed_flops + self.flops.min(axis=1).sum())
+
+    @property
     def max_flops(self) -> float:
         return float(self.fixed_flops + self.flops.max(axis=1).sum())
 
@@ -87,7 +92,7 @@ def tier_brackets(
     """``num_tiers + 1`` FLOPs edges: tier ``t`` is ``[edges[t], edges[t + 1]]`` (module docstring)."""
     flops = np.sort(path_flops(tables, random_paths(tables, num_paths, rng)))
     csum = np.cumsum(flops) / flops.sum()
-    lower = tables.fixed_flops if low <= 0.0 else float(flops[np.searchsorted(csum, low, side="right")])
+    lower = tables.min_flops if low <= 0.0 else float(flops[np.searchsorted(csum, low, side="right")])
     upper = float(flops[min(len(flops) - 1, int(np.searchsorted(csum, high, side="right")))])
     edges = np.linspace(lower, upper, num_tiers + 1)
     edges[-1] = tables.max_flops

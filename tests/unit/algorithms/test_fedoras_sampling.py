@@ -122,3 +122,17 @@ def test_random_paths_cover_every_op() -> None:
     paths = random_paths(_toy_tables(), 300, np.random.default_rng(0))
     assert paths.shape == (300, 3)
     assert set(np.unique(paths).tolist()) == {0, 1, 2}
+
+
+def test_tier_brackets_start_at_the_cheapest_path_without_identity() -> None:
+    """No identity: the cheapest path costs fixed 10 + 1 + 2 = 13, the largest 10 + 4 + 5 = 19, so the brackets run
+    from 13 (not from the fixed 10, which no path reaches) and the top tier ends at 19."""
+    tables = OpTables(
+        params=np.zeros((2, 2)),
+        flops=np.array([[1.0, 4.0], [2.0, 5.0]]),
+        fixed_params=0.0,
+        fixed_flops=10.0,
+        identity=None,
+    )
+    edges = tier_brackets(tables, 3, np.random.default_rng(0), num_paths=1000)
+    assert edges[0] == 13.0 and edges[-1] == 19.0 and np.all(np.diff(edges) > 0)

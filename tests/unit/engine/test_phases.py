@@ -167,3 +167,28 @@ def test_random_search_switch_draws_fresh_valid_paths() -> None:
         # random children are drawn inside the bracket, so every scored path is a real accuracy
         assert ((flops >= state.tiers.edges[tier]) & (flops <= state.tiers.edges[tier + 1])).all()
         assert (tier_search.seen_scores >= 0.0).all()
+
+
+def test_fedoras_on_a_one_op_space_equals_fedavg() -> None:
+    """With one candidate op (no identity) every path is the whole supernet and every example goes through every op,
+    so OPA's per-op weights equal FedAvg's example counts: one FedorAS round is FedAvg, bit for bit."""
+    base = fedoras_tiny_config(kind="local", num_hosts=2)
+    model = dataclasses.replace(base.model, ops=("mb3_e2",))
+    fedoras = dataclasses.replace(
+        base,
+        model=model,
+        rounds=2,
+        phases=(
+            PhaseConfig(
+                name="supernet",
+                rounds=2,
+                algorithm=dataclasses.replace(base.phases[0].algorithm, subspace_params=10**9),
+            ),
+        ),
+    )
+    fedavg = dataclasses.replace(fedoras, phases=(), algorithm=FedAvgConfig())
+    a = run_experiment(fedoras, write=False, dataset=tiny_image_dataset())
+    b = run_experiment(fedavg, write=False, dataset=tiny_image_dataset())
+    assert [(r.train_loss, r.test_acc) for r in a.records] == [(r.train_loss, r.test_acc) for r in b.records]
+    for name in a.state.params:
+        assert torch.equal(a.state.params[name], b.state.params[name]), name
