@@ -1,0 +1,59 @@
+"""FedorAS's client side: one path per batch from (seed, round, client, batch), examples counted per (layer, op)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from rayfl.algorithms.fedoras import FedorAS
+from rayfl.algorithms.fedoras_sampling import path_flops
+from rayfl.algorithms.payloads import TrainTask
+from rayfl.algorithms.submodel import first_k
+from rayfl.engine.build import bind_algorithm, build_clock, build_setup
+from rayfl.engine.host import ClientHost
+from rayfl.models.supernet import SupernetFamily
+from tests.helpers import tiny_image_dataset
+from tests.helpers_fedoras import fedoras_tiny_config
+
+
+def test_client_trains_one_budgeted_path_per_batch_and_counts_examples_per_op() -> None:
+    base = fedoras_tiny_config(kind="local", num_hosts=1)
+    cfg = dataclasses.replace(base, phases=(), rounds=1, algorithm=base.phases[0].algorithm)
+    setup = build_setup(cfg, tiny_image_dataset())
+    bind_algorithm(cfg, setup, build_clock(cfg, setup))
+    algorithm = setup.algorithm
+    assert isinstance(algorithm, FedorAS) and algorithm.tables is not None and algorithm.tiers is not None
+    family = algorithm.family
+    assert isinstance(family, SupernetFamily)
+    mask = algorithm.subspace(round_idx=3)
+    assignment = family.assignment(first_k(family.units_of_mask(mask)))
+    client_id = 7
+    task = TrainTask(client_id, 3, cfg.seed, 0.05, assignment)
+    x, y = setup.dataset.client_train(client_id)
+    host = ClientHost(0, setup.dataset, cfg.model, algorithm, cfg.backend, 0)
+    update = algorithm.local_train(host._model_for(assignment, setup.params), x, y, task, setup.input_spec)
+
+    # replay the sampler: batch b of size s_b trains path(b); every path lies in the subspace and the tier's FLOPs
+    sizes = [len(range(lo, min(lo + cfg.train.batch_size, len(y)))) for lo in range(0, len(y), cfg.train.batch_size)]
+    expected = np.zeros(mask.shape)
+    limit = algorithm.client_limit_flops(client_id)
+    assert limit == algorithm.tiers.edges[algorithm.tiers.client_tier[client_id] + 1]
+    for b, size in enumerate(sizes):
+        path = algorithm.path_for_batch(task, mask, b)
+        assert np.array_equal(path, algorithm.path_for_batch(task, mask, b))  # reproducible from the keys
+        assert mask[np.arange(len(path)), path].all()
+        assert path_flops(algorithm.tables, path)[0] <= limit
+        expected[np.arange(len(path)), path] += size
+    assert update.num_steps == len(sizes)
+    for name in update.values:
+        gate = family.space.layouts[name].gate
+        if gate is None:
+            assert name not in update.tensor_weights  # fixed layers: the client's example count (FedAvg)
+            continue
+        layer, op = divmod(gate, family.num_ops)
+        assert update.tensor_weights[name] == expected[layer, op] > 0
+    used = {divmod(family.space.layouts[n].gate or 0, family.num_ops) for n in update.tensor_weights}
+    unused = {(int(layer), int(o)) for layer, o in np.argwhere(mask & (expected == 0)) if o != family.identity}
+    assert not used & unused  # ops held but never used are not uploaded
+    assert expected.sum(axis=1).tolist() == [float(len(y))] * family.num_layers
