@@ -11,9 +11,11 @@ over supernet training's state (parameters and ``FedorASState``: tiers and FLOPs
 * **First round**: per tier ``population`` valid paths, drawn by the budgeted path sampler under the tier's upper edge
   and kept when they reach its lower edge. **Each later round** is one generation per tier: ``parents`` parents by
   binary tournament, uniform crossover, per-layer mutation (``mutation``), then NSGA-II survivor selection on
-  (-score, FLOPs). A child outside its tier's bracket is not evaluated; its score is minus its distance to the bracket
-  over the largest path's FLOPs (the official ``_score_invalid``). ``method: random`` replaces the children by fresh
-  valid random paths (the paper's appendix baseline). Paths already scored are not evaluated again.
+  (-score, parameters): the paper's two objectives, accuracy and model size within the tier (Sec. 3.4; the FLOPs
+  bracket keeps the tier's compute). A child outside its tier's bracket is not evaluated; its score is minus its
+  distance to the bracket over the largest path's FLOPs (the official ``_score_invalid``). ``method: random`` replaces
+  the children by fresh valid random paths (the paper's appendix baseline). Paths already scored are not evaluated
+  again.
 * **Result**: per tier the best in-bracket path by validation accuracy, kept in ``SearchState``.
 * **Simulated time**: the forward FLOPs of every evaluation over ``server_gflops`` (modelled server time).
 """
@@ -210,8 +212,10 @@ class FedorASSearch(Algorithm):
         return np.stack([mutate(k, self.tables.num_ops, self.config.mutation, rng) for k in kids[:count]])
 
     def objectives(self, paths: np.ndarray, scores: np.ndarray) -> np.ndarray:
-        """Minimised: minus the score, and FLOPs."""
-        return np.stack([-scores, path_flops(self.tables, paths)], axis=1)
+        """Minimised: minus the score, and the path's parameters (model size)."""
+        tables = self.tables
+        params = tables.fixed_params + tables.params[np.arange(tables.num_layers), paths].sum(axis=1)
+        return np.stack([-scores, params], axis=1)
 
     def score(
         self, params: Params, search: SearchState, candidates: list[np.ndarray], pool: TaskPool
