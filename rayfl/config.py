@@ -29,10 +29,15 @@ __all__ = [
     "ExperimentConfig",
     "FedAvgConfig",
     "FedDropoutConfig",
+    "FedResCuEConfig",
     "FedRolexConfig",
+    "FedRushConfig",
+    "FedSeqConfig",
+    "FedSlimConfig",
     "FemnistCNNConfig",
     "FjORDConfig",
     "HeteroFLConfig",
+    "LinkConfig",
     "ModelConfig",
     "ModelSearchConfig",
     "ResNetConfig",
@@ -314,6 +319,56 @@ class ModelSearchConfig:
     distill: DistillConfig = field(default_factory=lambda: DistillConfig(enabled=True))
 
 
+COLUMN_RATIOS = (0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0)  # columns of 1/8 of the network (paper 004)
+CAPACITIES = (0.25, 0.5, 0.75, 1.0)  # paper 004's cluster capacities P_c
+
+
+@dataclass(frozen=True, kw_only=True)
+class FedResCuEConfig:
+    """FedResCuE (Zhu et al., ICML 2022, paper 004): each client the largest capacity of ``capacities`` that fits its
+    budgets (nested first-k widths, the same ratio on every layer); per batch, progressive self-distillation over
+    ``num_ratios`` (S) ordered ratios of ``ratios`` (P, relative to the client's capacity, ending at 1), each step
+    cross-entropy + ``alpha`` x KL(teacher || sub-model) updating only the columns that ratio adds (``freeze``), then
+    one cross-entropy step on the client's model; band-wise plain mean of the uploaded columns (Eq. 4).
+    The paper's P is 0.1 to 1 in steps of 0.05."""
+
+    name: Literal["fedrescue"] = "fedrescue"
+    capacities: tuple[float, ...] = CAPACITIES
+    ratios: tuple[float, ...] = COLUMN_RATIOS
+    num_ratios: int = bounded(4, ge=1)
+    alpha: float = bounded(1.0, ge=0.0)
+    freeze: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class FedSeqConfig(FedResCuEConfig):
+    """FedSeq (paper 004's ablation): FedResCuE without the distillation term (alpha = 0, no teacher pass)."""
+
+    name: Literal["fedseq"] = "fedseq"  # type: ignore[assignment]
+    alpha: float = bounded(0.0, ge=0.0, le=0.0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FedRushConfig(FedResCuEConfig):
+    """FedRush (paper 004's baseline): FedResCuE's sampled ratios and distillation, every step updating the whole
+    sub-model (no freezing of earlier columns)."""
+
+    name: Literal["fedrush"] = "fedrush"  # type: ignore[assignment]
+    freeze: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class FedSlimConfig:
+    """FedSlim (paper 004's baseline, slimmable training after Yu et al. 2018): per batch, the cross-entropy
+    gradients of ``num_ratios`` ordered ratios of ``ratios`` (ending at the client's capacity) are summed into one
+    step; sample-weighted element-wise mean (FedAvg)."""
+
+    name: Literal["fedslim"] = "fedslim"
+    capacities: tuple[float, ...] = CAPACITIES
+    ratios: tuple[float, ...] = COLUMN_RATIOS
+    num_ratios: int = bounded(4, ge=1)
+
+
 AlgorithmConfig = (
     FedAvgConfig
     | HeteroFLConfig
@@ -322,6 +377,10 @@ AlgorithmConfig = (
     | AnyCostFLConfig
     | FjORDConfig
     | ModelSearchConfig
+    | FedResCuEConfig
+    | FedSeqConfig
+    | FedRushConfig
+    | FedSlimConfig
 )
 ALGORITHM_CONFIGS: dict[str, type[Any]] = {
     "fedavg": FedAvgConfig,
@@ -331,6 +390,10 @@ ALGORITHM_CONFIGS: dict[str, type[Any]] = {
     "anycostfl": AnyCostFLConfig,
     "fjord": FjORDConfig,
     "model_search": ModelSearchConfig,
+    "fedrescue": FedResCuEConfig,
+    "fedseq": FedSeqConfig,
+    "fedrush": FedRushConfig,
+    "fedslim": FedSlimConfig,
 }
 
 
@@ -407,6 +470,23 @@ class ResourceConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class LinkConfig:
+    """Unstable links (paper 004, Sec. 3.3; ``rayfl/system/links.py``), for any method.
+
+    A model moves in ordered transfer units: columns of ``column_ratio`` of the network, i.e. the nested leading
+    blocks of a client's sub-model at width ratios ``column_ratio``, ``2 x column_ratio`` ... up to its own (a model
+    without an elastic family is one unit). Each unit fails with probability ``error_rate`` (drawn per client and
+    round: ``constant``, ``uniform`` in ``[low, high]``, ``binary`` or ``levels``; ``none`` = perfect links); units
+    are sent in order until the first failure, in both directions. With ``padding`` (Eq. 5) a client fills the
+    columns it failed to download from its own parameters of the last round it trained (at first, the initial
+    global model's); without it the client trains the part that arrived, and fails when nothing did."""
+
+    error_rate: ResourceConfig = field(default_factory=ResourceConfig)
+    column_ratio: float = bounded(0.125, gt=0.0, le=1.0)
+    padding: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
 class SystemConfig:
     """System heterogeneity: per-client budgets and the simulated clock (paper 000 Sec. 4.1.2, Appendix D).
 
@@ -428,6 +508,7 @@ class SystemConfig:
     measured_time_scale: float = bounded(1.0, gt=0.0)
     server_time: Literal["none", "measured"] = "none"
     memory_overhead_mib: float = bounded(0.0, ge=0.0)  # runtime memory added to every model's need
+    links: LinkConfig = field(default_factory=LinkConfig)  # unstable links: columns lost mid-transfer (paper 004)
 
 
 # ---------------------------------------------------------------------------------------------------- backend

@@ -8,7 +8,9 @@ from rayfl.algorithms.anycostfl import AnyCostFL
 from rayfl.algorithms.base import Algorithm, round_lr
 from rayfl.algorithms.fedavg import FedAvg
 from rayfl.algorithms.feddropout import FedDropout
+from rayfl.algorithms.fedrescue import FedResCuE, FedRush, FedSeq
 from rayfl.algorithms.fedrolex import FedRolex
+from rayfl.algorithms.fedslim import FedSlim
 from rayfl.algorithms.fjord import FjORD
 from rayfl.algorithms.heterofl import HeteroFL
 from rayfl.algorithms.model_search import ModelSearchAlgorithm
@@ -20,7 +22,11 @@ __all__ = [
     "AnyCostFL",
     "FedAvg",
     "FedDropout",
+    "FedResCuE",
     "FedRolex",
+    "FedRush",
+    "FedSeq",
+    "FedSlim",
     "FjORD",
     "HeteroFL",
     "ModelSearchAlgorithm",
@@ -36,6 +42,10 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
     "anycostfl": AnyCostFL,
     "fjord": FjORD,
     "model_search": ModelSearchAlgorithm,
+    "fedrescue": FedResCuE,
+    "fedseq": FedSeq,
+    "fedrush": FedRush,
+    "fedslim": FedSlim,
 }
 
 

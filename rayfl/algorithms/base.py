@@ -92,6 +92,9 @@ class Algorithm:
     """Base class with FedAvg behaviour in every hook; subclasses override the hooks their paper changes."""
 
     name: ClassVar[str] = "base"
+    # True: the engine keeps a state per client across rounds (``engine/client_state.py``), handed to
+    # ``local_train`` as ``task.client_state`` and replaced by the ``ClientUpdate.client_state`` it returns
+    keeps_client_state: ClassVar[bool] = False
 
     def __init__(self, config: Any, train: TrainConfig) -> None:
         self.config = config
@@ -192,6 +195,25 @@ class Algorithm:
         loss.backward()  # type: ignore[no-untyped-call]  # torch stubs leave backward untyped
         return loss
 
+    def train_batch(
+        self,
+        model: nn.Module,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        task: TrainTask,
+        optimizer: torch.optim.Optimizer,
+        params: Sequence[nn.Parameter],
+    ) -> torch.Tensor:
+        """Everything ``local_train`` does with one batch, returning the loss it reports: by default one step of
+        ``optimizer`` on ``backward_step``'s gradients (clipped to ``grad_clip_norm``). Methods that take several
+        steps per batch, or update only part of the model in a step (FedResCuE), override this."""
+        optimizer.zero_grad(set_to_none=True)
+        loss = self.backward_step(model, x, y, task)
+        if self.train.grad_clip_norm > 0:
+            nn.utils.clip_grad_norm_(params, self.train.grad_clip_norm)
+        optimizer.step()
+        return loss
+
     def local_train(
         self,
         model: nn.Module,
@@ -222,11 +244,7 @@ class Algorithm:
                 if cfg.max_steps and steps >= cfg.max_steps:
                     break
                 idx = order[start : start + cfg.batch_size].to(device)
-                opt.zero_grad(set_to_none=True)
-                loss = self.backward_step(model, inputs[idx], labels[idx], task)
-                if cfg.grad_clip_norm > 0:
-                    nn.utils.clip_grad_norm_(params, cfg.grad_clip_norm)
-                opt.step()
+                loss = self.train_batch(model, inputs[idx], labels[idx], task, opt, params)
                 loss_sum += float(loss.detach())
                 steps += 1
         values = {k: v.detach().clone() for k, v in model.state_dict().items() if v.is_floating_point()}

@@ -17,6 +17,7 @@ __all__ = [
     "ClientOutcome",
     "ClientUpdate",
     "ClientView",
+    "LinkDraw",
     "Params",
     "ServerState",
     "TensorSlice",
@@ -73,6 +74,20 @@ class Assignment:
 
 
 @dataclass(frozen=True, slots=True)
+class LinkDraw:
+    """What an unstable link does to one client's transfers in one round (``rayfl/system/links.py``): the error rate
+    drawn for it, and how many transfer units (columns) each direction delivers before its first failure (``-1``:
+    none fails). ``column_ratio`` is the links' granularity, ``padding`` whether the client fills columns it missed
+    from its own previous parameters (local model padding, paper 004 Eq. 5)."""
+
+    error_rate: float
+    down_run: int
+    up_run: int
+    column_ratio: float
+    padding: bool
+
+
+@dataclass(frozen=True, slots=True)
 class TrainTask:
     """One client's work for one round, built by the engine from an ``Assignment``."""
 
@@ -81,6 +96,8 @@ class TrainTask:
     seed: int
     lr: float
     assignment: Assignment
+    link: LinkDraw | None = None  # unstable links: what this round's transfers deliver (None: perfect links)
+    client_state: object | None = None  # the algorithm's own state of this client from its last round (or None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +111,7 @@ class ClientUpdate:
     num_examples: int
     train_loss: float
     num_steps: int
+    client_state: object | None = None  # the algorithm's state to keep for this client (Algorithm.keeps_client_state)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +126,8 @@ class ClientOutcome:
     bytes_up: int
     failure: str | None = None
     train_wall_s: float = 0.0  # host time of local training (used only with system.compute_time: measured)
+    p_down: float = float("nan")  # unstable links: width ratio of the model that arrived (NaN: perfect links)
+    p_up: float = float("nan")  # and of the update that arrived at the server
 
 
 @dataclass(frozen=True, slots=True)

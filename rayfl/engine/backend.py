@@ -21,6 +21,7 @@ from rayfl.algorithms.payloads import Aggregate, ClientOutcome, Params, TrainTas
 from rayfl.algorithms.reducers import Partial
 from rayfl.config import BackendConfig, CompressionConfig, ModelConfig
 from rayfl.data.federated import FederatedDataset
+from rayfl.engine.client_state import ClientMemory, ClientStateStore, keeps_state
 from rayfl.engine.host import ClientHost, EvalStats, NumpyParams
 from rayfl.engine.param_server import ParamServerShard, plan_shards
 
@@ -51,6 +52,10 @@ class Backend(Protocol):
     def evaluate(self, params: Params, units: tuple[int, ...] | None = None) -> EvalResult: ...
 
     def close(self) -> None: ...
+
+    def client_states(self) -> dict[int, object]: ...
+
+    def load_client_states(self, states: dict[int, object]) -> None: ...
 
 
 def to_numpy(params: Params) -> NumpyParams:
@@ -135,18 +140,26 @@ class LocalBackend:
             for s in range(self.num_shards)
         ]
         self._threads = torch.get_num_threads()
+        self.algorithm = algorithm
+        self.memories = ClientStateStore()  # per-client state across rounds (engine/client_state.py)
 
     def train_and_reduce(self, tasks: Sequence[TrainTask], params: Params) -> tuple[Aggregate, list[ClientOutcome]]:
         arrays = to_numpy(params)
         per_shard: list[list[Partial]] = [[] for _ in range(self.num_shards)]
         outcomes: list[ClientOutcome] = []
+        keep = keeps_state(self.algorithm, tasks)
         for host, host_tasks in zip(self.hosts, tasks_by_host(tasks, self.sizes, self.num_hosts), strict=True):
             if not host_tasks:
                 continue
-            *partials, host_outcomes = host.run_round(host_tasks, arrays, self.shard_of, self.num_shards)
-            for s, p in enumerate(partials):
+            held = self.memories.handles_for(host_tasks) if keep else []
+            out = host.run_round(
+                host_tasks, arrays, self.shard_of, self.num_shards, *cast(list[ClientMemory | None], held)
+            )
+            for s, p in enumerate(out[: self.num_shards]):
                 per_shard[s].append(cast(Partial, p))
-            outcomes.extend(cast(list[ClientOutcome], host_outcomes))
+            outcomes.extend(cast(list[ClientOutcome], out[self.num_shards]))
+            if keep:
+                self.memories.update(host_tasks, out[self.num_shards + 1 :])
         torch.set_num_threads(self._threads)
         results = [shard.reduce(arrays, *per_shard[s]) for s, shard in enumerate(self.shards)]
         outcomes.sort(key=lambda o: o.client_id)
@@ -160,6 +173,13 @@ class LocalBackend:
         ]
         torch.set_num_threads(self._threads)
         return combine_eval(stats)
+
+    def client_states(self) -> dict[int, object]:
+        """Every client's memory by client id (``engine/client_state.py``), for checkpoints."""
+        return self.memories.client_states()
+
+    def load_client_states(self, states: dict[int, object]) -> None:
+        self.memories.load_client_states(states)
 
     def close(self) -> None:
         torch.set_num_threads(self._threads)

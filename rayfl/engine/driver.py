@@ -79,8 +79,8 @@ def run_experiment(
             plan = clock.plan(round_idx, views, assignments)
             lr = round_lr(cfg.train, round_idx, cfg.rounds)
             tasks = [
-                TrainTask(v.client_id, round_idx, cfg.seed, lr, assignments[v.client_id])
-                for v, runs in zip(views, plan.runs, strict=True)
+                TrainTask(v.client_id, round_idx, cfg.seed, lr, assignments[v.client_id], link=plan.link(i))
+                for i, (v, runs) in enumerate(zip(views, plan.runs, strict=True))
                 if runs
             ]
             # 4. Local training on the hosts and sharded reduction.
@@ -175,6 +175,7 @@ def client_records(
 ) -> list[ClientRecord]:
     """One row per sampled client: the plan's numbers, and the failure the plan or the training produced."""
     trained = {o.client_id: o.failure for o in outcomes}
+    links = {o.client_id: (o.p_down, o.p_up) for o in outcomes}
     over = plan.over_budget or ("",) * len(plan.client_id)
     return [
         ClientRecord(
@@ -192,6 +193,8 @@ def client_records(
             failure=plan.failure[i] or trained.get(int(c)) or "",
             over_budget=over[i],
             units=_units_text(assignments[int(c)].units),
+            p_down=links.get(int(c), (math.nan, math.nan))[0],
+            p_up=links.get(int(c), (math.nan, math.nan))[1],
         )
         for i, c in enumerate(plan.client_id)
     ]

@@ -32,12 +32,14 @@ from rayfl.algorithms.submodel import first_k
 from rayfl.config import BackendConfig, CompressionConfig, ModelConfig
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine.allocator import tune_allocator
+from rayfl.engine.client_state import ClientMemory, initial_weights, keeps_state, own_global, padded_tensor
 from rayfl.engine.device import use_device
 from rayfl.models import InputSpec, build_model, to_input
 from rayfl.models.elastic import FAMILIES, ElasticFamily, build_family
 from rayfl.models.elastic.family import gather
 from rayfl.models.inputs import client_spec
 from rayfl.rng import derive_seed
+from rayfl.system.links import attempted, column_levels, delivered, level_ratio, restrict_update, slice_numel
 
 __all__ = ["ClientHost", "EvalStats", "NumpyParams"]
 
@@ -94,6 +96,8 @@ class ClientHost:
         self.device = use_device(
             backend_cfg.device, backend_cfg.gpus_per_host, backend_cfg.gpu_memory_fraction, host_id=host_id
         )
+        self.model_cfg = model_cfg
+        self._initial: dict[int, dict[str, torch.Tensor]] = {}  # initial global weights per seed (padding)
         self.compression = compression or CompressionConfig()  # upload compression of every client's update
         self.input_spec = InputSpec.of(dataset.input_kind, dataset.num_classes, dataset.x, dataset.meta)
         with torch.random.fork_rng(devices=[]):
@@ -149,44 +153,121 @@ class ClientHost:
         params: NumpyParams,
         shard_of: Mapping[str, int],
         num_shards: int,
+        *memories: ClientMemory | None,
     ) -> tuple[object, ...]:
         """Train ``tasks`` in client-id order.
 
         Returns ``num_shards`` partial sums (one per shard, so Ray can route each to its shard as its own object)
-        followed by the list of per-client ``ClientOutcome``s.
+        followed by the list of per-client ``ClientOutcome``s. When the round's clients carry memories
+        (``client_state.keeps_state``), ``memories`` holds each task's (aligned with ``tasks``, ``None`` for a client
+        with none yet) and every task's next memory follows the outcomes, in the order of ``tasks``.
         """
         torch.set_num_threads(self.torch_threads)
         base = as_tensors(params)
         shapes = {k: v.shape for k, v in base.items()}
+        keep = keeps_state(self.algorithm, tasks)
+        held = dict(zip((t.client_id for t in tasks), memories, strict=False)) if keep else {}
         partial: Partial = {}
         outcomes: list[ClientOutcome] = []
+        kept: dict[int, ClientMemory | None] = {}
         for task in sorted(tasks, key=lambda t: t.client_id):
-            began = time.perf_counter()
-            model = self._model_for(task.assignment, base)
-            bytes_down = params_bytes({k: v for k, v in model.state_dict().items() if v.is_floating_point()})
-            x, y = self.dataset.client_train(task.client_id)
-            with _seeded_rng(task, self.device):
-                update = _on_cpu(self.algorithm.local_train(model, x, y, task, self._spec_of(task.client_id, x)))
-            train_wall_s = time.perf_counter() - began
-            failure = None if _finite(update) else "nan_update"
-            if failure is None and self.compression.kind != "none":
-                # the server receives what the client sent plus the dequantised update (compression.py)
-                update = compress_update(update, base, self.compression, seed=task.seed, round_idx=task.round_idx)
-            if failure is None:
+            update, outcome, kept[task.client_id] = self._run_client(task, base, shapes, held.get(task.client_id))
+            if update is not None and outcome.failure is None:
                 self.algorithm.reducer.accumulate(partial, update, shapes)
-            outcomes.append(
-                ClientOutcome(
-                    client_id=task.client_id,
-                    num_examples=update.num_examples,
-                    train_loss=update.train_loss,
-                    num_steps=update.num_steps,
-                    bytes_down=bytes_down,
-                    bytes_up=self._bytes_up(update),
-                    failure=failure,
-                    train_wall_s=train_wall_s,
-                )
-            )
-        return (*split_partial(partial, shard_of, num_shards), outcomes)
+            outcomes.append(outcome)
+        after = [kept[t.client_id] for t in tasks] if keep else []
+        return (*split_partial(partial, shard_of, num_shards), outcomes, *after)
+
+    def _run_client(
+        self,
+        task: TrainTask,
+        base: Mapping[str, torch.Tensor],
+        shapes: Mapping[str, torch.Size],
+        memory: ClientMemory | None,
+    ) -> tuple[ClientUpdate | None, ClientOutcome, ClientMemory | None]:
+        """One client: receive (what the links deliver, padded), train, send (what the links deliver); returns the
+        update to aggregate, the outcome and the client's next memory."""
+        began = time.perf_counter()
+        link = task.link
+        levels = column_levels(self.family, task.assignment, link.column_ratio) if link else [task.assignment]
+        got = delivered(link.down_run, len(levels)) if link else len(levels)
+        level = len(levels) if link is None or link.padding else got  # the level the client trains
+        p_down = level_ratio(self.family, levels, got) if link else math.nan
+        down_bytes = self._level_bytes(base, levels[attempted(link.down_run, len(levels)) - 1]) if link else None
+        if level == 0:  # nothing arrived and nothing to pad with
+            lost = ClientOutcome(task.client_id, 0, math.nan, 0, down_bytes or 0, 0, "link_down", 0.0, p_down, 0.0)
+            return None, lost, memory
+        assignment = levels[level - 1]
+        model = self._model_for(assignment, base)
+        if level > got:
+            self._pad(model, assignment, levels[got - 1] if got else None, base, memory, task.seed)
+        bytes_down = down_bytes if down_bytes is not None else self._model_bytes(model)
+        run = dataclasses.replace(
+            task, assignment=assignment, client_state=memory.algo_state if memory is not None else None
+        )
+        x, y = self.dataset.client_train(task.client_id)
+        with _seeded_rng(task, self.device):
+            update = _on_cpu(self.algorithm.local_train(model, x, y, run, self._spec_of(task.client_id, x)))
+        train_wall_s = time.perf_counter() - began
+        failure = None if _finite(update) else "nan_update"
+        after = memory
+        if failure is None and (self.algorithm.keeps_client_state or (link is not None and link.padding)):
+            kept = _float_state(model) if link is not None and link.padding else None
+            after = ClientMemory(kept, dict(assignment.slices) if kept is not None else None, update.client_state)
+        sent, p_up = update, math.nan
+        if link is not None:
+            arrived = delivered(link.up_run, level)
+            sent = _cut(update, levels, attempted(link.up_run, level), level, shapes)
+            update = _cut(update, levels, arrived, level, shapes)
+            p_up = level_ratio(self.family, levels, arrived)
+            if arrived == 0 and failure is None:
+                failure = "link_up"
+        if failure is None and self.compression.kind != "none":
+            # the server receives what the client sent plus the dequantised update (compression.py)
+            update = compress_update(update, base, self.compression, seed=task.seed, round_idx=task.round_idx)
+        outcome = ClientOutcome(
+            client_id=task.client_id,
+            num_examples=update.num_examples,
+            train_loss=update.train_loss,
+            num_steps=update.num_steps,
+            bytes_down=bytes_down,
+            bytes_up=self._bytes_up(update if link is None else sent),
+            failure=failure,
+            train_wall_s=train_wall_s,
+            p_down=p_down,
+            p_up=p_up,
+        )
+        return update, outcome, after
+
+    @staticmethod
+    def _model_bytes(model: nn.Module) -> int:
+        return params_bytes({k: v for k, v in model.state_dict().items() if v.is_floating_point()})
+
+    @staticmethod
+    def _level_bytes(base: Mapping[str, torch.Tensor], level: Assignment) -> int:
+        """Bytes of the global tensors' part that a transfer level moves."""
+        shapes = {k: tuple(v.shape) for k, v in base.items()}
+        size = {k: v.element_size() for k, v in base.items()}
+        return sum(slice_numel({k: shapes[k]}, level) * size[k] for k in shapes)
+
+    def _pad(
+        self,
+        model: nn.Module,
+        assignment: Assignment,
+        arrived: Assignment | None,
+        base: Mapping[str, torch.Tensor],
+        memory: ClientMemory | None,
+        seed: int,
+    ) -> None:
+        """Local model padding (Eq. 5): the positions that did not arrive take the client's own values."""
+        initial = self._initial.get(seed)
+        if initial is None:
+            initial = self._initial[seed] = initial_weights(self.model_cfg, self.input_spec, seed)
+        own = own_global(initial, memory)
+        with torch.no_grad():
+            for name, tensor in model.state_dict().items():
+                if name in base and name in own:
+                    tensor.copy_(padded_tensor(name, base[name], own[name], assignment, arrived))
 
     def _spec_of(self, client_id: int, x: np.ndarray) -> InputSpec:
         """The input spec a client's training samples are converted with (its own statistics under
@@ -245,6 +326,20 @@ def _on_cpu(update: ClientUpdate) -> ClientUpdate:
     if all(v.device.type == "cpu" for v in update.values.values()):
         return update
     return dataclasses.replace(update, values={k: v.cpu() for k, v in update.values.items()})
+
+
+def _float_state(model: nn.Module) -> dict[str, np.ndarray]:
+    """A copy of the model's floating tensors, on the CPU (a client's memory)."""
+    return {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items() if v.is_floating_point()}
+
+
+def _cut(
+    update: ClientUpdate, levels: Sequence[Assignment], count: int, trained: int, shapes: Mapping[str, torch.Size]
+) -> ClientUpdate:
+    """The part of ``update`` (trained at level ``trained``) within its first ``count`` transfer levels."""
+    if count >= trained or count == 0:
+        return update if count >= trained else dataclasses.replace(update, values={}, slices={})
+    return restrict_update(update, levels[count - 1], shapes)
 
 
 def _finite(update: ClientUpdate) -> bool:

@@ -30,6 +30,7 @@ from rayfl.engine.backend import (
     tasks_by_host,
     to_numpy,
 )
+from rayfl.engine.client_state import ClientStateStore, keeps_state
 from rayfl.engine.host import ClientHost
 from rayfl.engine.param_server import ParamServerShard, plan_shards
 from rayfl.engine.placement import ActorSlot, PoolLayout, layout_in_group, pack_layout, spread_layout
@@ -143,6 +144,9 @@ class RayBackend:
         self.shards: list[Any] = []
         self._group: Any = None
         self._own_group = False
+        self.algorithm = algorithm
+        # per-client state across rounds as object-store references (engine/client_state.py)
+        self.memories = ClientStateStore(fetch=ray.get, put=ray.put)
         try:
             self._start_actors(dataset, model_cfg, algorithm, backend_cfg, init_seed, compression)
         except BaseException:
@@ -192,15 +196,19 @@ class RayBackend:
         params_ref = ray.put(to_numpy(params))
         per_shard: list[list[Any]] = [[] for _ in range(self.num_shards)]
         outcome_refs = []
+        keep = keeps_state(self.algorithm, tasks)
         for host, host_tasks in zip(self.hosts, tasks_by_host(tasks, self.sizes, self.num_hosts), strict=True):
             if not host_tasks:
                 continue
-            *partial_refs, outcomes_ref = host.run_round.options(num_returns=self.num_shards + 1).remote(
-                host_tasks, params_ref, self.shard_of, self.num_shards
+            held = self.memories.handles_for(host_tasks) if keep else []
+            refs = host.run_round.options(num_returns=self.num_shards + 1 + len(held)).remote(
+                host_tasks, params_ref, self.shard_of, self.num_shards, *held
             )
-            outcome_refs.append(outcomes_ref)
-            for s, ref in enumerate(partial_refs):
+            outcome_refs.append(refs[self.num_shards])
+            for s, ref in enumerate(refs[: self.num_shards]):
                 per_shard[s].append(ref)
+            if keep:  # each client's next memory stays in the object store, referenced from here
+                self.memories.update(host_tasks, refs[self.num_shards + 1 :])
         result_refs = [shard.reduce.remote(params_ref, *per_shard[s]) for s, shard in enumerate(self.shards)]
         outcomes = sorted((o for batch in ray.get(outcome_refs) for o in batch), key=lambda o: o.client_id)
         return assemble_aggregate(ray.get(result_refs), outcomes), outcomes
@@ -214,6 +222,13 @@ class RayBackend:
             if b
         ]
         return combine_eval(ray.get(refs))
+
+    def client_states(self) -> dict[int, object]:
+        """Every client's memory by client id (fetched from the object store), for checkpoints."""
+        return self.memories.client_states()
+
+    def load_client_states(self, states: dict[int, object]) -> None:
+        self.memories.load_client_states(states)
 
     def node_ids(self) -> list[str]:
         """The Ray node each client host runs on (for placement checks)."""

@@ -73,6 +73,8 @@ class ClientRecord:
     failure: str  # "" when the client trained and was aggregated
     over_budget: str = ""  # the budget its model exceeded although it trained (budgets ignored), else ""
     units: str = ""  # the sub-model's units per search dimension, space separated ("" = the whole model)
+    p_down: float = math.nan  # unstable links: width ratio of the model that arrived (NaN: perfect links, not run)
+    p_up: float = math.nan  # and of the update that reached the server
 
 
 def _schema(cls: type) -> pa.Schema:

@@ -12,6 +12,10 @@ Per client in round ``r`` starting at simulated time ``T`` (all times in simulat
    value drops below its need during its compute window fails ``memory_dip`` (paper 000, Appendix D.2.2), one that
    goes unavailable before it finishes fails ``dropped``, and one that would finish after ``deadline_s`` fails
    ``deadline``. Failed clients are not run and not aggregated.
+   With unstable links (``system.links``, ``links.py``) the bytes each client moves are the transfer levels its
+   links put on the wire this round (drawn before the round, so the plan is exact for the download; the upload is
+   planned for the client's own level, an upper bound when it trains less without padding); a client that receives
+   nothing and cannot pad fails ``link_down``. The budget check uses the whole assignment, as the client plans for.
 4. *Duration* = the latest finish among the clients that run (``comm_limit_s`` when none does: the server waits out
    the round), plus the measured server time with ``server_time: measured``.
 
@@ -26,9 +30,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from rayfl.algorithms.payloads import Assignment, ClientView
+from rayfl.algorithms.payloads import Assignment, ClientView, LinkDraw
 from rayfl.config import SystemConfig, TrainConfig
 from rayfl.system.costs import CostOracle
+from rayfl.system.links import LinkModel, attempted, column_levels, delivered
 from rayfl.system.resources import ResourceSource, build_source
 
 __all__ = ["ClientPlan", "SimClock"]
@@ -52,6 +57,11 @@ class ClientPlan:
     failure: tuple[str | None, ...]
     # per client: the budget it exceeded although it ran (assignments with enforce_budgets=False), else ""
     over_budget: tuple[str, ...] = ()
+    links: tuple[LinkDraw | None, ...] = ()  # per client: what its unstable links deliver ((): perfect links)
+
+    def link(self, i: int) -> LinkDraw | None:
+        """The link draw of the ``i``-th client (None with perfect links)."""
+        return self.links[i] if self.links else None
 
     @property
     def runs(self) -> np.ndarray:
@@ -101,6 +111,7 @@ class SimClock:
         )
         self.compute = build_source(cfg.compute, "compute", seed, "compute")
         self.availability = build_source(cfg.availability, "availability", seed, "availability")
+        self.links = LinkModel(cfg.links, seed)
 
     # 1. check-in --------------------------------------------------------------------------------------------------
     def check_in(self, round_idx: int, clients: np.ndarray, num_examples: Sequence[int]) -> list[ClientView]:
@@ -131,12 +142,14 @@ class SimClock:
         rate_up = self.up.at(clients, self.now, round_idx)
         with np.errstate(divide="ignore", invalid="ignore"):
             comm_need_s = 8.0 * costs.bytes_down / rate_down + 8.0 * costs.bytes_up / rate_up
-        download = self.down.transfer_time(clients, t0, 8.0 * costs.bytes_down, round_idx)
+        draws = self.links.draw(round_idx, clients, self.now)
+        sent_down, sent_up, cut_off = self._link_bytes(clients, assignments, draws, costs.bytes_down, costs.bytes_up)
+        download = self.down.transfer_time(clients, t0, 8.0 * sent_down, round_idx)
         samples = np.array([self._samples(v.num_examples) for v in views], dtype=np.float64)
         speed = self.compute.at(clients, self.now, round_idx)
         with np.errstate(divide="ignore", invalid="ignore"):
             compute = np.where(np.isfinite(speed), costs.train_flops_per_sample * samples / speed, 0.0)
-        upload = self.up.transfer_time(clients, t0 + download + compute, 8.0 * costs.bytes_up, round_idx)
+        upload = self.up.transfer_time(clients, t0 + download + compute, 8.0 * sent_up, round_idx)
         available = self.availability.at(clients, self.now, round_idx) >= 0.5
         finish = download + compute + upload
         stays = self.availability.window_min(clients, t0, t0 + np.where(np.isfinite(finish), finish, 0.0), round_idx)
@@ -159,6 +172,8 @@ class SimClock:
                 failure.append("unavailable")
             elif exceeded and enforce[i]:
                 failure.append(exceeded)
+            elif cut_off[i]:
+                failure.append("link_down")
             elif stays[i] < 0.5:
                 failure.append("dropped")
             elif self.cfg.deadline_s > 0 and finish[i] > self.cfg.deadline_s:
@@ -172,14 +187,37 @@ class SimClock:
             memory_budget=mem_budget,
             memory_need=need,
             bandwidth_budget=bw_budget,
-            bytes_down=costs.bytes_down,
-            bytes_up=costs.bytes_up,
+            bytes_down=sent_down,
+            bytes_up=sent_up,
             download_s=download,
             compute_s=compute,
             upload_s=upload,
             failure=tuple(failure),
             over_budget=tuple(over_budget),
+            links=tuple(draws) if self.links.enabled else (),
         )
+
+    def _link_bytes(
+        self,
+        clients: np.ndarray,
+        assignments: Mapping[int, Assignment],
+        draws: Sequence[LinkDraw | None],
+        bytes_down: np.ndarray,
+        bytes_up: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Bytes each client's links put on the wire (down, up) and who receives nothing and cannot pad."""
+        down, up = bytes_down.copy(), bytes_up.copy()
+        cut_off = np.zeros(len(clients), dtype=bool)
+        for i, (c, draw) in enumerate(zip(clients, draws, strict=True)):
+            if draw is None:
+                continue
+            levels = column_levels(self.oracle.family, assignments[int(c)], draw.column_ratio)
+            n = len(levels)
+            cost = self.oracle.costs(levels)
+            down[i] = cost.bytes_down[attempted(draw.down_run, n) - 1]
+            up[i] = cost.bytes_up[attempted(draw.up_run, n) - 1]
+            cut_off[i] = delivered(draw.down_run, n) == 0 and not draw.padding
+        return down, up, cut_off
 
     def _samples(self, num_examples: int) -> int:
         """Samples a client processes in local training (epochs over its data, capped by ``max_steps``)."""
