@@ -208,7 +208,7 @@ class FedResCuE(NestedWidthAlgorithm):
 
     def __init__(self, config: Any, train: TrainConfig) -> None:
         super().__init__(config, train)
-        self._masks: dict[tuple[str, tuple[int, ...], tuple[int, ...] | None], torch.Tensor] = {}
+        self._masks: dict[tuple[str, tuple[int, ...], tuple[int, ...], tuple[int, ...] | None], torch.Tensor] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
@@ -219,7 +219,7 @@ class FedResCuE(NestedWidthAlgorithm):
         self, name: str, tensor: torch.Tensor, units: tuple[int, ...], previous: tuple[int, ...] | None
     ) -> torch.Tensor:
         """Mask of ``theta_{units} minus theta_{previous}`` in the client tensor ``name`` (``previous`` None: empty)."""
-        key = (name, units, previous)
+        key = (name, tuple(tensor.shape), units, previous)
         mask = self._masks.get(key)
         if mask is None:
             space = self.require_family().space
