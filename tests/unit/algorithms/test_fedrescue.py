@@ -157,3 +157,50 @@ def test_at_full_width_over_perfect_links_every_method_is_fedavg(method: Any, we
     """Links on (error rate 0, padding, per-client memories kept) and every client at x1: FedAvg bit for bit."""
     fedavg = _run(_cfg(FedAvgConfig(weighting=weighting), links=LinkConfig()))  # type: ignore[arg-type]
     assert _same(_run(_cfg(method, links=PERFECT)), fedavg)
+
+
+def test_fedslim_sums_the_gradients_of_the_sampled_widths_into_one_step() -> None:
+    """FedSlim's batch gradient = the sum over the listed widths of each separately extracted sub-model's gradient,
+    placed on its leading block (an independent oracle: real sub-models, no shared views)."""
+    from rayfl.algorithms import FedSlim
+
+    cfg = _cfg(FedSlimConfig())
+    setup = build_setup(cfg, tiny_image_dataset())
+    bind_algorithm(cfg, setup, build_clock(cfg, setup))
+    alg = cast(FedSlim, setup.algorithm)
+    family = alg.require_family()
+    own = family.full_units
+    model = family.extract(setup.params, first_k(own))
+    x, y = setup.dataset.client_train(1)
+    inputs, labels = to_input(x[:8], setup.input_spec, torch.device("cpu")), torch.as_tensor(y[:8])
+    widths = alg.unit_list(_Client(own, 1.0, derive_rng(0, "slim")))
+    assert len(widths) == 4
+    alg._client = _Client(own, 1.0, derive_rng(0, "slim"))
+    model.zero_grad()
+    alg.backward_step(model, inputs, labels, None)  # type: ignore[arg-type]
+    alg._client = None
+    expected = {k: torch.zeros_like(v) for k, v in model.named_parameters()}
+    for units in widths:
+        sub = family.extract(setup.params, first_k(units))
+        torch.nn.functional.cross_entropy(sub(inputs), labels).backward()  # type: ignore[no-untyped-call]
+        for name, p in sub.named_parameters():
+            assert p.grad is not None
+            expected[name][tuple(slice(0, n) for n in p.shape)] += p.grad
+    for name, p in model.named_parameters():
+        assert p.grad is not None
+        assert torch.allclose(p.grad, expected[name], atol=1e-6, rtol=1e-5), name
+
+
+def test_clients_csv_records_what_each_link_delivered(tmp_path: Any) -> None:
+    import csv
+
+    cfg = dataclasses.replace(_cfg(FedResCuEConfig(), memory=CAPACITY_MEMORY), output_dir=str(tmp_path))
+    result = run_experiment(cfg, write=True, dataset=tiny_image_dataset())
+    assert result.run_dir is not None
+    with (result.run_dir / "clients.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    down = [float(r["p_down"]) for r in rows]
+    up = [float(r["p_up"]) for r in rows]
+    assert all(0.0 <= d <= 1.0 for d in down) and all(0.0 <= u <= 1.0 for u in up)
+    assert any(d < 1.0 for d in down) and any(u == 0.0 for u in up)
+    assert all(r["failure"] == "link_up" for r, u in zip(rows, up, strict=True) if u == 0.0)
