@@ -485,6 +485,16 @@ class LinkConfig:
     column_ratio: float = bounded(0.125, gt=0.0, le=1.0)
     padding: bool = True
 
+    def __post_init__(self) -> None:
+        er = self.error_rate
+        if er.source in ("trace", "empirical"):
+            raise ValueError(f"error_rate.source {er.source!r} is not supported (constant, uniform, binary, levels)")
+        values = list(er.values) if er.source == "levels" else [er.low, er.high if er.source != "constant" else 0.0]
+        if er.source != "none" and any(not 0.0 <= v * er.scale < 1.0 for v in values):
+            raise ValueError(
+                f"error_rate values must lie in [0, 1) (a column lost with that probability), got {values}"
+            )
+
 
 @dataclass(frozen=True, kw_only=True)
 class SystemConfig:

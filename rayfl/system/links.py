@@ -66,11 +66,6 @@ class LinkModel:
     """Draws per client and round what its links deliver (see module docstring)."""
 
     def __init__(self, cfg: LinkConfig, seed: int) -> None:
-        if cfg.error_rate.source in ("trace", "empirical"):
-            raise ValueError(
-                f"system.links.error_rate.source: {cfg.error_rate.source!r} is not supported for error rates "
-                "(use constant, uniform, binary or levels)"
-            )
         self.cfg = cfg
         self.seed = seed
         self.enabled = cfg.error_rate.source != "none"

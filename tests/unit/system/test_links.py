@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -57,9 +58,8 @@ def test_error_rate_is_drawn_per_client_and_round_from_its_range() -> None:
     rates = np.array([d.error_rate for d in model.draw(0, np.arange(500), 0.0) if d is not None])
     assert rates.min() >= 0.1 and rates.max() <= 0.2 and rates.std() > 0.02
     assert LinkModel(LinkConfig(), seed=0).draw(0, np.arange(3), 0.0) == [None, None, None]
-    bad = LinkModel(LinkConfig(error_rate=ResourceConfig(source="constant", low=1.0)), seed=0)
     with pytest.raises(ValueError, match="error_rate"):
-        bad.draw(0, np.arange(1), 0.0)
+        LinkConfig(error_rate=ResourceConfig(source="constant", low=1.0))
 
 
 def test_delivered_and_attempted_levels() -> None:
@@ -111,3 +111,15 @@ def test_clock_counts_the_bytes_that_were_sent_and_fails_clients_that_cannot_pad
         assert plan.bytes_up[i] == cost.bytes_up[attempted(draw.up_run, len(levels)) - 1]
         assert (plan.failure[i] == "link_down") == (draw.down_run == 0)
     assert "link_down" in plan.failure and None in plan.failure
+
+
+def test_config_refuses_error_rates_outside_0_1_naming_file_and_line(tmp_path: Any) -> None:
+    from rayfl.config_loader import ConfigError, load_config
+
+    path = tmp_path / "bad.yaml"
+    path.write_text("system:\n  links:\n    error_rate:\n      source: uniform\n      low: 0.1\n      high: 1.5\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml:2: system.links: error_rate values must lie in \[0, 1\)"):
+        load_config(path)
+    path.write_text("system:\n  links:\n    error_rate:\n      source: trace\n")
+    with pytest.raises(ConfigError, match="not supported"):
+        load_config(path)
