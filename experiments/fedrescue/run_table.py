@@ -4,7 +4,9 @@ Runs experiments/fedrescue/cpu.yaml once per method and error rate (er per colum
 lose a column), evaluates the final global model's x0.25 ... x1 sub-models (first-k, batch statistics) on the test
 set and writes experiments/fedrescue/results.md. Every method pads locally (Eq. 5), as in the paper.
 
-    python experiments/fedrescue/run_table.py [--rounds N] [--out results.md]
+    python experiments/fedrescue/run_table.py [--rounds N] [--seeds 0 1] [--out results.md]
+
+With several seeds every number is the mean over them (accuracy also with its spread, max - min).
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ def sub_model_accuracy(cfg: ExperimentConfig, params: dict[str, torch.Tensor]) -
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=0, help="override the YAML's rounds")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--out", default=str(HERE / "results.md"))
     args = parser.parse_args()
     base = load_config(HERE / "cpu.yaml")
@@ -79,38 +82,54 @@ def main() -> None:
     for er in ERROR_RATES:
         links = dataclasses.replace(base.system.links, error_rate=ResourceConfig(source="constant", low=er))
         for label, algorithm in methods(base.algorithm).items():
-            cfg = dataclasses.replace(
-                base,
-                name=f"{label.lower()}-er{er:g}",
-                algorithm=algorithm,
-                system=dataclasses.replace(base.system, links=links),
+            accs, downs, ups, lost, began = [], [], [], [], time.perf_counter()
+            for seed in args.seeds:
+                cfg = dataclasses.replace(
+                    base,
+                    name=f"{label.lower()}-er{er:g}-seed{seed}",
+                    seed=seed,
+                    algorithm=algorithm,
+                    system=dataclasses.replace(base.system, links=links),
+                )
+                result = run_experiment(cfg)
+                accs.append(sub_model_accuracy(cfg, result.state.params))
+                downs.append(sum(r.bytes_down for r in result.records) / 1e6)
+                ups.append(sum(r.bytes_up for r in result.records) / 1e6)
+                lost.append(sum(r.clients_failed for r in result.records))
+                print(f"{label:10s} er={er:.1f} seed={seed} acc x.25/.5/.75/1 = {accs[-1]}", flush=True)
+            acc = np.asarray(accs)
+            rows.append(
+                (
+                    label,
+                    er,
+                    acc,
+                    float(np.mean(downs)),
+                    float(np.mean(ups)),
+                    float(np.mean(lost)),
+                    (time.perf_counter() - began) / len(args.seeds),
+                )
             )
-            began = time.perf_counter()
-            result = run_experiment(cfg)
-            acc = sub_model_accuracy(cfg, result.state.params)
-            down = sum(r.bytes_down for r in result.records) / 1e6
-            up = sum(r.bytes_up for r in result.records) / 1e6
-            failed = sum(r.clients_failed for r in result.records)
-            rows.append((label, er, acc, down, up, failed, time.perf_counter() - began))
-            print(f"{label:10s} er={er:.1f} acc x.25/.5/.75/1 = {acc} down {down:.2f} MB up {up:.2f} MB", flush=True)
     lines = [
-        f"# FedResCuE vs baselines under unstable links ({base.rounds} rounds, `{HERE.name}/cpu.yaml`)",
+        f"# FedResCuE vs baselines under unstable links ({base.rounds} rounds, `{HERE.name}/cpu.yaml`, "
+        f"seeds {', '.join(map(str, args.seeds))})",
         "",
-        "Accuracy of the final global model's x p sub-models on the 1000 test images; MB moved over the run (down,",
-        "up, as sent: delivered columns plus the lost one); clients whose whole upload was lost. Wall times were",
-        "measured on a shared 2-core machine under other jobs' load.",
+        "Accuracy of the final global model's x p sub-models on the 1000 test images (mean over seeds, spread max -",
+        "min in brackets); MB moved over the run (down, up, as sent: delivered columns plus the lost one);",
+        "clients whose whole upload was lost; wall seconds per run, measured on a shared 2-core machine under",
+        "other jobs' load.",
         "",
         "| method | er | x0.25 | x0.5 | x0.75 | x1 | mean | MB down | MB up | uploads lost | wall s |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for label, er, acc, down, up, failed, wall in rows:
-        cells = " | ".join(f"{a:.3f}" for a in acc)
+        mean, spread = acc.mean(axis=0), acc.max(axis=0) - acc.min(axis=0)
+        cells = " | ".join(f"{m:.3f} ({s:.3f})" for m, s in zip(mean, spread, strict=True))
         lines.append(
-            f"| {label} | {er:g} | {cells} | {np.mean(acc):.3f} | {down:.2f} | {up:.2f} | {failed} | {wall:.0f} |"
+            f"| {label} | {er:g} | {cells} | {acc.mean():.3f} | {down:.2f} | {up:.2f} | {failed:.1f} | {wall:.0f} |"
         )
     lines += ["", "Mean accuracy over the four widths, drop from er = 0 to er = 0.2:", ""]
     for label in methods(base.algorithm):
-        mean = {er: float(np.mean(acc)) for lab, er, acc, *_ in rows if lab == label}
+        mean = {er: float(acc.mean()) for lab, er, acc, *_ in rows if lab == label}
         lines.append(f"- {label}: {mean[0.0]:.3f} -> {mean[0.2]:.3f} ({mean[0.2] - mean[0.0]:+.3f})")
     Path(args.out).write_text("\n".join(lines) + "\n")
     print(f"wrote {args.out}")

@@ -113,7 +113,7 @@ def run_experiment(
                 clients_run=len(outcomes),
                 clients_failed=len(client_ids) - len(ok),
                 bytes_down=sum(o.bytes_down for o in outcomes),
-                bytes_up=sum(o.bytes_up for o in ok),
+                bytes_up=sum(o.bytes_up for o in outcomes if o.failure in (None, "link_up")),  # lost uploads were sent
                 wall_time_s=now - start,
                 round_wall_s=now - round_start,
                 train_wall_s=train_done - round_start,
