@@ -113,17 +113,19 @@ def main() -> None:
         f"# FedResCuE vs baselines under unstable links ({base.rounds} rounds, `{HERE.name}/cpu.yaml`, "
         f"seeds {', '.join(map(str, args.seeds))})",
         "",
-        "Accuracy of the final global model's x p sub-models on the 1000 test images (mean over seeds, spread max -",
-        "min in brackets); MB moved over the run (down, up, as sent: delivered columns plus the lost one);",
-        "clients whose whole upload was lost; wall seconds per run, measured on a shared 2-core machine under",
-        "other jobs' load.",
+        "Accuracy of the final global model's x p sub-models on the 1000 test images (mean over seeds, with several",
+        "seeds the spread max - min in brackets); MB moved over the run (down, up, as sent: delivered columns plus",
+        "the lost one); clients whose whole upload was lost; wall seconds per run, measured on a shared 2-core",
+        "machine under other jobs' load.",
         "",
         "| method | er | x0.25 | x0.5 | x0.75 | x1 | mean | MB down | MB up | uploads lost | wall s |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for label, er, acc, down, up, failed, wall in rows:
         mean, spread = acc.mean(axis=0), acc.max(axis=0) - acc.min(axis=0)
-        cells = " | ".join(f"{m:.3f} ({s:.3f})" for m, s in zip(mean, spread, strict=True))
+        cells = " | ".join(
+            f"{m:.3f} ({s:.3f})" if len(acc) > 1 else f"{m:.3f}" for m, s in zip(mean, spread, strict=True)
+        )
         lines.append(
             f"| {label} | {er:g} | {cells} | {acc.mean():.3f} | {down:.2f} | {up:.2f} | {failed:.1f} | {wall:.0f} |"
         )
