@@ -112,3 +112,24 @@ def test_store_round_trips_and_follows_clients() -> None:
     fresh = ClientStateStore()
     fresh.load_client_states(saved)
     assert fresh.client_states() == {7: memory} and fresh.handles_for([task]) == [memory]
+
+
+def test_upload_stops_at_the_first_lost_column_and_only_what_arrived_is_aggregated() -> None:
+    """A 0.75 client whose upload loses its second column: the server's partial sums cover exactly the first
+    column (x0.125, first-k) of every tensor, with the client's weight; the outcome reports p_up = 0.125."""
+    host, setup = _host()
+    assert host.family is not None
+    space = host.family.space
+    assignment = host.family.assignment(first_k(_units(host, 0.75)))
+    task = TrainTask(4, 0, 0, 0.05, assignment, link=LinkDraw(0.1, -1, 1, 0.125, True))
+    params = {k: v.numpy() for k, v in setup.params.items()}
+    partial, outcomes, _after = host.run_round([task], params, {k: 0 for k in params}, 1, None)
+    (outcome,) = cast(list[ClientOutcome], outcomes)
+    assert outcome.failure is None and outcome.p_down == 0.75 and outcome.p_up == 0.125
+    first = _units(host, 0.125)
+    sums = cast(dict[str, Any], partial)
+    assert sums.keys() == params.keys()
+    for name, value in params.items():
+        covered = sums[name].weight.expand(value.shape) > 0
+        assert torch.equal(covered, _block(value.shape, space.sub_shape(name, first))), name
+        assert float(sums[name].weight.max()) == outcome.num_examples  # FedAvg weighs by samples
