@@ -243,12 +243,14 @@ class HeteroFLConfig:
     """HeteroFL (Diao et al., ICLR 2021): each client the largest uniform width rate of ``rates`` that fits its
     budgets, first-k channels; count-normalised element-wise mean; classifier rows of the client's labels only
     (``label_mask``, with absent classes' logits masked to 0 in the loss); static BN on the server for evaluation
-    (``static_bn``, models with batch norm only)."""
+    (``static_bn``, models with batch norm only); ``official_init``: the official code's initial model (norm weight
+    1 and bias 0, linear biases 0)."""
 
     name: Literal["heterofl"] = "heterofl"
     rates: tuple[float, ...] = HETEROFL_RATES
     label_mask: bool = True
     static_bn: bool = True
+    official_init: bool = True
     distill: DistillConfig = field(default_factory=DistillConfig)
 
 

@@ -102,6 +102,23 @@ class HeteroFL(UniformRateAlgorithm):
     def selector(self, round_idx: int, client_id: int) -> Selector:
         return FirstK()
 
+    def init_state(self, params: Params) -> ServerState:
+        """HeteroFL's ``init_param`` on the fresh global model: norm weight 1 and bias 0, linear (classifier) bias 0;
+        conv and linear weights keep PyTorch's default initialisation."""
+        if not self.config.official_init or self.family is None:
+            return ServerState(params=params)
+        with torch.device("meta"):
+            model = self.family.build(self.family.full_units)
+        reset = dict(params)
+        for prefix, module in model.named_modules():
+            dot = f"{prefix}." if prefix else ""
+            if isinstance(module, (nn.BatchNorm2d, nn.GroupNorm)) and module.weight is not None:
+                reset[f"{dot}weight"] = torch.ones_like(params[f"{dot}weight"])
+                reset[f"{dot}bias"] = torch.zeros_like(params[f"{dot}bias"])
+            elif isinstance(module, nn.Linear) and module.bias is not None:
+                reset[f"{dot}bias"] = torch.zeros_like(params[f"{dot}bias"])
+        return ServerState(params=reset)
+
     def _static_bn_model(self) -> nn.Module | None:
         if not self.config.static_bn or self.family is None:
             return None

@@ -88,7 +88,7 @@ def fedavg_params() -> Params:
 @pytest.mark.parametrize(
     "algorithm",
     [
-        HeteroFLConfig(rates=(1.0,), label_mask=False),  # static_bn on: it must not touch training
+        HeteroFLConfig(rates=(1.0,), label_mask=False, official_init=False),  # static_bn on: it must not touch training
         FedRolexConfig(rates=(1.0,), label_mask=False),
         FedDropoutConfig(rates=(1.0,), label_mask=False),
         AnyCostFLConfig(rates=(1.0,), label_mask=False),
@@ -226,7 +226,7 @@ def test_rows_of_labels_no_client_holds_keep_their_global_value() -> None:
     assert result.records[0].clients_failed == 0
     new = result.state.params
     assert torch.equal(new["head.weight"][3], initial["head.weight"][3])
-    assert torch.equal(new["head.bias"][3], initial["head.bias"][3])
+    assert float(new["head.bias"][3]) == 0.0  # HeteroFL's official initial classifier bias, kept
     for c in (0, 1, 2):
         assert not torch.equal(new["head.weight"][c], initial["head.weight"][c])
 
@@ -355,6 +355,24 @@ def test_static_bn_is_a_no_op_without_batch_norm() -> None:
     state = alg.init_state(setup.params)
     assert alg.eval_params(state) is state.params and alg.eval_model() is None
     off, setup_bn = _bound(_cfg(HeteroFLConfig(static_bn=False), CNN_BN))
-    assert off.eval_params(off.init_state(setup_bn.params)) is setup_bn.params and off.eval_model() is None
+    state_bn = off.init_state(setup_bn.params)
+    assert off.eval_params(state_bn) is state_bn.params and off.eval_model() is None
     assert isinstance(FedRolex(FedRolexConfig(), tiny_config().train), UniformRateAlgorithm)
     assert HeteroFL.name == "heterofl"
+
+
+def test_heterofl_initial_model_has_zero_linear_bias_and_unit_norms() -> None:
+    alg, setup = _bound(_cfg(HeteroFLConfig(), CNN_BN))
+    params = alg.init_state(setup.params).params
+    assert alg.family is not None
+    with torch.device("meta"):
+        model = alg.family.build(alg.family.full_units)
+    norms = [n for n, m in model.named_modules() if isinstance(m, torch.nn.BatchNorm2d)]
+    linears = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
+    assert norms and linears
+    for n in norms:
+        assert torch.equal(params[f"{n}.weight"], torch.ones_like(params[f"{n}.weight"]))
+        assert torch.equal(params[f"{n}.bias"], torch.zeros_like(params[f"{n}.bias"]))
+    for n in linears:
+        assert torch.equal(params[f"{n}.bias"], torch.zeros_like(params[f"{n}.bias"]))
+        assert torch.equal(params[f"{n}.weight"], setup.params[f"{n}.weight"])  # weights keep PyTorch's init
