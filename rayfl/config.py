@@ -244,13 +244,16 @@ class HeteroFLConfig:
     budgets, first-k channels; count-normalised element-wise mean; classifier rows of the client's labels only
     (``label_mask``, with absent classes' logits masked to 0 in the loss); static BN on the server for evaluation
     (``static_bn``, models with batch norm only); ``official_init``: the official code's initial model (norm weight
-    1 and bias 0, linear biases 0)."""
+    1 and bias 0, linear biases 0); the static-BN pass runs over a seeded shuffle of the pooled training set
+    (``static_bn_shuffle``) in batches of ``static_bn_batch_size`` samples, as the official code."""
 
     name: Literal["heterofl"] = "heterofl"
     rates: tuple[float, ...] = HETEROFL_RATES
     label_mask: bool = True
     static_bn: bool = True
     official_init: bool = True
+    static_bn_shuffle: bool = True
+    static_bn_batch_size: int = 10
     distill: DistillConfig = field(default_factory=DistillConfig)
 
 

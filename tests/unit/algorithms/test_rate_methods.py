@@ -15,7 +15,7 @@ from torch import nn
 
 from rayfl.algorithms import AnyCostFL, FedDropout, FedRolex, HeteroFL
 from rayfl.algorithms.base import ServerContext
-from rayfl.algorithms.heterofl import tracked_global_model
+from rayfl.algorithms.heterofl import static_bn_batches, tracked_global_model
 from rayfl.algorithms.payloads import ClientUpdate, ClientView, Params, ServerState, TensorSlice, TrainTask
 from rayfl.algorithms.rates import UniformRateAlgorithm, client_label_set
 from rayfl.config import (
@@ -35,6 +35,7 @@ from rayfl.engine.build import Setup, bind_algorithm, build_backend, build_clock
 from rayfl.engine.driver import run_experiment
 from rayfl.models import InputSpec, to_input
 from rayfl.models.elastic import ResNetFamily
+from rayfl.rng import derive_rng
 from tests.helpers import tiny_config, tiny_image_dataset
 
 CNN = CNNConfig(channels=(8, 16))
@@ -307,8 +308,7 @@ def test_identity_blocks_write_the_residual_streams_channels(method: str) -> Non
 
 # --------------------------------------------------------------------------------------------- (6) static BN
 def test_static_bn_statistics_are_the_cumulative_mean_over_the_training_set() -> None:
-    cfg = _cfg(HeteroFLConfig(), CNN_BN)
-    cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, eval_batch_size=50))  # 252 samples
+    cfg = _cfg(HeteroFLConfig(static_bn_batch_size=50), CNN_BN)  # 252 samples
     alg, setup = _bound(cfg)
     state = alg.init_state(setup.params)
     params = alg.eval_params(state)
@@ -324,8 +324,9 @@ def test_static_bn_statistics_are_the_cumulative_mean_over_the_training_set() ->
     channels = h.transpose(0, 1).flatten(1).double()
     torch.testing.assert_close(params["features.1.running_mean"].double(), channels.mean(1), rtol=0, atol=1e-5)
     n, var = len(x), torch.zeros(8, dtype=torch.float64)
-    for rows in np.array_split(np.arange(n), n // 50):  # batches of 51, 51, 50, 50, 50, weighted by sample count
-        part = h[rows[0] : rows[-1] + 1].transpose(0, 1).flatten(1).double()
+    shuffled = derive_rng(cfg.seed, "static_bn", 0).permutation(n)  # the pool, shuffled with the run's derived seed
+    for rows in np.array_split(shuffled, n // 50):  # batches of 51, 51, 50, 50, 50, weighted by sample count
+        part = h[rows].transpose(0, 1).flatten(1).double()
         var += part.var(dim=1, unbiased=True) * len(rows) / n
     torch.testing.assert_close(params["features.1.running_var"].double(), var, rtol=1e-5, atol=1e-6)
 
@@ -376,3 +377,18 @@ def test_heterofl_initial_model_has_zero_linear_bias_and_unit_norms() -> None:
     for n in linears:
         assert torch.equal(params[f"{n}.bias"], torch.zeros_like(params[f"{n}.bias"]))
         assert torch.equal(params[f"{n}.weight"], setup.params[f"{n}.weight"])  # weights keep PyTorch's init
+
+
+def test_static_bn_batches_are_a_seeded_shuffle_in_batches_of_ten() -> None:
+    def batches(seed: int) -> list[list[int]]:
+        return [b.tolist() for b in static_bn_batches(95, 10, derive_rng(seed, "static_bn", 0))]
+
+    first = batches(1)
+    assert first == batches(1)  # same seed, same batches
+    assert first != batches(2)
+    assert [len(b) for b in first] == [11, 11, 11, 11, 11, 10, 10, 10, 10]  # 95 // 10 nearly equal batches, none < 10
+    assert sorted(i for b in first for i in b) == list(range(95))  # a permutation of the pool
+    assert first[0] != list(range(11))  # not client-major order
+    assert [b.tolist() for b in static_bn_batches(25, 10, None)] == [list(range(13)), list(range(13, 25))]
+    with pytest.raises(ValueError, match="static_bn_batch_size"):
+        static_bn_batches(25, 0, None)
