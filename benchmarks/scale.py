@@ -37,6 +37,8 @@ ROLES = (
     ("raylet", "raylet"),
     ("gcs_server", "gcs"),
     ("dashboard", "dashboard"),
+    ("DashboardAgent", "dashboard"),
+    ("RuntimeEnvAgent", "runtime_env_agent"),
     ("log_monitor", "log_monitor"),
     ("runtime_env", "runtime_env_agent"),
     ("monitor.py", "monitor"),
@@ -94,7 +96,6 @@ class PssSampler(threading.Thread):
     def stop(self) -> None:
         self._halt.set()
         self.join()
-        self.sample()
 
 
 def run_point(n: int, k: int, noop: bool, backend: str, rounds: int, hosts: int) -> dict[str, Any]:
@@ -125,6 +126,7 @@ def run_point(n: int, k: int, noop: bool, backend: str, rounds: int, hosts: int)
         owned = ensure_ray(cfg.backend)
         ray_start_s = time.perf_counter() - t0
     t_run = time.perf_counter()
+    sampler.sample()  # Ray's own processes before any actor starts
     result = run_experiment(cfg, write=False)
     run_s = time.perf_counter() - t_run
     sampler.stop()
