@@ -24,6 +24,7 @@ __all__ = [
     "CharLSTMConfig",
     "CharTransformerConfig",
     "CompressionConfig",
+    "CustomModelConfig",
     "DataConfig",
     "DistillConfig",
     "ExperimentConfig",
@@ -67,7 +68,11 @@ class DataConfig:
     ``dirichlet`` split a centralised training set (CIFAR-10) into ``num_clients`` shards.
     """
 
-    name: Literal["shakespeare", "cifar10", "leaf", "synthetic"] = "shakespeare"
+    name: Literal["shakespeare", "cifar10", "leaf", "synthetic", "custom"] = "shakespeare"
+    # 'custom': "package.module:function" returning a FederatedDataset, or a mapping of arrays (x, y, x_test, y_test)
+    # that ``partition`` (iid or dirichlet) splits into ``num_clients`` clients; ``kwargs`` are passed to it
+    factory: str = ""
+    kwargs: dict[str, Any] = field(default_factory=dict)
     root: str | None = bounded(None, path="dir")  # local copy of the data; None = rayfl's cache directory
     download: bool = False  # allow torchvision to download CIFAR-10 (needs internet)
     partition: Literal["natural", "iid", "dirichlet"] = "natural"
@@ -183,8 +188,26 @@ class FemnistCNNConfig:
     hidden: int = bounded(2048, ge=1)
 
 
+@dataclass(frozen=True, kw_only=True)
+class CustomModelConfig:
+    """A user's own fixed model: ``factory`` ("package.module:function") returns an ``nn.Module`` whose forward maps a
+    batch to logits ``[batch, num_classes]``; it is called with ``kwargs`` (plus ``num_classes`` and ``input_shape``
+    when it takes them and ``kwargs`` does not set them). Sub-model methods need an ``ElasticFamily`` instead."""
+
+    name: Literal["custom"] = "custom"
+    factory: str = ""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
 ModelConfig = (
-    CharLSTMConfig | CharTransformerConfig | CNNConfig | ResNetConfig | ViTConfig | CharBertConfig | FemnistCNNConfig
+    CharLSTMConfig
+    | CharTransformerConfig
+    | CNNConfig
+    | ResNetConfig
+    | ViTConfig
+    | CharBertConfig
+    | FemnistCNNConfig
+    | CustomModelConfig
 )
 MODEL_CONFIGS: dict[str, type[Any]] = {
     "char_lstm": CharLSTMConfig,
@@ -194,6 +217,7 @@ MODEL_CONFIGS: dict[str, type[Any]] = {
     "vit": ViTConfig,
     "char_bert": CharBertConfig,
     "femnist_cnn": FemnistCNNConfig,
+    "custom": CustomModelConfig,
 }
 
 
@@ -370,6 +394,8 @@ class TrainConfig:
     # Token windows: 'last' trains on the character after the window (LEAF); 'all' also on the character after
     # every prefix of it (teacher forcing, 80 targets per window). Evaluation always scores the last one.
     sequence_loss: Literal["last", "all"] = "last"
+    # clients return the global weights unchanged without training (for measuring the engine alone)
+    noop: bool = False
 
 
 # ----------------------------------------------------------------------------------------------------- system

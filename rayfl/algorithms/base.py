@@ -120,7 +120,11 @@ class Algorithm:
 
     def require_family(self) -> ElasticFamily:
         if self.family is None:
-            raise ValueError(f"algorithm {self.name!r} assigns sub-models, so the model needs an elastic family")
+            raise ValueError(
+                f"algorithm {self.name!r} assigns sub-models, so the model needs an elastic family: use one of the "
+                "built-in families, or for your own architecture write an ElasticFamily (README: 'Your own model "
+                "with sub-model methods'); model.name: custom is a fixed model for full-model methods such as fedavg"
+            )
         return self.family
 
     def __getstate__(self) -> dict[str, Any]:

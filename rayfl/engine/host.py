@@ -162,11 +162,14 @@ class ClientHost:
         outcomes: list[ClientOutcome] = []
         for task in sorted(tasks, key=lambda t: t.client_id):
             began = time.perf_counter()
-            model = self._model_for(task.assignment, base)
-            bytes_down = params_bytes({k: v for k, v in model.state_dict().items() if v.is_floating_point()})
-            x, y = self.dataset.client_train(task.client_id)
-            with _seeded_rng(task, self.device):
-                update = _on_cpu(self.algorithm.local_train(model, x, y, task, self._spec_of(task.client_id, x)))
+            if self.algorithm.train.noop:
+                update, bytes_down = self._noop_update(task, base)
+            else:
+                model = self._model_for(task.assignment, base)
+                bytes_down = params_bytes({k: v for k, v in model.state_dict().items() if v.is_floating_point()})
+                x, y = self.dataset.client_train(task.client_id)
+                with _seeded_rng(task, self.device):
+                    update = _on_cpu(self.algorithm.local_train(model, x, y, task, self._spec_of(task.client_id, x)))
             train_wall_s = time.perf_counter() - began
             failure = None if _finite(update) else "nan_update"
             if failure is None and self.compression.kind != "none":
@@ -187,6 +190,26 @@ class ClientHost:
                 )
             )
         return (*split_partial(partial, shard_of, num_shards), outcomes)
+
+    def _noop_update(self, task: TrainTask, base: Mapping[str, torch.Tensor]) -> tuple[ClientUpdate, int]:
+        """``train.noop``: the client returns the weights it received, untrained (the engine's own cost alone); a full
+        model's are the global tensors themselves, not copied. Returns the update and the bytes downloaded."""
+        if task.assignment.units is None:
+            values: dict[str, torch.Tensor] = dict(base)
+        else:
+            model = self._model_for(task.assignment, base)
+            values = {k: v.detach().clone() for k, v in model.state_dict().items() if v.is_floating_point()}
+        num_examples = self.dataset.num_examples(task.client_id)
+        update = ClientUpdate(
+            client_id=task.client_id,
+            weight=self.algorithm.client_weight(num_examples),
+            values=values,
+            slices=dict(task.assignment.slices),
+            num_examples=num_examples,
+            train_loss=0.0,
+            num_steps=0,
+        )
+        return update, params_bytes(values)
 
     def _spec_of(self, client_id: int, x: np.ndarray) -> InputSpec:
         """The input spec a client's training samples are converted with (its own statistics under

@@ -135,19 +135,25 @@ def _measure_fixed(
 ) -> tuple[float, float]:
     """(peak training bytes at the batch size, forward FLOPs per sample) of a fixed model, measured on the CPU."""
     model.train()
-    measured = []
-    for batch in (1, 2):
-        shape = (batch, *spec.sample_shape)
-        x = torch.randint(0, max(spec.num_classes, 1), shape) if spec.input_kind == "tokens" else torch.randn(shape)
-        saved, _, flops = saved_tensors(model, x)
-        measured.append((float(sum(t.numel() * t.element_size() for t in saved)), flops))
-    (s1, f1), (s2, _) = measured
-    per_sample, fixed = s2 - s1, 2 * s1 - s2
+    try:
+        (s1, f1), (s2, _) = (_saved_and_flops(model, spec, batch) for batch in (1, 2))
+        per_sample, fixed = s2 - s1, 2 * s1 - s2
+    except ValueError:  # batch norm refuses one sample per channel in training (e.g. a ResNet's last stage)
+        (s2, f2), (s3, _) = (_saved_and_flops(model, spec, batch) for batch in (2, 3))
+        per_sample, fixed, f1 = s3 - s2, 3 * s2 - 2 * s3, f2 / 2
     params = sum(p.numel() for p in model.parameters() if p.requires_grad)
     f1 += _recurrent_flops(model, spec)
     slots = optimizer_slots(train.optimizer, train.momentum)
     memory = overhead + params * dtype_bytes * (2 + slots) + fixed + train.batch_size * per_sample
     return memory, f1
+
+
+def _saved_and_flops(model: nn.Module, spec: InputSpec, batch: int) -> tuple[float, float]:
+    """Bytes autograd saves and forward FLOPs of one training forward pass on ``batch`` random samples."""
+    shape = (batch, *spec.sample_shape)
+    x = torch.randint(0, max(spec.num_classes, 1), shape) if spec.input_kind == "tokens" else torch.randn(shape)
+    saved, _, flops = saved_tensors(model, x)
+    return float(sum(t.numel() * t.element_size() for t in saved)), flops
 
 
 def _recurrent_flops(model: nn.Module, spec: InputSpec) -> float:
