@@ -125,7 +125,8 @@ class ResNetConfig:
     """Pre-activation ResNet for 32x32 images as in HeteroFL (stage widths 64-128-256-512, 3x3 stem, no max-pool).
 
     ``norm``: ``bn`` = HeteroFL's static BN (batch statistics in training, never tracked on clients), ``gn`` =
-    GroupNorm (FedHeN), ``none``. ``scaler``: HeteroFL's divide-by-width-rate before every norm. ``act``: ``relu6``
+    GroupNorm (FedHeN: paper 001's pre-activation ResNet-18 with GroupNorm), ``none``. ``scaler``: HeteroFL's
+    divide-by-width-rate before every norm. ``act``: ``relu6``
     bounds activations so that skipping blocks cannot blow them up (paper 000, Sec. 3.4).
     """
 
@@ -136,6 +137,10 @@ class ResNetConfig:
     gn_groups: int = bounded(2, ge=1)
     act: Literal["relu", "relu6"] = "relu"
     scaler: bool = True
+    # FedHeN's early exit: a side head (mixed max/avg pooling to side_pool x side_pool, then a linear layer) after
+    # stage ``side_exit`` (1-based; 0 = none); "stages 1..side_exit + side head" is the simple model (paper 001)
+    side_exit: int = bounded(0, ge=0)
+    side_pool: int = bounded(4, ge=1)
 
 
 @dataclass(frozen=True, kw_only=True)
