@@ -386,7 +386,10 @@ class ResourceConfig:
       round (``per_round``, paper 000 settings 3-4) or once per client.
     * ``levels``: each round the sampled clients are split into ``len(values)`` equal groups, group ``i`` getting
       ``values[i]`` (HeteroFL/FedRolex's "exactly 1/5 of the clients per model level", paper 000 settings 1-2);
-      every ``levels`` resource of a run with as many values puts a client in the same group.
+      every ``levels`` resource of a run with as many values puts a client in the same group. With ``id_bounds``
+      (ascending client ids, one fewer than ``values``) the level is fixed by client id instead: ids below
+      ``id_bounds[0]`` get ``values[0]``, ids from ``id_bounds[i - 1]`` below ``id_bounds[i]`` get ``values[i]``
+      (FedHeN's setting: the first 50 of 100 clients simple devices, the last 50 complex ones).
     * ``trace``: replay logs of ``(timestamp, value)``: ``file`` (one log) or ``directory`` (every log in it, sorted by
       name), in ``format``; clients get logs round-robin (``assign: round_robin``) or at random, start at a random
       offset into the log (``offset: random``) or at 0, and the log loops at its end. ``pattern`` picks the logs
@@ -399,6 +402,7 @@ class ResourceConfig:
     low: float = bounded(0.0, ge=0.0)
     high: float = bounded(0.0, ge=0.0)
     values: tuple[float, ...] = ()
+    id_bounds: tuple[int, ...] = ()  # levels: fixed per client by id (see above); empty = split each round's cohort
     per_round: bool = True
     file: str | None = bounded(None, path="file")
     directory: str | None = bounded(None, path="dir")

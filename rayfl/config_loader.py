@@ -655,6 +655,19 @@ def _resource_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:
             )
         if res.source == "levels" and not res.values:
             problems.append(((*at, "values"), "a levels source needs one value per level"))
+        if res.id_bounds and res.source != "levels":
+            problems.append(((*at, "id_bounds"), f"only a levels source reads id_bounds, not {res.source!r}"))
+        if res.source == "levels" and res.id_bounds and len(res.id_bounds) != len(res.values) - 1:
+            problems.append(
+                (
+                    (*at, "id_bounds"),
+                    f"needs one bound fewer than values ({len(res.values) - 1}), got {len(res.id_bounds)}",
+                )
+            )
+        for i in range(1, len(res.id_bounds)):
+            if res.id_bounds[i] <= res.id_bounds[i - 1]:
+                problems.append(((*at, "id_bounds", i), "must be strictly increasing"))
+                break
         if res.source == "trace" and (res.file is None) == (res.directory is None):
             problems.append(((*at, "file"), "a trace source needs exactly one of file or directory"))
         if res.source == "empirical" and res.file is None:
