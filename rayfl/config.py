@@ -29,12 +29,14 @@ __all__ = [
     "ExperimentConfig",
     "FedAvgConfig",
     "FedDropoutConfig",
+    "FedHeNConfig",
     "FedRolexConfig",
     "FemnistCNNConfig",
     "FjORDConfig",
     "HeteroFLConfig",
     "ModelConfig",
     "ModelSearchConfig",
+    "NoSideConfig",
     "ResNetConfig",
     "ResourceConfig",
     "SystemConfig",
@@ -319,6 +321,24 @@ class ModelSearchConfig:
     distill: DistillConfig = field(default_factory=lambda: DistillConfig(enabled=True))
 
 
+@dataclass(frozen=True, kw_only=True)
+class FedHeNConfig:
+    """FedHeN (Acar & Saligrama, ICML-W 2022; paper 001): simple devices train the side-exit sub-model, complex
+    devices the whole model with the side objective (the side exit's loss added on the same batch); the simple part is
+    the unweighted mean over all active devices, the rest over the active complex devices. A client is complex when
+    the complex model fits its budgets (``system.memory`` levels fixed by client id give the paper's split)."""
+
+    name: Literal["fedhen"] = "fedhen"
+
+
+@dataclass(frozen=True, kw_only=True)
+class NoSideConfig:
+    """NoSide (paper 001, Algorithm 4): FedHeN's assignment and aggregation without the side objective (HeteroFL's
+    aggregation with the simple model as the complex model's early-exit sub-network)."""
+
+    name: Literal["noside"] = "noside"
+
+
 AlgorithmConfig = (
     FedAvgConfig
     | HeteroFLConfig
@@ -327,6 +347,8 @@ AlgorithmConfig = (
     | AnyCostFLConfig
     | FjORDConfig
     | ModelSearchConfig
+    | FedHeNConfig
+    | NoSideConfig
 )
 ALGORITHM_CONFIGS: dict[str, type[Any]] = {
     "fedavg": FedAvgConfig,
@@ -336,6 +358,8 @@ ALGORITHM_CONFIGS: dict[str, type[Any]] = {
     "anycostfl": AnyCostFLConfig,
     "fjord": FjORDConfig,
     "model_search": ModelSearchConfig,
+    "fedhen": FedHeNConfig,
+    "noside": NoSideConfig,
 }
 
 

@@ -371,11 +371,11 @@ class ResNetFamily(ElasticFamily):
 
         return CostUnit(("resnet_side", self.num_classes, side.resolution, side.pool), (side.stream,), None, make)
 
-    def simple_units(self) -> tuple[int, ...]:
+    def side_exit_units(self) -> tuple[int, ...]:
         """The simple model: every dimension up to the side exit at full width, ``deep`` (and so every later tensor)
         at 0. Dimensions after the exit keep their sizes; no tensor of the sub-model reads them."""
         if self.side is None:
-            raise ValueError("the simple model needs model.side_exit (a ResNet with a side exit)")
+            raise ValueError("the simple model needs model.side_exit (a ResNet with a side exit): set model.side_exit")
         units = list(self.full_units)
         units[self.side.deep] = 0
         return tuple(units)

@@ -47,7 +47,7 @@ def test_paper_sizes_simple_model_is_the_first_two_stages_plus_side_head() -> No
     """Paper 001: the simple model (stages 1-2 of PreActResNet-18 + mixed pooling + linear head) has about 0.7 M
     parameters; here exactly: stem 1,728 + stage 1 147,712 + stage 2 525,568 + side head (1 + 2,048 x 10 + 10)."""
     fam = ResNetFamily(ResNetConfig(norm="gn", side_exit=2))
-    simple = fam.space.num_params(fam.simple_units())
+    simple = fam.space.num_params(fam.side_exit_units())
     gn_affine = 2 * (4 * 64 + 64 + 3 * 128)  # GroupNorm weight and bias before every conv of stages 1-2
     convs = 3 * 64 * 9 + 4 * 64 * 64 * 9 + 64 * 128 * 9 + 3 * 128 * 128 * 9 + 64 * 128
     assert simple == convs + gn_affine + 1 + 2048 * 10 + 10 == 695_371
@@ -58,7 +58,7 @@ def test_simple_submodel_is_an_index_subset_and_equals_the_side_exit() -> None:
     fam = side_family()
     g = global_model(fam)
     params = g.state_dict()
-    sel = first_k(fam.simple_units())
+    sel = first_k(fam.side_exit_units())
     slices = fam.slices(sel)
     expected = {n for n in params if n.startswith(("conv1.", "layers.0.", "layers.1.", "side."))}
     assert set(slices) == expected  # stages 1-2, the stem and the side head; nothing after the exit
@@ -121,8 +121,8 @@ def test_cost_model_prices_simple_and_complex_exactly() -> None:
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return torch.stack(self.model.forward_exits(x)).sum(0)  # type: ignore[operator]
 
-    costs = cm.evaluate(np.array([fam.simple_units(), fam.full_units]))
-    for i, units in enumerate((fam.simple_units(), fam.full_units)):
+    costs = cm.evaluate(np.array([fam.side_exit_units(), fam.full_units]))
+    for i, units in enumerate((fam.side_exit_units(), fam.full_units)):
         model = fam.build(units)
         assert costs.params[i] == sum(p.numel() for p in model.parameters())
         measured = {}
@@ -144,7 +144,7 @@ def test_side_exit_validation() -> None:
     with pytest.raises(ValueError, match="side_pool"):
         side_family(side_pool=3)
     with pytest.raises(ValueError, match="side_exit"):
-        ResNetFamily(ResNetConfig(widths=TINY)).simple_units()
+        ResNetFamily(ResNetConfig(widths=TINY)).side_exit_units()
 
 
 def test_without_side_exit_the_model_is_unchanged() -> None:
