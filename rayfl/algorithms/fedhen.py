@@ -41,13 +41,14 @@ from torch import nn
 
 from rayfl.algorithms.payloads import Assignment, ClientView, ServerState, TrainTask
 from rayfl.algorithms.submodel import SubModelAlgorithm, first_k
-from rayfl.models.elastic.family import MultiExit
 
 __all__ = ["FedHeN", "NoSide", "exits_loss"]
 
 
 def exits_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """The sum of the cross-entropy losses of every exit of ``model`` on one batch (one forward pass)."""
+    from rayfl.models.elastic.family import MultiExit  # the models package imports rayfl.algorithms
+
     if not isinstance(model, MultiExit):
         raise ValueError(f"the side objective needs a model with early exits, got {type(model).__name__}")
     return torch.stack([nn.functional.cross_entropy(logits, y) for logits in model.forward_exits(x)]).sum()
