@@ -617,6 +617,11 @@ def _algorithm_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:
         if values is None:
             continue
         problems.extend(_ratio_problems(("algorithm", key), values, zero_ok, allow_empty=False))
+    if algo.name in ("fedhen", "noside") and getattr(cfg.model, "side_exit", 0) == 0:
+        # the simple model is the sub-model that ends at the side exit (paper 001, Assumption 2.1)
+        problems.append(
+            (("model", "side_exit"), f"algorithm {algo.name!r} needs a resnet model with a side exit (side_exit >= 1)")
+        )
     distill = getattr(algo, "distill", None)
     if distill is not None and distill.ratios:
         problems.extend(_ratio_problems(("algorithm", "distill", "ratios"), distill.ratios, True, allow_empty=True))

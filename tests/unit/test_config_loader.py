@@ -611,6 +611,12 @@ def test_config_error_is_a_value_error_and_pickles(tmp_path: Path) -> None:
     assert (copy.key_path, copy.file, copy.line) == ("train.lr", str(path), 2)
 
 
+def test_fedhen_needs_a_side_exit() -> None:
+    err = load_error(None, ("algorithm.name=fedhen",))
+    assert err.key_path == "model.side_exit"
+    assert load_config(None, ["algorithm.name=noside", "model.name=resnet", "model.side_exit=2"]).model.side_exit == 2
+
+
 @pytest.mark.parametrize(
     ("override", "key_path"),
     [
