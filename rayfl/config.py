@@ -30,12 +30,14 @@ __all__ = [
     "ExperimentConfig",
     "FedAvgConfig",
     "FedDropoutConfig",
+    "FedHeNConfig",
     "FedRolexConfig",
     "FemnistCNNConfig",
     "FjORDConfig",
     "HeteroFLConfig",
     "ModelConfig",
     "ModelSearchConfig",
+    "NoSideConfig",
     "ResNetConfig",
     "ResourceConfig",
     "SystemConfig",
@@ -130,7 +132,8 @@ class ResNetConfig:
     """Pre-activation ResNet for 32x32 images as in HeteroFL (stage widths 64-128-256-512, 3x3 stem, no max-pool).
 
     ``norm``: ``bn`` = HeteroFL's static BN (batch statistics in training, never tracked on clients), ``gn`` =
-    GroupNorm (FedHeN), ``none``. ``scaler``: HeteroFL's divide-by-width-rate before every norm. ``act``: ``relu6``
+    GroupNorm (FedHeN: paper 001's pre-activation ResNet-18 with GroupNorm), ``none``. ``scaler``: HeteroFL's
+    divide-by-width-rate before every norm. ``act``: ``relu6``
     bounds activations so that skipping blocks cannot blow them up (paper 000, Sec. 3.4).
     """
 
@@ -141,6 +144,10 @@ class ResNetConfig:
     gn_groups: int = bounded(2, ge=1)
     act: Literal["relu", "relu6"] = "relu"
     scaler: bool = True
+    # FedHeN's early exit: a side head (mixed max/avg pooling to side_pool x side_pool, then a linear layer) after
+    # stage ``side_exit`` (1-based; 0 = none); "stages 1..side_exit + side head" is the simple model (paper 001)
+    side_exit: int = bounded(0, ge=0)
+    side_pool: int = bounded(4, ge=1)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -343,6 +350,24 @@ class ModelSearchConfig:
     distill: DistillConfig = field(default_factory=lambda: DistillConfig(enabled=True))
 
 
+@dataclass(frozen=True, kw_only=True)
+class FedHeNConfig:
+    """FedHeN (Acar & Saligrama, ICML-W 2022; paper 001): simple devices train the side-exit sub-model, complex
+    devices the whole model with the side objective (the side exit's loss added on the same batch); the simple part is
+    the unweighted mean over all active devices, the rest over the active complex devices. A client is complex when
+    the complex model fits its budgets (``system.memory`` levels fixed by client id give the paper's split)."""
+
+    name: Literal["fedhen"] = "fedhen"
+
+
+@dataclass(frozen=True, kw_only=True)
+class NoSideConfig:
+    """NoSide (paper 001, Algorithm 4): FedHeN's assignment and aggregation without the side objective (HeteroFL's
+    aggregation with the simple model as the complex model's early-exit sub-network)."""
+
+    name: Literal["noside"] = "noside"
+
+
 AlgorithmConfig = (
     FedAvgConfig
     | HeteroFLConfig
@@ -351,6 +376,8 @@ AlgorithmConfig = (
     | AnyCostFLConfig
     | FjORDConfig
     | ModelSearchConfig
+    | FedHeNConfig
+    | NoSideConfig
 )
 ALGORITHM_CONFIGS: dict[str, type[Any]] = {
     "fedavg": FedAvgConfig,
@@ -360,6 +387,8 @@ ALGORITHM_CONFIGS: dict[str, type[Any]] = {
     "anycostfl": AnyCostFLConfig,
     "fjord": FjORDConfig,
     "model_search": ModelSearchConfig,
+    "fedhen": FedHeNConfig,
+    "noside": NoSideConfig,
 }
 
 
@@ -412,7 +441,10 @@ class ResourceConfig:
       round (``per_round``, paper 000 settings 3-4) or once per client.
     * ``levels``: each round the sampled clients are split into ``len(values)`` equal groups, group ``i`` getting
       ``values[i]`` (HeteroFL/FedRolex's "exactly 1/5 of the clients per model level", paper 000 settings 1-2);
-      every ``levels`` resource of a run with as many values puts a client in the same group.
+      every ``levels`` resource of a run with as many values puts a client in the same group. With ``id_bounds``
+      (ascending client ids, one fewer than ``values``) the level is fixed by client id instead: ids below
+      ``id_bounds[0]`` get ``values[0]``, ids from ``id_bounds[i - 1]`` below ``id_bounds[i]`` get ``values[i]``
+      (FedHeN's setting: the first 50 of 100 clients simple devices, the last 50 complex ones).
     * ``trace``: replay logs of ``(timestamp, value)``: ``file`` (one log) or ``directory`` (every log in it, sorted by
       name), in ``format``; clients get logs round-robin (``assign: round_robin``) or at random, start at a random
       offset into the log (``offset: random``) or at 0, and the log loops at its end. ``pattern`` picks the logs
@@ -425,6 +457,7 @@ class ResourceConfig:
     low: float = bounded(0.0, ge=0.0)
     high: float = bounded(0.0, ge=0.0)
     values: tuple[float, ...] = ()
+    id_bounds: tuple[int, ...] = ()  # levels: fixed per client by id (see above); empty = split each round's cohort
     per_round: bool = True
     file: str | None = bounded(None, path="file")
     directory: str | None = bounded(None, path="dir")

@@ -617,6 +617,11 @@ def _algorithm_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:
         if values is None:
             continue
         problems.extend(_ratio_problems(("algorithm", key), values, zero_ok, allow_empty=False))
+    if algo.name in ("fedhen", "noside") and getattr(cfg.model, "side_exit", 0) == 0:
+        # the simple model is the sub-model that ends at the side exit (paper 001, Assumption 2.1)
+        problems.append(
+            (("model", "side_exit"), f"algorithm {algo.name!r} needs a resnet model with a side exit (side_exit >= 1)")
+        )
     distill = getattr(algo, "distill", None)
     if distill is not None and distill.ratios:
         problems.extend(_ratio_problems(("algorithm", "distill", "ratios"), distill.ratios, True, allow_empty=True))
@@ -655,6 +660,19 @@ def _resource_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:
             )
         if res.source == "levels" and not res.values:
             problems.append(((*at, "values"), "a levels source needs one value per level"))
+        if res.id_bounds and res.source != "levels":
+            problems.append(((*at, "id_bounds"), f"only a levels source reads id_bounds, not {res.source!r}"))
+        if res.source == "levels" and res.id_bounds and len(res.id_bounds) != len(res.values) - 1:
+            problems.append(
+                (
+                    (*at, "id_bounds"),
+                    f"needs one bound fewer than values ({len(res.values) - 1}), got {len(res.id_bounds)}",
+                )
+            )
+        for i in range(1, len(res.id_bounds)):
+            if res.id_bounds[i] <= res.id_bounds[i - 1]:
+                problems.append(((*at, "id_bounds", i), "must be strictly increasing"))
+                break
         if res.source == "trace" and (res.file is None) == (res.directory is None):
             problems.append(((*at, "file"), "a trace source needs exactly one of file or directory"))
         if res.source == "empirical" and res.file is None:

@@ -8,6 +8,7 @@ from rayfl.algorithms.anycostfl import AnyCostFL
 from rayfl.algorithms.base import Algorithm, round_lr
 from rayfl.algorithms.fedavg import FedAvg
 from rayfl.algorithms.feddropout import FedDropout
+from rayfl.algorithms.fedhen import FedHeN, NoSide
 from rayfl.algorithms.fedrolex import FedRolex
 from rayfl.algorithms.fjord import FjORD
 from rayfl.algorithms.heterofl import HeteroFL
@@ -20,10 +21,12 @@ __all__ = [
     "AnyCostFL",
     "FedAvg",
     "FedDropout",
+    "FedHeN",
     "FedRolex",
     "FjORD",
     "HeteroFL",
     "ModelSearchAlgorithm",
+    "NoSide",
     "build_algorithm",
     "round_lr",
 ]
@@ -36,6 +39,8 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
     "anycostfl": AnyCostFL,
     "fjord": FjORD,
     "model_search": ModelSearchAlgorithm,
+    "fedhen": FedHeN,
+    "noside": NoSide,
 }
 
 

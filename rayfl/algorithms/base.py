@@ -8,7 +8,8 @@ An algorithm fills a few hooks and keeps no state between them; everything it re
    ``ClientUpdate``;
 3. hosts and parameter-server shards: ``reducer`` (accumulate → merge → finalize) → ``Aggregate``;
 4. driver: ``server_update(state, round_idx, aggregate)`` → the next ``ServerState``;
-5. driver: ``eval_params(state)`` → the parameters the engine evaluates.
+5. driver: ``eval_params(state)`` → the parameters the engine evaluates, as ``eval_units`` and every structure of
+   ``eval_structures``.
 
 Before the first round the engine binds the algorithm to the run: ``bind_server(ServerContext)`` on the driver (the
 model's elastic family, the cost model the clock uses, the data set, the seed), and ``bind_client(family, spec)`` on
@@ -166,6 +167,12 @@ class Algorithm:
         """The structure the engine evaluates ``eval_params`` as: ``None`` (the default) is the full model; unit counts
         mean the first-k sub-model of the family with those units (FedAvg on the smallest model)."""
         return None
+
+    def eval_structures(self, state: ServerState) -> dict[str, tuple[int, ...] | None]:
+        """Further structures the engine evaluates ``eval_params`` as each evaluated round, by name, besides the one of
+        ``eval_units`` (``None``: the full model; units: that first-k sub-model); recorded per name in ``evals.csv``.
+        The default is none (FedHeN: its simple model, the side-exit sub-model)."""
+        return {}
 
     def eval_model(self) -> nn.Module | None:
         """The module client hosts evaluate ``eval_params`` with, built once per host after ``bind_client``; ``None``

@@ -10,7 +10,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ from rayfl.config import ExperimentConfig
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine.backend import EvalResult
 from rayfl.engine.build import bind_algorithm, build_backend, build_clock, build_setup
-from rayfl.engine.records import ClientRecord, RoundRecord, RunWriter, make_run_dir
+from rayfl.engine.records import ClientRecord, EvalRecord, RoundRecord, RunWriter, make_run_dir
 from rayfl.engine.sampling import sample_clients
 from rayfl.system.clock import ClientPlan
 
@@ -43,6 +43,7 @@ class RunResult:
     run_dir: Path | None
     final_eval: EvalResult
     baseline_acc: float
+    evals: list[EvalRecord] = field(default_factory=list)  # the algorithm's further evaluated structures
 
 
 def run_experiment(
@@ -65,6 +66,7 @@ def run_experiment(
     backend = build_backend(cfg, setup)
     state = algorithm.init_state(setup.params)
     records: list[RoundRecord] = []
+    eval_records: list[EvalRecord] = []
     last_eval = EvalResult(float("nan"), float("nan"), 0)
     try:
         for round_idx in range(cfg.rounds):
@@ -95,8 +97,13 @@ def run_experiment(
             # 6. Evaluation of the global model.
             evaluated = (round_idx + 1) % cfg.eval_every == 0 or round_idx == cfg.rounds - 1
             eval_start = time.perf_counter()
+            evals: list[EvalRecord] = []
             if evaluated:
-                last_eval = backend.evaluate(algorithm.eval_params(state), algorithm.eval_units(state))
+                eval_params = algorithm.eval_params(state)
+                last_eval = backend.evaluate(eval_params, algorithm.eval_units(state))
+                for name, units in algorithm.eval_structures(state).items():
+                    other = backend.evaluate(eval_params, units)
+                    evals.append(EvalRecord(round_idx, name, other.accuracy, other.loss))
             now = time.perf_counter()
             # 7. Records.
             ok = [o for o in outcomes if o.failure is None]
@@ -125,7 +132,9 @@ def run_experiment(
                 server_train_s=stats.server_train_s,
             )
             records.append(record)
+            eval_records.extend(evals)
             if writer is not None:
+                writer.append_evals(evals)
                 writer.append_clients(clients)
                 writer.append(record)
             for callback in callbacks:
@@ -137,7 +146,7 @@ def run_experiment(
     baseline = most_frequent_label_accuracy(ds)
     if writer is not None:
         writer.finish(_summary(cfg, records, last_eval, baseline))
-    return RunResult(records, state, writer.run_dir if writer else None, last_eval, baseline)
+    return RunResult(records, state, writer.run_dir if writer else None, last_eval, baseline, eval_records)
 
 
 _NOTHING = Aggregate(params={}, coverage={}, num_clients=0)

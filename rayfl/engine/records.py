@@ -2,7 +2,8 @@
 
 ``RoundRecord`` is one row; ``RunWriter`` owns a run directory: the resolved config (``config.yaml``), one CSV row
 appended and flushed per round (so an interrupted run keeps every finished round), ``rounds.parquet`` rewritten as
-rounds finish, and ``summary.json`` at the end.
+rounds finish, and ``summary.json`` at the end. ``evals.csv`` holds the further structures an algorithm has
+evaluated per round (``EvalRecord``: one row per round and name).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any, TextIO
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-__all__ = ["ClientRecord", "RoundRecord", "RunWriter", "make_run_dir"]
+__all__ = ["ClientRecord", "EvalRecord", "RoundRecord", "RunWriter", "make_run_dir"]
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,16 @@ class ClientRecord:
     units: str = ""  # the sub-model's units per search dimension, space separated ("" = the whole model)
 
 
+@dataclass(frozen=True)
+class EvalRecord:
+    """One further structure evaluated in a round (``Algorithm.eval_structures``: FedHeN's simple model)."""
+
+    round_idx: int
+    name: str
+    test_acc: float
+    test_loss: float
+
+
 def _schema(cls: type) -> pa.Schema:
     kinds = {"int": pa.int64(), "str": pa.string()}
     return pa.schema([(f.name, kinds.get(str(f.type), pa.float64())) for f in fields(cls)])
@@ -82,6 +93,7 @@ def _schema(cls: type) -> pa.Schema:
 
 _SCHEMA = _schema(RoundRecord)
 _CLIENT_SCHEMA = _schema(ClientRecord)
+_EVAL_SCHEMA = _schema(EvalRecord)
 
 
 def make_run_dir(output_dir: str | Path, name: str) -> Path:
@@ -112,6 +124,15 @@ class RunWriter:
         self._clients_csv: TextIO = (run_dir / "clients.csv").open("w", newline="")
         self._clients_writer = csv.DictWriter(self._clients_csv, fieldnames=[f.name for f in fields(ClientRecord)])
         self._clients_writer.writeheader()
+        self.eval_rows: list[EvalRecord] = []
+        self._evals_csv: TextIO = (run_dir / "evals.csv").open("w", newline="")
+        self._evals_writer = csv.DictWriter(self._evals_csv, fieldnames=[f.name for f in fields(EvalRecord)])
+        self._evals_writer.writeheader()
+
+    def append_evals(self, records: list[EvalRecord]) -> None:
+        self.eval_rows.extend(records)
+        self._evals_writer.writerows(asdict(r) for r in records)
+        self._evals_csv.flush()
 
     def append_clients(self, records: list[ClientRecord]) -> None:
         self.client_rows.extend(records)
@@ -129,6 +150,7 @@ class RunWriter:
         for name, rows, schema in (
             ("rounds", self.rows, _SCHEMA),
             ("clients", self.client_rows, _CLIENT_SCHEMA),
+            ("evals", self.eval_rows, _EVAL_SCHEMA),
         ):
             table = pa.Table.from_pylist([asdict(r) for r in rows], schema=schema)
             tmp = self.run_dir / f"{name}.parquet.tmp"
@@ -142,7 +164,7 @@ class RunWriter:
         _atomic_write(self.run_dir / "summary.json", json.dumps(clean, indent=2) + "\n")
 
     def close(self) -> None:
-        for f in (self._csv, self._clients_csv):
+        for f in (self._csv, self._clients_csv, self._evals_csv):
             if not f.closed:
                 f.close()
 

@@ -100,13 +100,20 @@ class Levels(ResourceSource):
     describe one device class (HeteroFL's "model complexity level", paper 000 settings 1-2: the clients of level
     ``i`` have the memory *and* the bandwidth of the ``i``-th model), rather than two independent draws whose
     minimum would skew the cohort towards the small levels.
+
+    With ``id_bounds`` a client's level is fixed by its id instead (ids below ``id_bounds[0]`` level 0, and so on),
+    whatever the round's cohort: FedHeN's first half of the clients simple devices, the last half complex ones.
     """
 
     values: tuple[float, ...]
     seed: int
     purpose: str
+    id_bounds: tuple[int, ...] = ()  # non-empty: the level is fixed by client id, not drawn per round
 
     def at(self, clients: np.ndarray, t: float, round_idx: int) -> np.ndarray:
+        if self.id_bounds:
+            fixed = np.searchsorted(np.asarray(self.id_bounds), np.asarray(clients, dtype=np.int64), side="right")
+            return np.asarray(self.values, dtype=np.float64)[fixed]
         order = np.argsort(np.asarray(clients), kind="stable")  # canonical: independent of the caller's order
         perm = derive_rng(self.seed, "levels", len(self.values), round_idx).permutation(len(clients))
         level = np.empty(len(clients), dtype=np.int64)
@@ -301,7 +308,7 @@ def build_source(cfg: ResourceConfig | None, kind: str, seed: int, purpose: str)
     if cfg.source in ("uniform", "binary"):
         return RangeSource(cfg.low * unit, cfg.high * unit, cfg.source == "binary", cfg.per_round, seed, purpose)
     if cfg.source == "levels":
-        return Levels(tuple(v * unit for v in cfg.values), seed, purpose)
+        return Levels(tuple(v * unit for v in cfg.values), seed, purpose, tuple(cfg.id_bounds))
     if cfg.source == "empirical":
         from rayfl.system.logs import load_distribution_si
 

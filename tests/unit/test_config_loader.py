@@ -611,11 +611,29 @@ def test_config_error_is_a_value_error_and_pickles(tmp_path: Path) -> None:
     assert (copy.key_path, copy.file, copy.line) == ("train.lr", str(path), 2)
 
 
+def test_fedhen_needs_a_side_exit() -> None:
+    err = load_error(None, ("algorithm.name=fedhen",))
+    assert err.key_path == "model.side_exit"
+    assert load_config(None, ["algorithm.name=noside", "model.name=resnet", "model.side_exit=2"]).model.side_exit == 2
+
+
 @pytest.mark.parametrize(
     ("override", "key_path"),
     [
         (("system.memory.source=uniform", "system.memory.low=2", "system.memory.high=1"), "system.memory.high"),
         (("system.memory.source=levels",), "system.memory.values"),
+        (
+            ("system.memory.source=levels", "system.memory.values=[1,2]", "system.memory.id_bounds=[1,2]"),
+            "system.memory.id_bounds",
+        ),
+        (
+            ("system.memory.source=levels", "system.memory.values=[1,2,3]", "system.memory.id_bounds=[5,2]"),
+            "system.memory.id_bounds[1]",
+        ),
+        (
+            ("system.memory.source=constant", "system.memory.low=1", "system.memory.id_bounds=[5]"),
+            "system.memory.id_bounds",
+        ),
         (("system.bandwidth_down.source=trace",), "system.bandwidth_down.file"),
         (("system.bandwidth_down.source=empirical",), "system.bandwidth_down.file"),
         (("system.compute.source=constant", "system.compute.low=0"), "system.compute.low"),
