@@ -33,6 +33,7 @@ __all__ = [
     "FemnistCNNConfig",
     "FjORDConfig",
     "HeteroFLConfig",
+    "IndependentConfig",
     "ModelConfig",
     "ModelSearchConfig",
     "ResNetConfig",
@@ -314,6 +315,17 @@ class ModelSearchConfig:
     distill: DistillConfig = field(default_factory=lambda: DistillConfig(enabled=True))
 
 
+@dataclass(frozen=True, kw_only=True)
+class IndependentConfig:
+    """Several independent FedAvg models in one run (a multi-model baseline, e.g. FedHeN's "Decouple"): ``num_models``
+    global models of the run's architecture, each initialised from its own seed; client ``c`` always trains model
+    ``c mod num_models`` and is scored on it."""
+
+    name: Literal["independent"] = "independent"
+    num_models: int = bounded(2, ge=1)
+    weighting: Literal["samples", "uniform"] = "samples"
+
+
 AlgorithmConfig = (
     FedAvgConfig
     | HeteroFLConfig
@@ -322,6 +334,7 @@ AlgorithmConfig = (
     | AnyCostFLConfig
     | FjORDConfig
     | ModelSearchConfig
+    | IndependentConfig
 )
 ALGORITHM_CONFIGS: dict[str, type[Any]] = {
     "fedavg": FedAvgConfig,
@@ -331,6 +344,7 @@ ALGORITHM_CONFIGS: dict[str, type[Any]] = {
     "anycostfl": AnyCostFLConfig,
     "fjord": FjORDConfig,
     "model_search": ModelSearchConfig,
+    "independent": IndependentConfig,
 }
 
 

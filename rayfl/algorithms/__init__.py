@@ -11,6 +11,7 @@ from rayfl.algorithms.feddropout import FedDropout
 from rayfl.algorithms.fedrolex import FedRolex
 from rayfl.algorithms.fjord import FjORD
 from rayfl.algorithms.heterofl import HeteroFL
+from rayfl.algorithms.independent import IndependentFedAvg
 from rayfl.algorithms.model_search import ModelSearchAlgorithm
 from rayfl.config import TrainConfig
 
@@ -23,6 +24,7 @@ __all__ = [
     "FedRolex",
     "FjORD",
     "HeteroFL",
+    "IndependentFedAvg",
     "ModelSearchAlgorithm",
     "build_algorithm",
     "round_lr",
@@ -36,6 +38,7 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
     "anycostfl": AnyCostFL,
     "fjord": FjORD,
     "model_search": ModelSearchAlgorithm,
+    "independent": IndependentFedAvg,
 }
 
 
