@@ -35,6 +35,7 @@ __all__ = [
     "FemnistCNNConfig",
     "FjORDConfig",
     "HeteroFLConfig",
+    "IndependentConfig",
     "ModelConfig",
     "ModelSearchConfig",
     "NoSideConfig",
@@ -368,6 +369,17 @@ class NoSideConfig:
     name: Literal["noside"] = "noside"
 
 
+@dataclass(frozen=True, kw_only=True)
+class IndependentConfig:
+    """Several independent FedAvg models in one run (a multi-model baseline, e.g. FedHeN's "Decouple"): ``num_models``
+    global models of the run's architecture, each initialised from its own seed; client ``c`` always trains model
+    ``c mod num_models`` and is scored on it."""
+
+    name: Literal["independent"] = "independent"
+    num_models: int = bounded(2, ge=1)
+    weighting: Literal["samples", "uniform"] = "samples"
+
+
 AlgorithmConfig = (
     FedAvgConfig
     | HeteroFLConfig
@@ -378,6 +390,7 @@ AlgorithmConfig = (
     | ModelSearchConfig
     | FedHeNConfig
     | NoSideConfig
+    | IndependentConfig
 )
 ALGORITHM_CONFIGS: dict[str, type[Any]] = {
     "fedavg": FedAvgConfig,
@@ -389,6 +402,7 @@ ALGORITHM_CONFIGS: dict[str, type[Any]] = {
     "model_search": ModelSearchConfig,
     "fedhen": FedHeNConfig,
     "noside": NoSideConfig,
+    "independent": IndependentConfig,
 }
 
 

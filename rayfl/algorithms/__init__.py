@@ -12,6 +12,7 @@ from rayfl.algorithms.fedhen import FedHeN, NoSide
 from rayfl.algorithms.fedrolex import FedRolex
 from rayfl.algorithms.fjord import FjORD
 from rayfl.algorithms.heterofl import HeteroFL
+from rayfl.algorithms.independent import IndependentFedAvg
 from rayfl.algorithms.model_search import ModelSearchAlgorithm
 from rayfl.config import TrainConfig
 
@@ -25,6 +26,7 @@ __all__ = [
     "FedRolex",
     "FjORD",
     "HeteroFL",
+    "IndependentFedAvg",
     "ModelSearchAlgorithm",
     "NoSide",
     "build_algorithm",
@@ -41,6 +43,7 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
     "model_search": ModelSearchAlgorithm,
     "fedhen": FedHeN,
     "noside": NoSide,
+    "independent": IndependentFedAvg,
 }
 
 

@@ -41,7 +41,7 @@ from rayfl.algorithms.payloads import (
     TrainTask,
 )
 from rayfl.algorithms.reducers import MaskedWeightedMean
-from rayfl.config import TrainConfig
+from rayfl.config import ModelConfig, TrainConfig
 from rayfl.models.inputs import InputSpec, module_device, to_input
 from rayfl.rng import derive_torch_generator
 
@@ -66,6 +66,7 @@ class ServerContext:
     family: ElasticFamily | None
     cost: CostModel | None
     dataset: FederatedDataset
+    model: ModelConfig | None = None  # the run's architecture (model 0 of a multi-model run)
 
 
 @dataclass(frozen=True)
@@ -157,6 +158,7 @@ class Algorithm:
             round_idx=round_idx + 1,
             opt_state=state.opt_state,
             algo_state=state.algo_state,
+            models=state.models,
         )
 
     def eval_params(self, state: ServerState) -> Params:
@@ -173,6 +175,11 @@ class Algorithm:
         ``eval_units`` (``None``: the full model; units: that first-k sub-model); recorded per name in ``evals.csv``.
         The default is none (FedHeN: its simple model, the side-exit sub-model)."""
         return {}
+
+    def client_model_id(self, state: ServerState, client_id: int) -> int:
+        """Which global model client ``client_id`` would be assigned now: the engine scores the client's test data on
+        it for the average client accuracy (paper 002). The default is model 0 (single-model methods)."""
+        return 0
 
     def eval_model(self) -> nn.Module | None:
         """The module client hosts evaluate ``eval_params`` with, built once per host after ``bind_client``; ``None``

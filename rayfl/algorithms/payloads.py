@@ -1,7 +1,9 @@
 """Typed messages between the engine, the algorithm hooks and the client hosts.
 
 Everything that crosses a process boundary is here, frozen, and free of Ray types. Parameters travel as
-``dict[str, torch.Tensor]`` keyed by the global model's ``state_dict`` names.
+``dict[str, torch.Tensor]`` keyed by the global model's ``state_dict`` names. A run with several global models keeps
+them in one flat dict: model 0 under its own names, model ``k > 0`` under ``m{k}/<name>``
+(``algorithms/multimodel.py``), so sharding, reduction and checkpoints handle every model at once.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+
+from rayfl.config import ModelConfig
 
 __all__ = [
     "Aggregate",
@@ -81,6 +85,7 @@ class TrainTask:
     seed: int
     lr: float
     assignment: Assignment
+    model_config: ModelConfig | None = None  # the architecture of model ``assignment.model_id``; None = the run's
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +99,7 @@ class ClientUpdate:
     num_examples: int
     train_loss: float
     num_steps: int
+    metrics: dict[str, float] = field(default_factory=dict)  # a method's own per-client numbers (e.g. layer norms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +114,8 @@ class ClientOutcome:
     bytes_up: int
     failure: str | None = None
     train_wall_s: float = 0.0  # host time of local training (used only with system.compute_time: measured)
+    model_id: int = 0  # which global model the client trained
+    metrics: dict[str, float] = field(default_factory=dict)  # the update's ``metrics``, for the server side
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,13 +125,19 @@ class Aggregate:
     params: Params
     coverage: dict[str, float]  # fraction of each tensor's elements that some client covered
     num_clients: int
+    outcomes: tuple[ClientOutcome, ...] = ()  # every client that ran, in client-id order (metrics, losses, model ids)
 
 
 @dataclass(frozen=True, slots=True)
 class ServerState:
-    """Explicit server state: global parameters plus the algorithm's own typed state (``None`` when it has none)."""
+    """Explicit server state: global parameters plus the algorithm's own typed state (``None`` when it has none).
+
+    ``models`` lists the architecture of every global model in id order when a run holds several (their parameters
+    are in ``params`` under ``m{k}/`` names); empty means the run's one configured model.
+    """
 
     params: Params
     round_idx: int = 0
     opt_state: Params = field(default_factory=dict)
     algo_state: object | None = None
+    models: tuple[ModelConfig, ...] = ()

@@ -83,6 +83,7 @@ def bind_algorithm(cfg: ExperimentConfig, setup: Setup, clock: SimClock) -> None
             family=clock.oracle.family,
             cost=clock.oracle.elastic,
             dataset=setup.dataset,
+            model=cfg.model,
         )
     )
 

@@ -6,6 +6,7 @@ evaluation and records are each one call into a collaborator.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
@@ -23,6 +24,7 @@ from rayfl.config import ExperimentConfig
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine.backend import EvalResult
 from rayfl.engine.build import bind_algorithm, build_backend, build_clock, build_setup
+from rayfl.engine.multieval import evaluate_models, model_fields
 from rayfl.engine.records import ClientRecord, EvalRecord, RoundRecord, RunWriter, make_run_dir
 from rayfl.engine.sampling import sample_clients
 from rayfl.system.clock import ClientPlan
@@ -78,10 +80,10 @@ def run_experiment(
             assignments = algorithm.assign(state, round_idx, views)
             server_s = time.perf_counter() - round_start
             # 3. Plan: who fits, who fails, how long each takes; only clients that can finish are run.
-            plan = clock.plan(round_idx, views, assignments)
+            plan = clock.plan(round_idx, views, assignments, state.models)
             lr = round_lr(cfg.train, round_idx, cfg.rounds)
             tasks = [
-                TrainTask(v.client_id, round_idx, cfg.seed, lr, assignments[v.client_id])
+                train_task(v.client_id, round_idx, cfg.seed, lr, assignments[v.client_id], state)
                 for v, runs in zip(views, plan.runs, strict=True)
                 if runs
             ]
@@ -91,19 +93,22 @@ def run_experiment(
             plan = clock.measured_compute(plan, {o.client_id: o.train_wall_s for o in outcomes})
             # 5. Server update (skipped when every client failed: the global model stays); the clock moves on.
             if aggregate.num_clients > 0:
+                aggregate = dataclasses.replace(aggregate, outcomes=tuple(outcomes))
                 state = algorithm.server_update(state, round_idx, aggregate)
             server_s += time.perf_counter() - train_done
             sim_duration = clock.advance(plan, server_s)
-            # 6. Evaluation of the global model.
+            # 6. Evaluation of the global model (of every global model when the run holds several).
             evaluated = (round_idx + 1) % cfg.eval_every == 0 or round_idx == cfg.rounds - 1
             eval_start = time.perf_counter()
-            evals: list[EvalRecord] = []
+            structure_evals: list[EvalRecord] = []
+            evals = None
             if evaluated:
                 eval_params = algorithm.eval_params(state)
                 last_eval = backend.evaluate(eval_params, algorithm.eval_units(state))
+                evals = evaluate_models(backend, algorithm, state, last_eval)
                 for name, units in algorithm.eval_structures(state).items():
                     other = backend.evaluate(eval_params, units)
-                    evals.append(EvalRecord(round_idx, name, other.accuracy, other.loss))
+                    structure_evals.append(EvalRecord(round_idx, name, other.accuracy, other.loss))
             now = time.perf_counter()
             # 7. Records.
             ok = [o for o in outcomes if o.failure is None]
@@ -130,11 +135,12 @@ def run_experiment(
                 clients_sampled=len(client_ids),
                 **system_fields(plan.memory_util[plan.runs], plan.bandwidth_util[plan.runs], clients, stats),
                 server_train_s=stats.server_train_s,
+                **model_fields(ds, evals, algorithm, state, outcomes),
             )
             records.append(record)
-            eval_records.extend(evals)
+            eval_records.extend(structure_evals)
             if writer is not None:
-                writer.append_evals(evals)
+                writer.append_evals(structure_evals)
                 writer.append_clients(clients)
                 writer.append(record)
             for callback in callbacks:
@@ -201,9 +207,18 @@ def client_records(
             failure=plan.failure[i] or trained.get(int(c)) or "",
             over_budget=over[i],
             units=_units_text(assignments[int(c)].units),
+            model_id=assignments[int(c)].model_id,
         )
         for i, c in enumerate(plan.client_id)
     ]
+
+
+def train_task(
+    client_id: int, round_idx: int, seed: int, lr: float, assignment: Assignment, state: ServerState
+) -> TrainTask:
+    """A client's task; in a multi-model run it carries the architecture of the model it was assigned."""
+    config = state.models[assignment.model_id] if state.models else None
+    return TrainTask(client_id, round_idx, seed, lr, assignment, config)
 
 
 def _units_text(units: tuple[int, ...] | None) -> str:

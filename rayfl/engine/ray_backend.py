@@ -27,6 +27,7 @@ from rayfl.engine.backend import (
     assemble_aggregate,
     combine_eval,
     eval_batches,
+    shard_plan,
     tasks_by_host,
     to_numpy,
 )
@@ -189,6 +190,9 @@ class RayBackend:
         _wait_ready([*self.hosts, *self.shards], layout, backend_cfg)
 
     def train_and_reduce(self, tasks: Sequence[TrainTask], params: Params) -> tuple[Aggregate, list[ClientOutcome]]:
+        self.shard_of, names = shard_plan(self.shard_of, params, self.num_shards, self.shards)
+        if names is not None:
+            ray.get([shard.set_names.remote(own) for shard, own in zip(self.shards, names, strict=True)])
         params_ref = ray.put(to_numpy(params))
         per_shard: list[list[Any]] = [[] for _ in range(self.num_shards)]
         outcome_refs = []
@@ -205,11 +209,13 @@ class RayBackend:
         outcomes = sorted((o for batch in ray.get(outcome_refs) for o in batch), key=lambda o: o.client_id)
         return assemble_aggregate(ray.get(result_refs), outcomes), outcomes
 
-    def evaluate(self, params: Params, units: tuple[int, ...] | None = None) -> EvalResult:
+    def evaluate(
+        self, params: Params, units: tuple[int, ...] | None = None, model_config: ModelConfig | None = None
+    ) -> EvalResult:
         params_ref = ray.put(to_numpy(params))
         batches = eval_batches(self.num_test, self.eval_batch_size, self.num_hosts)
         refs = [
-            h.evaluate.remote(params_ref, b, self.eval_batch_size, units)
+            h.evaluate.remote(params_ref, b, self.eval_batch_size, units, model_config)
             for h, b in zip(self.hosts, batches, strict=True)
             if b
         ]

@@ -54,6 +54,13 @@ class RoundRecord:
     distinct_structures: float = math.nan
     hit_rate: float = math.nan
     server_train_s: float = math.nan
+    # several global models (``ServerState.models``): each model's test accuracy and how many clients trained each
+    # (space separated, by model id; "" in a single-model run), and the mean over clients of each client's test
+    # accuracy on the model it would be assigned (NaN without per-client test data)
+    num_models: int = 1
+    model_accs: str = ""
+    clients_per_model: str = ""
+    client_acc: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -74,6 +81,7 @@ class ClientRecord:
     failure: str  # "" when the client trained and was aggregated
     over_budget: str = ""  # the budget its model exceeded although it trained (budgets ignored), else ""
     units: str = ""  # the sub-model's units per search dimension, space separated ("" = the whole model)
+    model_id: int = 0  # which global model it was assigned
 
 
 @dataclass(frozen=True)

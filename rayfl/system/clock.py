@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from rayfl.algorithms.payloads import Assignment, ClientView
-from rayfl.config import SystemConfig, TrainConfig
+from rayfl.config import ModelConfig, SystemConfig, TrainConfig
 from rayfl.system.costs import CostOracle
 from rayfl.system.resources import ResourceSource, build_source
 
@@ -118,10 +118,18 @@ class SimClock:
             return 2.0 * self.cfg.comm_limit_s / (8.0 / down + 8.0 / up)  # bytes; inf when both are unlimited
 
     # 2-3. plan ----------------------------------------------------------------------------------------------------
-    def plan(self, round_idx: int, views: Sequence[ClientView], assignments: Mapping[int, Assignment]) -> ClientPlan:
+    def plan(
+        self,
+        round_idx: int,
+        views: Sequence[ClientView],
+        assignments: Mapping[int, Assignment],
+        models: Sequence[ModelConfig] = (),
+    ) -> ClientPlan:
+        """``models``: the architectures of a multi-model run's global models (``ServerState.models``), so each
+        client's costs are those of the model it was assigned."""
         clients = np.array([v.client_id for v in views], dtype=np.int64)
         n = len(clients)
-        costs = self.oracle.costs([assignments[int(c)] for c in clients])
+        costs = self.oracle.model_costs([assignments[int(c)] for c in clients], models)
         mem_budget = np.array([v.memory_budget for v in views], dtype=np.float64)
         bw_budget = np.array([v.bandwidth_budget for v in views], dtype=np.float64)
         need = costs.memory  # the oracle includes system.memory_overhead_mib
