@@ -19,7 +19,7 @@ from typing import Any, TextIO
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-__all__ = ["ClientRecord", "RoundRecord", "RunWriter", "make_run_dir"]
+__all__ = ["ClientRecord", "RoundRecord", "RunWriter", "check_run_name", "make_run_dir"]
 
 
 @dataclass(frozen=True)
@@ -84,8 +84,19 @@ _SCHEMA = _schema(RoundRecord)
 _CLIENT_SCHEMA = _schema(ClientRecord)
 
 
+def check_run_name(name: str) -> str:
+    """``name`` when it is one plain directory name, else ``ValueError``: a run never lands outside ``output_dir``."""
+    from rayfl.config_loader import run_name_problem
+
+    problem = run_name_problem(name)
+    if problem:
+        raise ValueError(problem)
+    return name
+
+
 def make_run_dir(output_dir: str | Path, name: str) -> Path:
     """A fresh directory ``output_dir/name`` (``name-1``, ``name-2`` ... when taken); never reuses one."""
+    check_run_name(name)
     root = Path(output_dir)
     root.mkdir(parents=True, exist_ok=True)
     for k in range(10_000):
