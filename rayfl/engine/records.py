@@ -85,12 +85,13 @@ _CLIENT_SCHEMA = _schema(ClientRecord)
 
 
 def check_run_name(name: str) -> str:
-    """``name`` when it is one plain directory name, else ``ValueError``: a run never lands outside ``output_dir``."""
-    from rayfl.config_loader import run_name_problem
+    """``name`` when it is one plain directory name, else a ``ConfigError`` (a ``ValueError``) on key ``name``: a run
+    or sweep directory never lands outside ``output_dir``."""
+    from rayfl.config_loader import ConfigError, run_name_problem
 
     problem = run_name_problem(name)
     if problem:
-        raise ValueError(problem)
+        raise ConfigError(problem, "name")
     return name
 
 

@@ -245,6 +245,11 @@ class TraceReplay(ResourceSource):
                 continue
             laps = np.floor(target / per_period)
             rest = target - laps * per_period
+            # a transfer ending exactly on a lap boundary ends where the previous lap's last positive segment does,
+            # not after the zero-bandwidth span that may close the log
+            boundary = (rest <= 0) & (laps > 0)
+            laps = np.where(boundary, laps - 1, laps)
+            rest = np.where(boundary, per_period, rest)
             # first edge whose cumulative reaches ``rest``; the crossing lies in the segment before it
             j = np.clip(np.searchsorted(cum, rest, side="left"), 1, len(cum) - 1)
             rate = self.logs[k].values[j - 1]
