@@ -7,6 +7,7 @@ them with ``meta["mean"]`` and ``meta["std"]``.
 
 from __future__ import annotations
 
+import io
 import pickle
 from pathlib import Path
 from typing import Any
@@ -60,10 +61,13 @@ def _read_batch(path: Path) -> dict[str, Any]:
     The release was pickled by Python 2, whose strings load as ``str`` with ``encoding="latin1"`` (the
     encoding numpy needs for Python-2 arrays); keys pickled as ``bytes`` by Python 3 are decoded the same way.
     """
+    # Unpickled from memory (a batch is 30 MB): a garbage length field then reads as truncated data instead of
+    # making the unpickler allocate the length it claims.
+    data = path.read_bytes()
+    errors = (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError, KeyError)
     try:
-        with path.open("rb") as fh:
-            obj = _ArrayUnpickler(fh, encoding="latin1").load()
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError, KeyError) as err:
+        obj = _ArrayUnpickler(io.BytesIO(data), encoding="latin1").load()
+    except (*errors, OverflowError, MemoryError) as err:
         # garbage bytes fail inside the unpickler in many ways (e.g. "invalid literal for int()"); a foreign object
         # is refused by ``_ArrayUnpickler`` and lands here too
         raise _bad_batch(path, f"{type(err).__name__}: {err}") from None
