@@ -158,13 +158,19 @@ def load_leaf(root: Path, task: LeafTask | None, cfg: DataConfig, seed: int) -> 
     test_rows = read_leaf_split(test_dir)
     if not train_rows:
         raise FileNotFoundError(f"no LEAF users found in {train_dir}/*.json")
-    detected = detect_task(train_rows)
+    try:
+        detected = detect_task(train_rows)
+    except ValueError as err:
+        raise ConfigError(f"{err}; fix the files or re-run LEAF's preprocessing", file=str(train_dir)) from None
     if task is not None and task != detected:
         raise ValueError(f"{root} holds LEAF {detected} data, not {task}")
 
     users = [u for u, (xs, _) in train_rows.items() if len(xs) >= cfg.min_samples]
     if not users:
-        raise ValueError(f"no LEAF user in {train_dir} has at least data.min_samples={cfg.min_samples} samples")
+        raise ConfigError(
+            f"no LEAF user in {train_dir} has at least {cfg.min_samples} samples: lower data.min_samples",
+            "data.min_samples",
+        )
     if 0 < cfg.num_clients < len(users):
         keep = np.sort(derive_rng(seed, "partition").choice(len(users), size=cfg.num_clients, replace=False))
         users = [users[i] for i in keep.tolist()]
@@ -175,9 +181,12 @@ def load_leaf(root: Path, task: LeafTask | None, cfg: DataConfig, seed: int) -> 
         seq_len = len(str(first))
 
     def convert(xs: list[Any], ys: list[Any], user: str) -> tuple[np.ndarray[Any, Any], npt.NDArray[np.int64]]:
-        if detected == "femnist":
-            return _femnist_arrays(xs, ys, user)
-        return _shakespeare_arrays(xs, ys, user, seq_len)
+        try:
+            if detected == "femnist":
+                return _femnist_arrays(xs, ys, user)
+            return _shakespeare_arrays(xs, ys, user, seq_len)
+        except ValueError as err:  # a user's samples or labels do not fit the detected task
+            raise ConfigError(f"{err}; fix the files or re-run LEAF's preprocessing", file=str(root)) from None
 
     train = [convert(*train_rows[u], u) for u in users]
     caps = partition.cap_per_client(
