@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+import functools
 import math
 import re
 import types
@@ -749,23 +750,46 @@ _RESOURCE_KINDS = (
 def _trace_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:
     """Trace and distribution files are read as a run would read them: they parse, hold the declared kind, and a
     directory's pattern matches at least one file (only numpy is imported, so this stays quick)."""
-    from rayfl.system.resources import build_source
-
     for name, kind in _RESOURCE_KINDS:
         res = getattr(cfg.system, name)
         if res is None or res.source not in ("trace", "empirical"):
             continue
-        try:
-            build_source(res, kind, cfg.seed, name)
-        except (ValueError, OSError, KeyError) as err:
-            key = "file" if res.file is not None else "directory"
-            text = str(err).replace("\n", " ")
-            if "no trace files matching" in text:
-                key, text = "pattern", f"{text}: fix system.{name}.pattern or the directory"
-            else:
-                text += " (fix or replace the trace file)"
+        problem = _trace_source_problem(res, kind, _files_stamp(res.file, res.directory, res.pattern))
+        if problem:
+            key, text = problem
+            if key == "pattern":
+                text += f": fix system.{name}.pattern or the directory"
             return [(("system", name, key), text)]
     return []
+
+
+def _files_stamp(file: str | None, directory: str | None, pattern: str) -> tuple[tuple[str, int, int], ...]:
+    """Name, mtime and size of the files a source reads: a sweep checks each file once, until it changes."""
+    paths = [Path(file)] if file is not None else sorted(Path(directory or ".").glob(pattern))
+    stamps = []
+    for path in paths:
+        try:
+            stat = path.stat()
+        except OSError:
+            continue
+        stamps.append((str(path), stat.st_mtime_ns, stat.st_size))
+    return tuple(stamps)
+
+
+@functools.lru_cache(maxsize=256)
+def _trace_source_problem(res: Any, kind: str, stamp: tuple[tuple[str, int, int], ...]) -> tuple[str, str] | None:
+    """``(key, reason)`` when the trace or distribution files of ``res`` cannot be read as ``kind``, else None."""
+    from rayfl.system.resources import build_source
+
+    del stamp  # part of the cache key only
+    try:
+        build_source(res, kind, 0, "validate")
+    except (ValueError, OSError, KeyError) as err:
+        text = " ".join(str(err).split())
+        if "no trace files matching" in text:
+            return "pattern", text
+        return ("file" if res.file is not None else "directory"), text + " (fix or replace the trace file)"
+    return None
 
 
 def validate_semantics(cfg: ExperimentConfig) -> None:
