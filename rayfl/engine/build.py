@@ -14,6 +14,7 @@ from rayfl.algorithms import Algorithm, build_algorithm
 from rayfl.algorithms.base import ServerContext
 from rayfl.algorithms.payloads import Params
 from rayfl.config import ExperimentConfig
+from rayfl.config_loader import check_model_input
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine.backend import Backend, LocalBackend
 from rayfl.models import InputSpec, build_model
@@ -53,6 +54,7 @@ def build_setup(cfg: ExperimentConfig, dataset: FederatedDataset | None = None, 
         dataset = dataclasses.replace(dataset, meta={**dataset.meta, "normalize": cfg.data.normalize})
     if dataset.num_clients < 1:
         raise ValueError(f"data: {cfg.data.name!r} produced no clients")
+    check_model_input(cfg, dataset.input_kind)
     spec = InputSpec.of(dataset.input_kind, dataset.num_classes, dataset.x, dataset.meta)
     return Setup(
         dataset=dataset,

@@ -21,6 +21,7 @@ from rayfl.algorithms import round_lr
 from rayfl.algorithms.base import RoundStats
 from rayfl.algorithms.payloads import Aggregate, Assignment, ClientOutcome, ServerState, TrainTask
 from rayfl.config import ExperimentConfig
+from rayfl.config_loader import check_clients_per_round
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine.backend import EvalResult
 from rayfl.engine.build import bind_algorithm, build_backend, build_clock, build_setup
@@ -60,12 +61,16 @@ def run_experiment(
     start = time.perf_counter()
     setup = build_setup(cfg, dataset, cache_dir)
     ds, algorithm = setup.dataset, setup.algorithm
-    if cfg.clients_per_round > ds.num_clients:
-        raise ValueError(f"clients_per_round={cfg.clients_per_round} exceeds the {ds.num_clients} clients of the data")
-    writer = open_run_writer(cfg) if write else None
+    check_clients_per_round(cfg, ds.num_clients)
     clock = build_clock(cfg, setup)
     bind_algorithm(cfg, setup, clock)
     backend = build_backend(cfg, setup)
+    # The run directory appears only once data, traces and backend are ready: bad input leaves nothing behind.
+    try:
+        writer = open_run_writer(cfg) if write else None
+    except BaseException:
+        backend.close()
+        raise
     state = algorithm.init_state(setup.params)
     records: list[RoundRecord] = []
     eval_records: list[EvalRecord] = []

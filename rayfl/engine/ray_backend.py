@@ -13,6 +13,8 @@ from __future__ import annotations
 import logging
 import math
 import os
+import socket
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,6 +23,7 @@ import ray
 from rayfl.algorithms.base import Algorithm
 from rayfl.algorithms.payloads import Aggregate, ClientOutcome, Params, TrainTask
 from rayfl.config import BackendConfig, CompressionConfig, ModelConfig
+from rayfl.config_loader import ConfigError
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine.backend import (
     EvalResult,
@@ -47,6 +50,7 @@ def ensure_ray(cfg: BackendConfig) -> bool:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": True}
     if cfg.address:
+        _probe_address(cfg.address, cfg.start_timeout_s)
         kwargs["address"] = cfg.address
     else:
         if cfg.num_cpus:
@@ -55,6 +59,28 @@ def ensure_ray(cfg: BackendConfig) -> bool:
             kwargs["object_store_memory"] = cfg.object_store_mb << 20
     ray.init(**kwargs)
     return True
+
+
+def _probe_address(address: str, timeout_s: float) -> None:
+    """Fail within ``timeout_s`` when nothing listens at a ``host:port`` cluster address: ``ray.init`` itself keeps
+    retrying an unreachable GCS for many minutes. ``auto`` (and addresses without a port) go to Ray as they are."""
+    host, sep, port_text = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port_text.isdigit() or not host:
+        return
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            with socket.create_connection((host.strip("[]"), int(port_text)), timeout=max(left, 0.05)):
+                return
+        except OSError as err:
+            if time.monotonic() + 0.25 >= deadline:
+                raise ConfigError(
+                    f"no Ray cluster answers at {address} within {timeout_s:g} s ({err.strerror or err}); start one "
+                    "there (ray start --head --port=PORT), fix backend.address, or leave it unset for a local Ray",
+                    "backend.address",
+                ) from None
+            time.sleep(0.25)
 
 
 def host_cpu_share(num_hosts: int) -> float:

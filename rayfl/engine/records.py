@@ -20,7 +20,7 @@ from typing import Any, TextIO
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-__all__ = ["ClientRecord", "EvalRecord", "RoundRecord", "RunWriter", "make_run_dir"]
+__all__ = ["ClientRecord", "EvalRecord", "RoundRecord", "RunWriter", "check_run_name", "make_run_dir"]
 
 
 @dataclass(frozen=True)
@@ -104,8 +104,20 @@ _CLIENT_SCHEMA = _schema(ClientRecord)
 _EVAL_SCHEMA = _schema(EvalRecord)
 
 
+def check_run_name(name: str) -> str:
+    """``name`` when it is one plain directory name, else a ``ConfigError`` (a ``ValueError``) on key ``name``: a run
+    or sweep directory never lands outside ``output_dir``."""
+    from rayfl.config_loader import ConfigError, run_name_problem
+
+    problem = run_name_problem(name)
+    if problem:
+        raise ConfigError(problem, "name")
+    return name
+
+
 def make_run_dir(output_dir: str | Path, name: str) -> Path:
     """A fresh directory ``output_dir/name`` (``name-1``, ``name-2`` ... when taken); never reuses one."""
+    check_run_name(name)
     root = Path(output_dir)
     root.mkdir(parents=True, exist_ok=True)
     for k in range(10_000):

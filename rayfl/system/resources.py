@@ -240,22 +240,30 @@ class TraceReplay(ResourceSource):
             sel = logs == k
             edges, cum, period = self._edges[k], self._cum[k], self.logs[k].period
             per_period = cum[-1]
-            tau0 = np.mod(start[sel] + offsets[sel], period)
-            seg = np.searchsorted(edges, tau0, side="right") - 1
+            # a transfer that starts never (after an endless one) never ends; looking its start up would index past
+            # the log (NaN sorts last)
+            never = ~np.isfinite(start[sel])
+            tau0 = np.mod(np.where(never, 0.0, start[sel]) + offsets[sel], period)
+            seg = np.minimum(np.searchsorted(edges, tau0, side="right") - 1, len(edges) - 2)
             done0 = cum[seg] + self.logs[k].values[seg] * (tau0 - edges[seg])  # integral from 0 to tau0
             target = done0 + bits[sel]
             if per_period <= 0:
-                out[sel] = np.where(bits[sel] <= 0, 0.0, np.inf)
+                out[sel] = np.where(never | (bits[sel] > 0), np.inf, 0.0)
                 continue
             laps = np.floor(target / per_period)
             rest = target - laps * per_period
+            # a transfer ending exactly on a lap boundary ends where the previous lap's last positive segment does,
+            # not after the zero-bandwidth span that may close the log
+            boundary = (rest <= 0) & (laps > 0)
+            laps = np.where(boundary, laps - 1, laps)
+            rest = np.where(boundary, per_period, rest)
             # first edge whose cumulative reaches ``rest``; the crossing lies in the segment before it
             j = np.clip(np.searchsorted(cum, rest, side="left"), 1, len(cum) - 1)
             rate = self.logs[k].values[j - 1]
             with np.errstate(divide="ignore", invalid="ignore"):
                 within = np.where(rate > 0, (rest - cum[j - 1]) / rate, 0.0)
             tau1 = edges[j - 1] + within
-            out[sel] = np.where(bits[sel] <= 0, 0.0, laps * period + tau1 - tau0)
+            out[sel] = np.where(never, np.inf, np.where(bits[sel] <= 0, 0.0, laps * period + tau1 - tau0))
         return out
 
 
