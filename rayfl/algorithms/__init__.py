@@ -8,11 +8,13 @@ from rayfl.algorithms.anycostfl import AnyCostFL
 from rayfl.algorithms.base import Algorithm, round_lr
 from rayfl.algorithms.fedavg import FedAvg
 from rayfl.algorithms.feddropout import FedDropout
+from rayfl.algorithms.fedhen import FedHeN, NoSide
 from rayfl.algorithms.fedrescue import FedResCuE, FedRush, FedSeq
 from rayfl.algorithms.fedrolex import FedRolex
 from rayfl.algorithms.fedslim import FedSlim
 from rayfl.algorithms.fjord import FjORD
 from rayfl.algorithms.heterofl import HeteroFL
+from rayfl.algorithms.independent import IndependentFedAvg
 from rayfl.algorithms.model_search import ModelSearchAlgorithm
 from rayfl.config import TrainConfig
 
@@ -22,6 +24,7 @@ __all__ = [
     "AnyCostFL",
     "FedAvg",
     "FedDropout",
+    "FedHeN",
     "FedResCuE",
     "FedRolex",
     "FedRush",
@@ -29,7 +32,9 @@ __all__ = [
     "FedSlim",
     "FjORD",
     "HeteroFL",
+    "IndependentFedAvg",
     "ModelSearchAlgorithm",
+    "NoSide",
     "build_algorithm",
     "round_lr",
 ]
@@ -46,6 +51,9 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
     "fedseq": FedSeq,
     "fedrush": FedRush,
     "fedslim": FedSlim,
+    "fedhen": FedHeN,
+    "noside": NoSide,
+    "independent": IndependentFedAvg,
 }
 
 

@@ -8,7 +8,8 @@ An algorithm fills a few hooks and keeps no state between them; everything it re
    ``ClientUpdate``;
 3. hosts and parameter-server shards: ``reducer`` (accumulate → merge → finalize) → ``Aggregate``;
 4. driver: ``server_update(state, round_idx, aggregate)`` → the next ``ServerState``;
-5. driver: ``eval_params(state)`` → the parameters the engine evaluates.
+5. driver: ``eval_params(state)`` → the parameters the engine evaluates, as ``eval_units`` and every structure of
+   ``eval_structures``.
 
 Before the first round the engine binds the algorithm to the run: ``bind_server(ServerContext)`` on the driver (the
 model's elastic family, the cost model the clock uses, the data set, the seed), and ``bind_client(family, spec)`` on
@@ -40,7 +41,7 @@ from rayfl.algorithms.payloads import (
     TrainTask,
 )
 from rayfl.algorithms.reducers import MaskedWeightedMean
-from rayfl.config import TrainConfig
+from rayfl.config import ModelConfig, TrainConfig
 from rayfl.models.inputs import InputSpec, module_device, to_input
 from rayfl.rng import derive_torch_generator
 
@@ -65,6 +66,7 @@ class ServerContext:
     family: ElasticFamily | None
     cost: CostModel | None
     dataset: FederatedDataset
+    model: ModelConfig | None = None  # the run's architecture (model 0 of a multi-model run)
 
 
 @dataclass(frozen=True)
@@ -123,7 +125,11 @@ class Algorithm:
 
     def require_family(self) -> ElasticFamily:
         if self.family is None:
-            raise ValueError(f"algorithm {self.name!r} assigns sub-models, so the model needs an elastic family")
+            raise ValueError(
+                f"algorithm {self.name!r} assigns sub-models, so the model needs an elastic family: use one of the "
+                "built-in families, or for your own architecture write an ElasticFamily (README: 'Your own model "
+                "with sub-model methods'); model.name: custom is a fixed model for full-model methods such as fedavg"
+            )
         return self.family
 
     def __getstate__(self) -> dict[str, Any]:
@@ -155,6 +161,7 @@ class Algorithm:
             round_idx=round_idx + 1,
             opt_state=state.opt_state,
             algo_state=state.algo_state,
+            models=state.models,
         )
 
     def eval_params(self, state: ServerState) -> Params:
@@ -165,6 +172,17 @@ class Algorithm:
         """The structure the engine evaluates ``eval_params`` as: ``None`` (the default) is the full model; unit counts
         mean the first-k sub-model of the family with those units (FedAvg on the smallest model)."""
         return None
+
+    def eval_structures(self, state: ServerState) -> dict[str, tuple[int, ...] | None]:
+        """Further structures the engine evaluates ``eval_params`` as each evaluated round, by name, besides the one of
+        ``eval_units`` (``None``: the full model; units: that first-k sub-model); recorded per name in ``evals.csv``.
+        The default is none (FedHeN: its simple model, the side-exit sub-model)."""
+        return {}
+
+    def client_model_id(self, state: ServerState, client_id: int) -> int:
+        """Which global model client ``client_id`` would be assigned now: the engine scores the client's test data on
+        it for the average client accuracy (paper 002). The default is model 0 (single-model methods)."""
+        return 0
 
     def eval_model(self) -> nn.Module | None:
         """The module client hosts evaluate ``eval_params`` with, built once per host after ``bind_client``; ``None``

@@ -12,6 +12,7 @@ from rayfl.algorithms import Algorithm, build_algorithm
 from rayfl.algorithms.base import ServerContext
 from rayfl.algorithms.payloads import Params
 from rayfl.config import ExperimentConfig
+from rayfl.config_loader import check_model_input
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine.backend import Backend, LocalBackend
 from rayfl.engine.client_state import initial_weights
@@ -50,6 +51,7 @@ def build_setup(cfg: ExperimentConfig, dataset: FederatedDataset | None = None, 
         dataset = dataclasses.replace(dataset, meta={**dataset.meta, "normalize": cfg.data.normalize})
     if dataset.num_clients < 1:
         raise ValueError(f"data: {cfg.data.name!r} produced no clients")
+    check_model_input(cfg, dataset.input_kind)
     spec = InputSpec.of(dataset.input_kind, dataset.num_classes, dataset.x, dataset.meta)
     return Setup(
         dataset=dataset,
@@ -80,6 +82,7 @@ def bind_algorithm(cfg: ExperimentConfig, setup: Setup, clock: SimClock) -> None
             family=clock.oracle.family,
             cost=clock.oracle.elastic,
             dataset=setup.dataset,
+            model=cfg.model,
         )
     )
 

@@ -7,6 +7,10 @@ and per round only task descriptions plus one reference to the global parameters
 Devices: a host computes on the device ``engine/device.py`` chooses (the CPU unless it holds a GPU share). Its models
 live there; global parameters arrive and updates leave as CPU tensors, so partial sums, compression, the shards and
 everything after them are the same on every device. Algorithms put a batch where the model is.
+
+Several global models: a task names its model's architecture (``TrainTask.model_config``); the host builds each
+architecture once (kept by config), loads the model's own tensors from the flat parameter dict and names the update's
+tensors back under the model's prefix (``algorithms/multimodel.py``), so the reduction is the same code for any model.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from torch import nn
 
 from rayfl.algorithms.base import Algorithm
 from rayfl.algorithms.compression import compress_update, upload_bytes
+from rayfl.algorithms.multimodel import model_key, model_params
 from rayfl.algorithms.payloads import Assignment, ClientOutcome, ClientUpdate, TrainTask
 from rayfl.algorithms.reducers import Partial, params_bytes, split_partial
 from rayfl.algorithms.submodel import first_k
@@ -55,6 +60,7 @@ class EvalStats:
     loss_sum: np.ndarray
     correct: np.ndarray
     count: np.ndarray
+    correct_mask: tuple[np.ndarray, ...] = ()  # per batch: which samples were predicted right (per-client accuracy)
 
 
 def as_tensors(params: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:
@@ -108,7 +114,9 @@ class ClientHost:
             build_family(model_cfg, self.input_spec) if type(model_cfg) in FAMILIES else None
         )
         algorithm.bind_client(self.family, self.input_spec)
-        self._sub_models: OrderedDict[tuple[int, ...], nn.Module] = OrderedDict()
+        self.model_cfg = model_cfg
+        self._sub_models: OrderedDict[tuple[ModelConfig | None, tuple[int, ...]], nn.Module] = OrderedDict()
+        self._other_models: OrderedDict[ModelConfig, tuple[nn.Module, ElasticFamily | None]] = OrderedDict()
         self._eval_model: nn.Module | None = None  # the algorithm's evaluation model, built on first use
         # data.normalize=client: each client's own channel statistics, computed once on first use (a client's
         # training data never changes, so this is "before training starts" for that client)
@@ -125,20 +133,41 @@ class ClientHost:
                 if name in params:
                     tensor.copy_(params[name])
 
-    def _model_for(self, assignment: Assignment, base: Mapping[str, torch.Tensor]) -> nn.Module:
+    def _architecture(self, config: ModelConfig | None) -> tuple[nn.Module, ElasticFamily | None]:
+        """The full model and elastic family of an architecture (the run's own for ``None`` or the run's config);
+        other architectures are built once and kept while they recur (their weights are always overwritten)."""
+        if config is None or config == self.model_cfg:
+            return self.model, self.family
+        built = self._other_models.pop(config, None)
+        if built is None:
+            with torch.device("meta"):
+                module = build_model(config, self.input_spec)
+            family = build_family(config, self.input_spec) if type(config) in FAMILIES else None
+            built = (module.to_empty(device=self.device), family)
+        self._other_models[config] = built
+        while len(self._other_models) > _SUB_MODEL_CACHE:
+            self._other_models.popitem(last=False)
+        return built
+
+    def _model_for(
+        self, assignment: Assignment, base: Mapping[str, torch.Tensor], config: ModelConfig | None = None
+    ) -> nn.Module:
         """The model a client trains, loaded with its part of the global weights: the global model itself, or a
-        real, smaller sub-model built by the family (kept for reuse while the same structure recurs)."""
+        real, smaller sub-model built by the family (kept for reuse while the same structure recurs). ``base`` holds
+        the model's tensors under their own names (``model_params`` of the flat dict)."""
+        full, family = self._architecture(config)
         if assignment.units is None:
-            self._load(base)
-            return self.model
-        if self.family is None:
+            self._load(base, full)
+            return full
+        if family is None:
             raise ValueError("a sub-model was assigned, but the model has no elastic family")
-        model = self._sub_models.pop(assignment.units, None)
+        key = (None if full is self.model else config, assignment.units)
+        model = self._sub_models.pop(key, None)
         if model is None:
             with torch.device("meta"):
-                model = self.family.build(assignment.units)  # no wasted random init: every tensor is loaded below
+                model = family.build(assignment.units)  # no wasted random init: every tensor is loaded below
             model = model.to_empty(device=self.device)
-        self._sub_models[assignment.units] = model
+        self._sub_models[key] = model
         while len(self._sub_models) > _SUB_MODEL_CACHE:
             self._sub_models.popitem(last=False)
         with torch.no_grad():
@@ -188,6 +217,24 @@ class ClientHost:
         """One client: receive (what the links deliver, padded), train, send (what the links deliver); returns the
         update to aggregate, the outcome and the client's next memory."""
         began = time.perf_counter()
+        model_id = task.assignment.model_id
+        if not (model_id == 0 and task.model_config is None):  # a single-model run's tensors are the model's own
+            base = model_params(base, model_id)
+            shapes = {k: v.shape for k, v in base.items()}
+        if self.algorithm.train.noop:
+            update, noop_bytes = self._noop_update(task, base)
+            noop = ClientOutcome(
+                task.client_id,
+                update.num_examples,
+                update.train_loss,
+                0,
+                noop_bytes,
+                self._bytes_up(update),
+                None,
+                time.perf_counter() - began,
+                model_id=model_id,
+            )
+            return _under_model(update, model_id), noop, memory
         link = task.link
         levels = column_levels(self.family, task.assignment, link.column_ratio) if link else [task.assignment]
         got = delivered(link.down_run, len(levels)) if link else len(levels)
@@ -195,10 +242,12 @@ class ClientHost:
         p_down = level_ratio(self.family, levels, got) if link else math.nan
         down_bytes = self._level_bytes(base, levels[attempted(link.down_run, len(levels)) - 1]) if link else None
         if level == 0:  # nothing arrived and nothing to pad with
-            lost = ClientOutcome(task.client_id, 0, math.nan, 0, down_bytes or 0, 0, "link_down", 0.0, p_down, 0.0)
+            lost = ClientOutcome(
+                task.client_id, 0, math.nan, 0, down_bytes or 0, 0, "link_down", 0.0, p_down, 0.0, model_id
+            )
             return None, lost, memory
         assignment = levels[level - 1]
-        model = self._model_for(assignment, base)
+        model = self._model_for(assignment, base, task.model_config)
         if level > got:
             self._pad(model, assignment, levels[got - 1] if got else None, base, memory, task.seed)
         bytes_down = down_bytes if down_bytes is not None else self._model_bytes(model)
@@ -225,6 +274,7 @@ class ClientHost:
         if failure is None and self.compression.kind != "none":
             # the server receives what the client sent plus the dequantised update (compression.py)
             update = compress_update(update, base, self.compression, seed=task.seed, round_idx=task.round_idx)
+        update = _under_model(update, model_id)
         outcome = ClientOutcome(
             client_id=task.client_id,
             num_examples=update.num_examples,
@@ -236,6 +286,8 @@ class ClientHost:
             train_wall_s=train_wall_s,
             p_down=p_down,
             p_up=p_up,
+            model_id=model_id,
+            metrics=dict(update.metrics),
         )
         return update, outcome, after
 
@@ -269,6 +321,26 @@ class ClientHost:
                 if name in base and name in own:
                     tensor.copy_(padded_tensor(name, base[name], own[name], assignment, arrived))
 
+    def _noop_update(self, task: TrainTask, base: Mapping[str, torch.Tensor]) -> tuple[ClientUpdate, int]:
+        """``train.noop``: the client returns the weights it received, untrained (the engine's own cost alone); a full
+        model's are the global tensors themselves, not copied. Returns the update and the bytes downloaded."""
+        if task.assignment.units is None:
+            values: dict[str, torch.Tensor] = dict(base)
+        else:
+            model = self._model_for(task.assignment, base, task.model_config)
+            values = {k: v.detach().clone() for k, v in model.state_dict().items() if v.is_floating_point()}
+        num_examples = self.dataset.num_examples(task.client_id)
+        update = ClientUpdate(
+            client_id=task.client_id,
+            weight=self.algorithm.client_weight(num_examples),
+            values=values,
+            slices=dict(task.assignment.slices),
+            num_examples=num_examples,
+            train_loss=0.0,
+            num_steps=0,
+        )
+        return update, params_bytes(values)
+
     def _spec_of(self, client_id: int, x: np.ndarray) -> InputSpec:
         """The input spec a client's training samples are converted with (its own statistics under
         ``data.normalize: client``)."""
@@ -291,15 +363,21 @@ class ClientHost:
         batch_ids: Sequence[int],
         batch_size: int,
         units: tuple[int, ...] | None = None,
+        model_config: ModelConfig | None = None,
     ) -> EvalStats:
         """Loss and accuracy of ``params`` on the given fixed-size batches of the test set; with ``units`` (the
-        algorithm's ``eval_units``) on the first-k sub-model of that structure instead of the full model."""
+        algorithm's ``eval_units``) on the first-k sub-model of that structure instead of the full model; with
+        ``model_config`` as that architecture (one of several global models, ``params`` under its own names)."""
         torch.set_num_threads(self.torch_threads)
         if units is not None:
-            if self.family is None:
+            family = self._architecture(model_config)[1]
+            if family is None:
                 raise ValueError("a sub-model was asked to be evaluated, but the model has no elastic family")
-            sub = Assignment(slices=self.family.slices(first_k(units)), units=tuple(int(u) for u in units))
-            model = self._model_for(sub, as_tensors(params))
+            sub = Assignment(slices=family.slices(first_k(units)), units=tuple(int(u) for u in units))
+            model = self._model_for(sub, as_tensors(params), model_config)
+        elif model_config is not None and model_config != self.model_cfg:
+            model = self._architecture(model_config)[0]
+            self._load(as_tensors(params), model)
         else:
             if self._eval_model is None:
                 built = self.algorithm.eval_model()
@@ -310,15 +388,18 @@ class ClientHost:
         ds = self.dataset
         n = len(batch_ids)
         loss_sum, correct, count = np.zeros(n), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+        masks: list[np.ndarray] = []
         with torch.no_grad():
             for i, b in enumerate(batch_ids):
                 lo, hi = b * batch_size, min((b + 1) * batch_size, len(ds.y_test))
                 logits = model(to_input(ds.x_test[lo:hi], self.input_spec, self.device))
                 labels = torch.from_numpy(np.asarray(ds.y_test[lo:hi], dtype=np.int64)).to(self.device)
                 loss_sum[i] = float(nn.functional.cross_entropy(logits, labels, reduction="sum"))
-                correct[i] = int((logits.argmax(dim=1) == labels).sum())
+                right = logits.argmax(dim=1) == labels
+                correct[i] = int(right.sum())
                 count[i] = hi - lo
-        return EvalStats(np.asarray(batch_ids, dtype=np.int64), loss_sum, correct, count)
+                masks.append(right.cpu().numpy())
+        return EvalStats(np.asarray(batch_ids, dtype=np.int64), loss_sum, correct, count, tuple(masks))
 
 
 def _on_cpu(update: ClientUpdate) -> ClientUpdate:
@@ -340,6 +421,17 @@ def _cut(
     if count >= trained or count == 0:
         return update if count >= trained else dataclasses.replace(update, values={}, slices={})
     return restrict_update(update, levels[count - 1], shapes)
+
+
+def _under_model(update: ClientUpdate, model_id: int) -> ClientUpdate:
+    """The update with its tensors and slices named as model ``model_id``'s entries of the flat parameter dict."""
+    if model_id == 0:
+        return update
+    return dataclasses.replace(
+        update,
+        values={model_key(model_id, k): v for k, v in update.values.items()},
+        slices={model_key(model_id, k): v for k, v in update.slices.items()},
+    )
 
 
 def _finite(update: ClientUpdate) -> bool:

@@ -6,7 +6,8 @@ Per client in round ``r`` starting at simulated time ``T`` (all times in simulat
    ``comm_limit_s`` at its current download and upload rates (``2 L / (1/down + 1/up)`` bytes for equal download and
    upload sizes, i.e. ``L x rate`` when both rates are equal).
 2. *Fit*: the assignment's peak training memory must fit the memory budget and ``down/rate_down + up/rate_up`` must
-   fit ``comm_limit_s`` (failure ``memory`` or ``bandwidth``); an unavailable client fails ``unavailable``.
+   fit ``comm_limit_s`` (failure ``memory`` or ``bandwidth``); an unavailable client fails ``unavailable``, and so does
+   one whose download or upload rate is zero at ``T`` (no network: a zero-bandwidth span or an all-zero trace).
 3. *Timeline*: the download starts at ``T`` and takes the exact integral of the bandwidth log; compute takes
    ``train FLOPs / compute speed`` (modelled) from the end of the download; the upload follows. A client whose memory
    value drops below its need during its compute window fails ``memory_dip`` (paper 000, Appendix D.2.2), one that
@@ -31,7 +32,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from rayfl.algorithms.payloads import Assignment, ClientView, LinkDraw
-from rayfl.config import SystemConfig, TrainConfig
+from rayfl.config import ModelConfig, SystemConfig, TrainConfig
 from rayfl.system.costs import CostOracle
 from rayfl.system.links import LinkModel, attempted, column_levels, delivered
 from rayfl.system.resources import ResourceSource, build_source
@@ -129,10 +130,18 @@ class SimClock:
             return 2.0 * self.cfg.comm_limit_s / (8.0 / down + 8.0 / up)  # bytes; inf when both are unlimited
 
     # 2-3. plan ----------------------------------------------------------------------------------------------------
-    def plan(self, round_idx: int, views: Sequence[ClientView], assignments: Mapping[int, Assignment]) -> ClientPlan:
+    def plan(
+        self,
+        round_idx: int,
+        views: Sequence[ClientView],
+        assignments: Mapping[int, Assignment],
+        models: Sequence[ModelConfig] = (),
+    ) -> ClientPlan:
+        """``models``: the architectures of a multi-model run's global models (``ServerState.models``), so each
+        client's costs are those of the model it was assigned."""
         clients = np.array([v.client_id for v in views], dtype=np.int64)
         n = len(clients)
-        costs = self.oracle.costs([assignments[int(c)] for c in clients])
+        costs = self.oracle.model_costs([assignments[int(c)] for c in clients], models)
         mem_budget = np.array([v.memory_budget for v in views], dtype=np.float64)
         bw_budget = np.array([v.bandwidth_budget for v in views], dtype=np.float64)
         need = costs.memory  # the oracle includes system.memory_overhead_mib
@@ -150,7 +159,8 @@ class SimClock:
         with np.errstate(divide="ignore", invalid="ignore"):
             compute = np.where(np.isfinite(speed), costs.train_flops_per_sample * samples / speed, 0.0)
         upload = self.up.transfer_time(clients, t0 + download + compute, 8.0 * sent_up, round_idx)
-        available = self.availability.at(clients, self.now, round_idx) >= 0.5
+        # a client with no network at check-in (a zero-bandwidth span, or an all-zero trace) is offline this round
+        available = (self.availability.at(clients, self.now, round_idx) >= 0.5) & (rate_down > 0) & (rate_up > 0)
         finish = download + compute + upload
         stays = self.availability.window_min(clients, t0, t0 + np.where(np.isfinite(finish), finish, 0.0), round_idx)
         if self.cfg.compute_time == "modelled":
