@@ -220,11 +220,13 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO if ns.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
     from rayfl.config_loader import ConfigError
+    from rayfl.traces.format import TraceError
 
     try:
         return int(ns.func(ns))
-    except (ConfigError, FileNotFoundError) as err:
-        print(f"rayfl: error: {err}", file=sys.stderr)
+    except (ConfigError, FileNotFoundError, TraceError) as err:
+        # errors a user can cause (config, data, caches, traces, cluster address): one line, no traceback
+        print(f"rayfl: error: {' '.join(str(err).split())}", file=sys.stderr)
         return 2
 
 

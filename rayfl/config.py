@@ -25,19 +25,28 @@ __all__ = [
     "CharLSTMConfig",
     "CharTransformerConfig",
     "CompressionConfig",
+    "CustomModelConfig",
     "DataConfig",
     "DistillConfig",
     "ExperimentConfig",
     "FedAvgConfig",
     "FedDropoutConfig",
+    "FedHeNConfig",
+    "FedResCuEConfig",
     "FedRolexConfig",
+    "FedRushConfig",
+    "FedSeqConfig",
+    "FedSlimConfig",
     "FedorASConfig",
     "FedorASSearchConfig",
     "FemnistCNNConfig",
     "FjORDConfig",
     "HeteroFLConfig",
+    "IndependentConfig",
+    "LinkConfig",
     "ModelConfig",
     "ModelSearchConfig",
+    "NoSideConfig",
     "PhaseConfig",
     "ResNetConfig",
     "ResourceConfig",
@@ -72,7 +81,11 @@ class DataConfig:
     ``dirichlet`` split a centralised training set (CIFAR-10) into ``num_clients`` shards.
     """
 
-    name: Literal["shakespeare", "cifar10", "leaf", "synthetic"] = "shakespeare"
+    name: Literal["shakespeare", "cifar10", "leaf", "synthetic", "custom"] = "shakespeare"
+    # 'custom': "package.module:function" returning a FederatedDataset, or a mapping of arrays (x, y, x_test, y_test)
+    # that ``partition`` (iid or dirichlet) splits into ``num_clients`` clients; ``kwargs`` are passed to it
+    factory: str = ""
+    kwargs: dict[str, Any] = field(default_factory=dict)
     root: str | None = bounded(None, path="dir")  # local copy of the data; None = rayfl's cache directory
     download: bool = False  # allow torchvision to download CIFAR-10 (needs internet)
     partition: Literal["natural", "iid", "dirichlet"] = "natural"
@@ -130,7 +143,8 @@ class ResNetConfig:
     """Pre-activation ResNet for 32x32 images as in HeteroFL (stage widths 64-128-256-512, 3x3 stem, no max-pool).
 
     ``norm``: ``bn`` = HeteroFL's static BN (batch statistics in training, never tracked on clients), ``gn`` =
-    GroupNorm (FedHeN), ``none``. ``scaler``: HeteroFL's divide-by-width-rate before every norm. ``act``: ``relu6``
+    GroupNorm (FedHeN: paper 001's pre-activation ResNet-18 with GroupNorm), ``none``. ``scaler``: HeteroFL's
+    divide-by-width-rate before every norm. ``act``: ``relu6``
     bounds activations so that skipping blocks cannot blow them up (paper 000, Sec. 3.4).
     """
 
@@ -141,6 +155,10 @@ class ResNetConfig:
     gn_groups: int = bounded(2, ge=1)
     act: Literal["relu", "relu6"] = "relu"
     scaler: bool = True
+    # FedHeN's early exit: a side head (mixed max/avg pooling to side_pool x side_pool, then a linear layer) after
+    # stage ``side_exit`` (1-based; 0 = none); "stages 1..side_exit + side head" is the simple model (paper 001)
+    side_exit: int = bounded(0, ge=0)
+    side_pool: int = bounded(4, ge=1)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -207,6 +225,17 @@ class SupernetConfig:
     ops: tuple[str, ...] = SUPERNET_OPS
 
 
+@dataclass(frozen=True, kw_only=True)
+class CustomModelConfig:
+    """A user's own fixed model: ``factory`` ("package.module:function") returns an ``nn.Module`` whose forward maps a
+    batch to logits ``[batch, num_classes]``; it is called with ``kwargs`` (plus ``num_classes`` and ``input_shape``
+    when it takes them and ``kwargs`` does not set them). Sub-model methods need an ``ElasticFamily`` instead."""
+
+    name: Literal["custom"] = "custom"
+    factory: str = ""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
 ModelConfig = (
     CharLSTMConfig
     | CharTransformerConfig
@@ -216,6 +245,7 @@ ModelConfig = (
     | CharBertConfig
     | FemnistCNNConfig
     | SupernetConfig
+    | CustomModelConfig
 )
 MODEL_CONFIGS: dict[str, type[Any]] = {
     "char_lstm": CharLSTMConfig,
@@ -226,6 +256,7 @@ MODEL_CONFIGS: dict[str, type[Any]] = {
     "char_bert": CharBertConfig,
     "femnist_cnn": FemnistCNNConfig,
     "supernet": SupernetConfig,
+    "custom": CustomModelConfig,
 }
 
 
@@ -275,12 +306,17 @@ class HeteroFLConfig:
     """HeteroFL (Diao et al., ICLR 2021): each client the largest uniform width rate of ``rates`` that fits its
     budgets, first-k channels; count-normalised element-wise mean; classifier rows of the client's labels only
     (``label_mask``, with absent classes' logits masked to 0 in the loss); static BN on the server for evaluation
-    (``static_bn``, models with batch norm only)."""
+    (``static_bn``, models with batch norm only); ``official_init``: the official code's initial model (norm weight
+    1 and bias 0, linear biases 0); the static-BN pass runs over a seeded shuffle of the pooled training set
+    (``static_bn_shuffle``) in batches of ``static_bn_batch_size`` samples, as the official code."""
 
     name: Literal["heterofl"] = "heterofl"
     rates: tuple[float, ...] = HETEROFL_RATES
     label_mask: bool = True
     static_bn: bool = True
+    official_init: bool = True
+    static_bn_shuffle: bool = True
+    static_bn_batch_size: int = 10
     distill: DistillConfig = field(default_factory=DistillConfig)
 
 
@@ -390,6 +426,85 @@ class FedorASSearchConfig:
     server_gflops: float = bounded(1000.0, gt=0.0)
 
 
+COLUMN_RATIOS = (0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0)  # columns of 1/8 of the network (paper 004)
+CAPACITIES = (0.25, 0.5, 0.75, 1.0)  # paper 004's cluster capacities P_c
+
+
+@dataclass(frozen=True, kw_only=True)
+class FedResCuEConfig:
+    """FedResCuE (Zhu et al., ICML 2022, paper 004): each client the largest capacity of ``capacities`` that fits its
+    budgets (nested first-k widths, the same ratio on every layer); per batch, progressive self-distillation over
+    ``num_ratios`` (S) ordered ratios of ``ratios`` (P, relative to the client's capacity, ending at 1), each step
+    cross-entropy + ``alpha`` x KL(teacher || sub-model) updating only the columns that ratio adds (``freeze``), then
+    one cross-entropy step on the client's model; band-wise plain mean of the uploaded columns (Eq. 4).
+    The paper's P is 0.1 to 1 in steps of 0.05."""
+
+    name: Literal["fedrescue"] = "fedrescue"
+    capacities: tuple[float, ...] = CAPACITIES
+    ratios: tuple[float, ...] = COLUMN_RATIOS
+    num_ratios: int = bounded(4, ge=1)
+    alpha: float = bounded(1.0, ge=0.0)
+    freeze: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class FedSeqConfig(FedResCuEConfig):
+    """FedSeq (paper 004's ablation): FedResCuE without the distillation term (alpha = 0, no teacher pass)."""
+
+    name: Literal["fedseq"] = "fedseq"  # type: ignore[assignment]
+    alpha: float = bounded(0.0, ge=0.0, le=0.0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FedRushConfig(FedResCuEConfig):
+    """FedRush (paper 004's baseline): FedResCuE's sampled ratios and distillation, every step updating the whole
+    sub-model (no freezing of earlier columns)."""
+
+    name: Literal["fedrush"] = "fedrush"  # type: ignore[assignment]
+    freeze: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class FedSlimConfig:
+    """FedSlim (paper 004's baseline, slimmable training after Yu et al. 2018): per batch, the cross-entropy
+    gradients of ``num_ratios`` ordered ratios of ``ratios`` (ending at the client's capacity) are summed into one
+    step; sample-weighted element-wise mean (FedAvg)."""
+
+    name: Literal["fedslim"] = "fedslim"
+    capacities: tuple[float, ...] = CAPACITIES
+    ratios: tuple[float, ...] = COLUMN_RATIOS
+    num_ratios: int = bounded(4, ge=1)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FedHeNConfig:
+    """FedHeN (Acar & Saligrama, ICML-W 2022; paper 001): simple devices train the side-exit sub-model, complex
+    devices the whole model with the side objective (the side exit's loss added on the same batch); the simple part is
+    the unweighted mean over all active devices, the rest over the active complex devices. A client is complex when
+    the complex model fits its budgets (``system.memory`` levels fixed by client id give the paper's split)."""
+
+    name: Literal["fedhen"] = "fedhen"
+
+
+@dataclass(frozen=True, kw_only=True)
+class NoSideConfig:
+    """NoSide (paper 001, Algorithm 4): FedHeN's assignment and aggregation without the side objective (HeteroFL's
+    aggregation with the simple model as the complex model's early-exit sub-network)."""
+
+    name: Literal["noside"] = "noside"
+
+
+@dataclass(frozen=True, kw_only=True)
+class IndependentConfig:
+    """Several independent FedAvg models in one run (a multi-model baseline, e.g. FedHeN's "Decouple"): ``num_models``
+    global models of the run's architecture, each initialised from its own seed; client ``c`` always trains model
+    ``c mod num_models`` and is scored on it."""
+
+    name: Literal["independent"] = "independent"
+    num_models: int = bounded(2, ge=1)
+    weighting: Literal["samples", "uniform"] = "samples"
+
+
 AlgorithmConfig = (
     FedAvgConfig
     | HeteroFLConfig
@@ -400,6 +515,13 @@ AlgorithmConfig = (
     | ModelSearchConfig
     | FedorASConfig
     | FedorASSearchConfig
+    | FedResCuEConfig
+    | FedSeqConfig
+    | FedRushConfig
+    | FedSlimConfig
+    | FedHeNConfig
+    | NoSideConfig
+    | IndependentConfig
 )
 ALGORITHM_CONFIGS: dict[str, type[Any]] = {
     "fedavg": FedAvgConfig,
@@ -411,6 +533,13 @@ ALGORITHM_CONFIGS: dict[str, type[Any]] = {
     "model_search": ModelSearchConfig,
     "fedoras": FedorASConfig,
     "fedoras_search": FedorASSearchConfig,
+    "fedrescue": FedResCuEConfig,
+    "fedseq": FedSeqConfig,
+    "fedrush": FedRushConfig,
+    "fedslim": FedSlimConfig,
+    "fedhen": FedHeNConfig,
+    "noside": NoSideConfig,
+    "independent": IndependentConfig,
 }
 
 
@@ -445,6 +574,8 @@ class TrainConfig:
     # Token windows: 'last' trains on the character after the window (LEAF); 'all' also on the character after
     # every prefix of it (teacher forcing, 80 targets per window). Evaluation always scores the last one.
     sequence_loss: Literal["last", "all"] = "last"
+    # clients return the global weights unchanged without training (for measuring the engine alone)
+    noop: bool = False
 
 
 # ----------------------------------------------------------------------------------------------------- system
@@ -461,7 +592,10 @@ class ResourceConfig:
       round (``per_round``, paper 000 settings 3-4) or once per client.
     * ``levels``: each round the sampled clients are split into ``len(values)`` equal groups, group ``i`` getting
       ``values[i]`` (HeteroFL/FedRolex's "exactly 1/5 of the clients per model level", paper 000 settings 1-2);
-      every ``levels`` resource of a run with as many values puts a client in the same group.
+      every ``levels`` resource of a run with as many values puts a client in the same group. With ``id_bounds``
+      (ascending client ids, one fewer than ``values``) the level is fixed by client id instead: ids below
+      ``id_bounds[0]`` get ``values[0]``, ids from ``id_bounds[i - 1]`` below ``id_bounds[i]`` get ``values[i]``
+      (FedHeN's setting: the first 50 of 100 clients simple devices, the last 50 complex ones).
     * ``trace``: replay logs of ``(timestamp, value)``: ``file`` (one log) or ``directory`` (every log in it, sorted by
       name), in ``format``; clients get logs round-robin (``assign: round_robin``) or at random, start at a random
       offset into the log (``offset: random``) or at 0, and the log loops at its end. ``pattern`` picks the logs
@@ -474,6 +608,7 @@ class ResourceConfig:
     low: float = bounded(0.0, ge=0.0)
     high: float = bounded(0.0, ge=0.0)
     values: tuple[float, ...] = ()
+    id_bounds: tuple[int, ...] = ()  # levels: fixed per client by id (see above); empty = split each round's cohort
     per_round: bool = True
     file: str | None = bounded(None, path="file")
     directory: str | None = bounded(None, path="dir")
@@ -484,6 +619,33 @@ class ResourceConfig:
     assign: Literal["round_robin", "random"] = "round_robin"
     offset: Literal["random", "zero"] = "random"
     scale: float = bounded(1.0, gt=0.0)  # multiply every value (e.g. to map a host's free RAM onto a phone's)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LinkConfig:
+    """Unstable links (paper 004, Sec. 3.3; ``rayfl/system/links.py``), for any method.
+
+    A model moves in ordered transfer units: columns of ``column_ratio`` of the network, i.e. the nested leading
+    blocks of a client's sub-model at width ratios ``column_ratio``, ``2 x column_ratio`` ... up to its own (a model
+    without an elastic family is one unit). Each unit fails with probability ``error_rate`` (drawn per client and
+    round: ``constant``, ``uniform`` in ``[low, high]``, ``binary`` or ``levels``; ``none`` = perfect links); units
+    are sent in order until the first failure, in both directions. With ``padding`` (Eq. 5) a client fills the
+    columns it failed to download from its own parameters of the last round it trained (at first, the initial
+    global model's); without it the client trains the part that arrived, and fails when nothing did."""
+
+    error_rate: ResourceConfig = field(default_factory=ResourceConfig)
+    column_ratio: float = bounded(0.125, gt=0.0, le=1.0)
+    padding: bool = True
+
+    def __post_init__(self) -> None:
+        er = self.error_rate
+        if er.source in ("trace", "empirical"):
+            raise ValueError(f"error_rate.source {er.source!r} is not supported (constant, uniform, binary, levels)")
+        values = list(er.values) if er.source == "levels" else [er.low, er.high if er.source != "constant" else 0.0]
+        if er.source != "none" and any(not 0.0 <= v * er.scale < 1.0 for v in values):
+            raise ValueError(
+                f"error_rate values must lie in [0, 1) (a column lost with that probability), got {values}"
+            )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -508,6 +670,7 @@ class SystemConfig:
     measured_time_scale: float = bounded(1.0, gt=0.0)
     server_time: Literal["none", "measured"] = "none"
     memory_overhead_mib: float = bounded(0.0, ge=0.0)  # runtime memory added to every model's need
+    links: LinkConfig = field(default_factory=LinkConfig)  # unstable links: columns lost mid-transfer (paper 004)
 
 
 # ---------------------------------------------------------------------------------------------------- backend

@@ -19,6 +19,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+import functools
+import math
 import re
 import types
 import typing
@@ -31,14 +33,19 @@ import yaml
 from rayfl.config import SUPERNET_OPS, ExperimentConfig, FedorASConfig, FedorASSearchConfig, SupernetConfig
 
 __all__ = [
+    "DATA_INPUTS",
+    "MODEL_INPUTS",
     "ConfigError",
     "KeyPath",
     "YamlSource",
+    "check_clients_per_round",
+    "check_model_input",
     "config_to_dict",
     "dump_config",
     "experiment_config",
     "format_key_path",
     "load_config",
+    "run_name_problem",
     "validate_semantics",
 ]
 
@@ -432,6 +439,8 @@ def _convert(value: Any, tp: Any, path: KeyPath, ctx: _Context) -> Any:
             return value
     elif tp is float:
         if isinstance(value, int | float) and not isinstance(value, bool):
+            if not math.isfinite(value):
+                raise ctx.error(path, f"must be a finite number, got {value!r}")
             return float(value)
     elif tp is str:
         if isinstance(value, str):
@@ -603,6 +612,24 @@ def _semantic_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:
                 f"hold at most {(1 << (comp.bits - 1)) - 1})",
             )
         )
+    if cfg.train.epochs < 1 and not cfg.train.noop:
+        problems.append(
+            (("train", "epochs"), "must be >= 1 (to measure the engine without training, set train.noop=true)")
+        )
+    name_problem = run_name_problem(cfg.name)
+    if name_problem:
+        problems.append((("name",), name_problem))
+    need, given = MODEL_INPUTS.get(cfg.model.name), DATA_INPUTS.get(cfg.data.name)
+    if need is not None and given is not None and need != given:
+        problems.append((("model", "name"), _modality_reason(cfg.model.name, need, cfg.data.name, given)))
+    if cfg.clients_per_round > cfg.data.num_clients > 0:
+        # iid/dirichlet make exactly num_clients clients; natural partitions keep at most that many
+        problems.append(
+            (
+                ("clients_per_round",),
+                f"{cfg.clients_per_round} exceeds data.num_clients={cfg.data.num_clients}: lower clients_per_round",
+            )
+        )
     problems.extend(_resource_problems(cfg))
     problems.extend(_algorithm_problems(cfg))
     problems.extend(_phase_problems(cfg))
@@ -645,6 +672,52 @@ def _phase_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:
     return problems
 
 
+# What each model reads and each data set gives; LEAF's task (images or characters) is known only after loading.
+MODEL_INPUTS: dict[str, str] = {
+    "char_lstm": "tokens",
+    "char_transformer": "tokens",
+    "char_bert": "tokens",
+    "cnn": "image",
+    "resnet": "image",
+    "vit": "image",
+    "femnist_cnn": "image",
+    "supernet": "image",
+}
+DATA_INPUTS: dict[str, str] = {"shakespeare": "tokens", "cifar10": "image", "synthetic": "image"}
+
+
+def _modality_reason(model: str, need: str, data: str, given: str) -> str:
+    fits = ", ".join(sorted(m for m, k in MODEL_INPUTS.items() if k == given))
+    return f"model '{model}' reads {need} inputs but data '{data}' gives {given}: pick one of {fits}"
+
+
+def run_name_problem(name: str) -> str:
+    """Why ``name`` cannot be a run directory inside ``output_dir`` ("" when it can)."""
+    if not name or name.startswith(".") or any(c in name for c in "/\\") or not name.isprintable():
+        return (
+            f"run name {name!r} must be a plain directory name (no '/', '\\', leading '.' or '..'): "
+            "runs are always written inside output_dir"
+        )
+    return ""
+
+
+def check_clients_per_round(cfg: ExperimentConfig, num_clients: int) -> None:
+    """After loading: ``clients_per_round`` fits the clients the data really has (natural partitions drop users)."""
+    if cfg.clients_per_round > num_clients:
+        raise ConfigError(
+            f"{cfg.clients_per_round} exceeds the {num_clients} clients data '{cfg.data.name}' has after loading "
+            "(users below data.min_samples are dropped): lower clients_per_round or data.min_samples",
+            "clients_per_round",
+        )
+
+
+def check_model_input(cfg: ExperimentConfig, input_kind: str) -> None:
+    """After loading: the model reads the kind of input the data gives (LEAF's task is detected from its files)."""
+    need = MODEL_INPUTS.get(cfg.model.name)
+    if need is not None and need != input_kind:
+        raise ConfigError(_modality_reason(cfg.model.name, need, cfg.data.name, input_kind), "model.name")
+
+
 def _algorithm_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:
     """Width ratios lie in [0, 1] and include a positive value; rates and widths are positive."""
     problems: list[tuple[KeyPath, str]] = []
@@ -654,6 +727,11 @@ def _algorithm_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:
         if values is None:
             continue
         problems.extend(_ratio_problems(("algorithm", key), values, zero_ok, allow_empty=False))
+    if algo.name in ("fedhen", "noside") and getattr(cfg.model, "side_exit", 0) == 0:
+        # the simple model is the sub-model that ends at the side exit (paper 001, Assumption 2.1)
+        problems.append(
+            (("model", "side_exit"), f"algorithm {algo.name!r} needs a resnet model with a side exit (side_exit >= 1)")
+        )
     distill = getattr(algo, "distill", None)
     if distill is not None and distill.ratios:
         problems.extend(_ratio_problems(("algorithm", "distill", "ratios"), distill.ratios, True, allow_empty=True))
@@ -692,6 +770,19 @@ def _resource_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:
             )
         if res.source == "levels" and not res.values:
             problems.append(((*at, "values"), "a levels source needs one value per level"))
+        if res.id_bounds and res.source != "levels":
+            problems.append(((*at, "id_bounds"), f"only a levels source reads id_bounds, not {res.source!r}"))
+        if res.source == "levels" and res.id_bounds and len(res.id_bounds) != len(res.values) - 1:
+            problems.append(
+                (
+                    (*at, "id_bounds"),
+                    f"needs one bound fewer than values ({len(res.values) - 1}), got {len(res.id_bounds)}",
+                )
+            )
+        for i in range(1, len(res.id_bounds)):
+            if res.id_bounds[i] <= res.id_bounds[i - 1]:
+                problems.append(((*at, "id_bounds", i), "must be strictly increasing"))
+                break
         if res.source == "trace" and (res.file is None) == (res.directory is None):
             problems.append(((*at, "file"), "a trace source needs exactly one of file or directory"))
         if res.source == "empirical" and res.file is None:
@@ -701,6 +792,60 @@ def _resource_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:
         if res.source == "trace" and res.format == "mobilebandwidth":
             problems.append(((*at, "format"), "'mobilebandwidth' is a distribution: use source 'empirical'"))
     return problems
+
+
+_RESOURCE_KINDS = (
+    ("memory", "memory"),
+    ("bandwidth_down", "bandwidth"),
+    ("bandwidth_up", "bandwidth"),
+    ("compute", "compute"),
+    ("availability", "availability"),
+)
+
+
+def _trace_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:
+    """Trace and distribution files are read as a run would read them: they parse, hold the declared kind, and a
+    directory's pattern matches at least one file (only numpy is imported, so this stays quick)."""
+    for name, kind in _RESOURCE_KINDS:
+        res = getattr(cfg.system, name)
+        if res is None or res.source not in ("trace", "empirical"):
+            continue
+        problem = _trace_source_problem(res, kind, _files_stamp(res.file, res.directory, res.pattern))
+        if problem:
+            key, text = problem
+            if key == "pattern":
+                text += f": fix system.{name}.pattern or the directory"
+            return [(("system", name, key), text)]
+    return []
+
+
+def _files_stamp(file: str | None, directory: str | None, pattern: str) -> tuple[tuple[str, int, int], ...]:
+    """Name, mtime and size of the files a source reads: a sweep checks each file once, until it changes."""
+    paths = [Path(file)] if file is not None else sorted(Path(directory or ".").glob(pattern))
+    stamps = []
+    for path in paths:
+        try:
+            stat = path.stat()
+        except OSError:
+            continue
+        stamps.append((str(path), stat.st_mtime_ns, stat.st_size))
+    return tuple(stamps)
+
+
+@functools.lru_cache(maxsize=256)
+def _trace_source_problem(res: Any, kind: str, stamp: tuple[tuple[str, int, int], ...]) -> tuple[str, str] | None:
+    """``(key, reason)`` when the trace or distribution files of ``res`` cannot be read as ``kind``, else None."""
+    from rayfl.system.resources import build_source
+
+    del stamp  # part of the cache key only
+    try:
+        build_source(res, kind, 0, "validate")
+    except (ValueError, OSError, KeyError) as err:
+        text = " ".join(str(err).split())
+        if "no trace files matching" in text:
+            return "pattern", text
+        return ("file" if res.file is not None else "directory"), text + " (fix or replace the trace file)"
+    return None
 
 
 def validate_semantics(cfg: ExperimentConfig) -> None:
@@ -787,7 +932,7 @@ def experiment_config(source: YamlSource) -> ExperimentConfig:
     if not isinstance(source.data, dict):
         raise source.error((), f"the top level must be a mapping of sections, got {_describe(source.data)}")
     cfg: ExperimentConfig = source.build(ExperimentConfig)
-    problems = _semantic_problems(cfg)
+    problems = _semantic_problems(cfg) or _trace_problems(cfg)
     if problems:
         key_path, reason = problems[0]
         raise source.error(key_path, reason)

@@ -25,9 +25,10 @@ run() {
 
 run largest algorithm.name=fedavg algorithm.budgets=ignore "$@"
 run smallest algorithm.name=fedavg algorithm.model=smallest "algorithm.ratios=[0,0.5,1]" "$@"
-run heterofl algorithm.name=heterofl "$@"
-run heterofl-distill algorithm.name=heterofl "${DISTILL[@]}" "$@"
-run fedrolex algorithm.name=fedrolex "$@"
+# HeteroFL and FedRolex clip gradients at norm 1 on every local step, as their official codes do.
+run heterofl algorithm.name=heterofl train.grad_clip_norm=1 "$@"
+run heterofl-distill algorithm.name=heterofl train.grad_clip_norm=1 "${DISTILL[@]}" "$@"
+run fedrolex algorithm.name=fedrolex train.grad_clip_norm=1 "$@"
 run feddropout algorithm.name=feddropout "$@"
 run anycostfl algorithm.name=anycostfl "$@"
 run fjord algorithm.name=fjord "$@"

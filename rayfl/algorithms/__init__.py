@@ -8,11 +8,15 @@ from rayfl.algorithms.anycostfl import AnyCostFL
 from rayfl.algorithms.base import Algorithm, round_lr
 from rayfl.algorithms.fedavg import FedAvg
 from rayfl.algorithms.feddropout import FedDropout
+from rayfl.algorithms.fedhen import FedHeN, NoSide
 from rayfl.algorithms.fedoras import FedorAS
 from rayfl.algorithms.fedoras_search import FedorASSearch
+from rayfl.algorithms.fedrescue import FedResCuE, FedRush, FedSeq
 from rayfl.algorithms.fedrolex import FedRolex
+from rayfl.algorithms.fedslim import FedSlim
 from rayfl.algorithms.fjord import FjORD
 from rayfl.algorithms.heterofl import HeteroFL
+from rayfl.algorithms.independent import IndependentFedAvg
 from rayfl.algorithms.model_search import ModelSearchAlgorithm
 from rayfl.config import TrainConfig
 
@@ -22,12 +26,19 @@ __all__ = [
     "AnyCostFL",
     "FedAvg",
     "FedDropout",
+    "FedHeN",
+    "FedResCuE",
     "FedRolex",
+    "FedRush",
+    "FedSeq",
+    "FedSlim",
     "FedorAS",
     "FedorASSearch",
     "FjORD",
     "HeteroFL",
+    "IndependentFedAvg",
     "ModelSearchAlgorithm",
+    "NoSide",
     "build_algorithm",
     "round_lr",
 ]
@@ -42,6 +53,13 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
     "model_search": ModelSearchAlgorithm,
     "fedoras": FedorAS,
     "fedoras_search": FedorASSearch,
+    "fedrescue": FedResCuE,
+    "fedseq": FedSeq,
+    "fedrush": FedRush,
+    "fedslim": FedSlim,
+    "fedhen": FedHeN,
+    "noside": NoSide,
+    "independent": IndependentFedAvg,
 }
 
 

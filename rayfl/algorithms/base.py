@@ -8,7 +8,8 @@ An algorithm fills a few hooks and keeps no state between them; everything it re
    ``ClientUpdate``;
 3. hosts and parameter-server shards: ``reducer`` (accumulate → merge → finalize) → ``Aggregate``;
 4. driver: ``server_update(state, round_idx, aggregate)`` → the next ``ServerState``;
-5. driver: ``eval_params(state)`` → the parameters the engine evaluates.
+5. driver: ``eval_params(state)`` → the parameters the engine evaluates, as ``eval_units`` and every structure of
+   ``eval_structures``.
 
 Before the first round the engine binds the algorithm to the run: ``bind_server(ServerContext)`` on the driver (the
 model's elastic family, the cost model the clock uses, the data set, the seed), and ``bind_client(family, spec)`` on
@@ -40,7 +41,7 @@ from rayfl.algorithms.payloads import (
     TrainTask,
 )
 from rayfl.algorithms.reducers import MaskedWeightedMean
-from rayfl.config import TrainConfig
+from rayfl.config import ModelConfig, TrainConfig
 from rayfl.models.inputs import InputSpec, module_device, to_input
 from rayfl.rng import derive_torch_generator
 
@@ -65,6 +66,7 @@ class ServerContext:
     family: ElasticFamily | None
     cost: CostModel | None
     dataset: FederatedDataset
+    model: ModelConfig | None = None  # the run's architecture (model 0 of a multi-model run)
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,9 @@ class Algorithm:
     """Base class with FedAvg behaviour in every hook; subclasses override the hooks their paper changes."""
 
     name: ClassVar[str] = "base"
+    # True: the engine keeps a state per client across rounds (``engine/client_state.py``), handed to
+    # ``local_train`` as ``task.client_state`` and replaced by the ``ClientUpdate.client_state`` it returns
+    keeps_client_state: ClassVar[bool] = False
 
     def __init__(self, config: Any, train: TrainConfig) -> None:
         self.config = config
@@ -120,7 +125,11 @@ class Algorithm:
 
     def require_family(self) -> ElasticFamily:
         if self.family is None:
-            raise ValueError(f"algorithm {self.name!r} assigns sub-models, so the model needs an elastic family")
+            raise ValueError(
+                f"algorithm {self.name!r} assigns sub-models, so the model needs an elastic family: use one of the "
+                "built-in families, or for your own architecture write an ElasticFamily (README: 'Your own model "
+                "with sub-model methods'); model.name: custom is a fixed model for full-model methods such as fedavg"
+            )
         return self.family
 
     def __getstate__(self) -> dict[str, Any]:
@@ -152,6 +161,7 @@ class Algorithm:
             round_idx=round_idx + 1,
             opt_state=state.opt_state,
             algo_state=state.algo_state,
+            models=state.models,
         )
 
     def eval_params(self, state: ServerState) -> Params:
@@ -162,6 +172,17 @@ class Algorithm:
         """The structure the engine evaluates ``eval_params`` as: ``None`` (the default) is the full model; unit counts
         mean the first-k sub-model of the family with those units (FedAvg on the smallest model)."""
         return None
+
+    def eval_structures(self, state: ServerState) -> dict[str, tuple[int, ...] | None]:
+        """Further structures the engine evaluates ``eval_params`` as each evaluated round, by name, besides the one of
+        ``eval_units`` (``None``: the full model; units: that first-k sub-model); recorded per name in ``evals.csv``.
+        The default is none (FedHeN: its simple model, the side-exit sub-model)."""
+        return {}
+
+    def client_model_id(self, state: ServerState, client_id: int) -> int:
+        """Which global model client ``client_id`` would be assigned now: the engine scores the client's test data on
+        it for the average client accuracy (paper 002). The default is model 0 (single-model methods)."""
+        return 0
 
     def eval_model(self) -> nn.Module | None:
         """The module client hosts evaluate ``eval_params`` with, built once per host after ``bind_client``; ``None``
@@ -190,6 +211,25 @@ class Algorithm:
         The default is ``local_loss``; methods with several passes per batch (FjORD) override this."""
         loss = self.local_loss(model, x, y, task)
         loss.backward()  # type: ignore[no-untyped-call]  # torch stubs leave backward untyped
+        return loss
+
+    def train_batch(
+        self,
+        model: nn.Module,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        task: TrainTask,
+        optimizer: torch.optim.Optimizer,
+        params: Sequence[nn.Parameter],
+    ) -> torch.Tensor:
+        """Everything ``local_train`` does with one batch, returning the loss it reports: by default one step of
+        ``optimizer`` on ``backward_step``'s gradients (clipped to ``grad_clip_norm``). Methods that take several
+        steps per batch, or update only part of the model in a step (FedResCuE), override this."""
+        optimizer.zero_grad(set_to_none=True)
+        loss = self.backward_step(model, x, y, task)
+        if self.train.grad_clip_norm > 0:
+            nn.utils.clip_grad_norm_(params, self.train.grad_clip_norm)
+        optimizer.step()
         return loss
 
     def local_train(
@@ -222,11 +262,7 @@ class Algorithm:
                 if cfg.max_steps and steps >= cfg.max_steps:
                     break
                 idx = order[start : start + cfg.batch_size].to(device)
-                opt.zero_grad(set_to_none=True)
-                loss = self.backward_step(model, inputs[idx], labels[idx], task)
-                if cfg.grad_clip_norm > 0:
-                    nn.utils.clip_grad_norm_(params, cfg.grad_clip_norm)
-                opt.step()
+                loss = self.train_batch(model, inputs[idx], labels[idx], task, opt, params)
                 loss_sum += float(loss.detach())
                 steps += 1
         values = {k: v.detach().clone() for k, v in model.state_dict().items() if v.is_floating_point()}

@@ -23,6 +23,7 @@ formula.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Mapping
 
@@ -100,15 +101,8 @@ def compress_update(
             raise ValueError(f"qsgd: {name} has shape {tuple(value.shape)}, the client received {tuple(sent.shape)}")
         sent = sent.to(value.dtype)
         values[name] = sent + qsgd_dequantised(value - sent, cfg.levels, gen)
-    return ClientUpdate(
-        client_id=update.client_id,
-        weight=update.weight,
-        values={name: values[name] for name in update.values},  # the update's own order
-        slices=update.slices,
-        num_examples=update.num_examples,
-        train_loss=update.train_loss,
-        num_steps=update.num_steps,
-    )
+    # the update's own order; every other field (metrics included) as the client sent it
+    return dataclasses.replace(update, values={name: values[name] for name in update.values})
 
 
 def tensor_upload_bytes(numel: int, cfg: CompressionConfig, dtype_bytes: int = _FLOAT_BYTES) -> int:

@@ -83,4 +83,10 @@ class FedAvg(Algorithm):
                 momentum[name] = buf
                 grad = buf
             new_params[name] = old - cfg.server_lr * grad
-        return ServerState(params=new_params, round_idx=round_idx + 1, opt_state=momentum, algo_state=state.algo_state)
+        return ServerState(
+            params=new_params,
+            round_idx=round_idx + 1,
+            opt_state=momentum,
+            algo_state=state.algo_state,
+            models=state.models,
+        )

@@ -23,8 +23,11 @@ Choices where the paper and the code leave room:
   samples after ``seen`` samples is ``b / seen``). With equal batches this is exactly the official average; with a
   smaller last batch the running mean of the first norm is then exactly the mean over the training set. The running
   variance is the sample-weighted mean of the batches' unbiased variances, as PyTorch defines it.
-* **Batches.** ``train.eval_batch_size`` sets the size: the pool is cut into ``max(1, n // eval_batch_size)`` nearly
-  equal, consecutive batches (so no batch is smaller than the batch size, and none has a single sample).
+* **Batches.** As the official code (a shuffled loader over the pooled training set, batch size 10), the pool is
+  permuted by ``derive_rng(seed, "static_bn", round)`` (``static_bn_shuffle``; off: client-major order) and cut into
+  ``max(1, n // static_bn_batch_size)`` nearly equal batches (default size 10), so no batch is smaller than the batch
+  size and none has a single sample. On label-skewed data the order matters: client-major batches hold one client's
+  labels each and give a different running variance.
 * **Privacy.** As in the official code, the statistics come from the pooled training set (the core paper notes that a
   real deployment would have to query clients for them).
 """
@@ -45,6 +48,7 @@ from rayfl.algorithms.rates import UniformRateAlgorithm
 from rayfl.config import HeteroFLConfig
 from rayfl.models.elastic.spec import FirstK, Selector
 from rayfl.models.inputs import InputSpec, to_input
+from rayfl.rng import derive_rng
 
 if TYPE_CHECKING:
     from rayfl.models.elastic.family import ElasticFamily
@@ -71,9 +75,21 @@ def tracked_global_model(family: ElasticFamily) -> nn.Module | None:
     return model
 
 
-def static_bn_statistics(model: nn.Module, x: np.ndarray, input_spec: InputSpec, batch_size: int) -> Params:
-    """Running means and variances of every batch norm of ``model`` over the samples ``x`` (see module docstring);
-    ``model`` must hold the weights and track statistics. Returns the ``*.running_mean`` / ``*.running_var`` entries."""
+def static_bn_batches(n: int, batch_size: int, rng: np.random.Generator | None) -> list[np.ndarray]:
+    """The static-BN pass's batches of sample indices: a permutation drawn from ``rng`` (``None``: client-major order)
+    cut into ``max(1, n // batch_size)`` nearly equal consecutive pieces."""
+    if batch_size < 1:
+        raise ValueError(f"algorithm.static_bn_batch_size must be at least 1, got {batch_size}")
+    order = np.arange(n) if rng is None else rng.permutation(n)
+    return list(np.array_split(order, max(1, n // batch_size)))
+
+
+def static_bn_statistics(
+    model: nn.Module, x: np.ndarray, input_spec: InputSpec, batch_size: int, rng: np.random.Generator | None = None
+) -> Params:
+    """Running means and variances of every batch norm of ``model`` over the samples ``x`` (see module docstring),
+    in the batches of ``static_bn_batches``; ``model`` must hold the weights and track statistics. Returns the
+    ``*.running_mean`` / ``*.running_var`` entries."""
     norms = [m for m in model.modules() if isinstance(m, _BATCH_NORMS)]
     for m in norms:
         m.reset_running_stats()
@@ -83,11 +99,11 @@ def static_bn_statistics(model: nn.Module, x: np.ndarray, input_spec: InputSpec,
     model.train()
     seen = 0
     with torch.no_grad():
-        for rows in np.array_split(np.arange(n), max(1, n // batch_size)):
+        for rows in static_bn_batches(n, batch_size, rng):
             seen += len(rows)
             for m in norms:
                 m.momentum = len(rows) / seen  # cumulative average weighted by samples
-            model(to_input(x[rows[0] : rows[-1] + 1], input_spec))
+            model(to_input(x[np.sort(rows)], input_spec))
     for m in norms:
         m.momentum = None
     return {k: v.detach().clone() for k, v in model.state_dict().items() if k.endswith(_STAT_SUFFIXES)}
@@ -101,6 +117,23 @@ class HeteroFL(UniformRateAlgorithm):
 
     def selector(self, round_idx: int, client_id: int) -> Selector:
         return FirstK()
+
+    def init_state(self, params: Params) -> ServerState:
+        """HeteroFL's ``init_param`` on the fresh global model: norm weight 1 and bias 0, linear (classifier) bias 0;
+        conv and linear weights keep PyTorch's default initialisation."""
+        if not self.config.official_init or self.family is None:
+            return ServerState(params=params)
+        with torch.device("meta"):
+            model = self.family.build(self.family.full_units)
+        reset = dict(params)
+        for prefix, module in model.named_modules():
+            dot = f"{prefix}." if prefix else ""
+            if isinstance(module, (nn.BatchNorm2d, nn.GroupNorm)) and module.weight is not None:
+                reset[f"{dot}weight"] = torch.ones_like(params[f"{dot}weight"])
+                reset[f"{dot}bias"] = torch.zeros_like(params[f"{dot}bias"])
+            elif isinstance(module, nn.Linear) and module.bias is not None:
+                reset[f"{dot}bias"] = torch.zeros_like(params[f"{dot}bias"])
+        return ServerState(params=reset)
 
     def _static_bn_model(self) -> nn.Module | None:
         if not self.config.static_bn or self.family is None:
@@ -123,7 +156,9 @@ class HeteroFL(UniformRateAlgorithm):
                     raise KeyError(f"static BN: the global parameters lack {name!r}")
                 tensor.copy_(state.params[name])
         ctx = self.server
-        stats = static_bn_statistics(model, ctx.dataset.x, ctx.input_spec, self.train.eval_batch_size)
+        cfg = self.config
+        rng = derive_rng(ctx.seed, "static_bn", state.round_idx) if cfg.static_bn_shuffle else None
+        stats = static_bn_statistics(model, ctx.dataset.x, ctx.input_spec, cfg.static_bn_batch_size, rng)
         spent = time.perf_counter() - began
         previous = self._server_train_s
         self._server_train_s = spent if math.isnan(previous) else previous + spent

@@ -1,7 +1,9 @@
 """Typed messages between the engine, the algorithm hooks and the client hosts.
 
 Everything that crosses a process boundary is here, frozen, and free of Ray types. Parameters travel as
-``dict[str, torch.Tensor]`` keyed by the global model's ``state_dict`` names.
+``dict[str, torch.Tensor]`` keyed by the global model's ``state_dict`` names. A run with several global models keeps
+them in one flat dict: model 0 under its own names, model ``k > 0`` under ``m{k}/<name>``
+(``algorithms/multimodel.py``), so sharding, reduction and checkpoints handle every model at once.
 """
 
 from __future__ import annotations
@@ -11,12 +13,15 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from rayfl.config import ModelConfig
+
 __all__ = [
     "Aggregate",
     "Assignment",
     "ClientOutcome",
     "ClientUpdate",
     "ClientView",
+    "LinkDraw",
     "Params",
     "ServerState",
     "TensorSlice",
@@ -73,6 +78,20 @@ class Assignment:
 
 
 @dataclass(frozen=True, slots=True)
+class LinkDraw:
+    """What an unstable link does to one client's transfers in one round (``rayfl/system/links.py``): the error rate
+    drawn for it, and how many transfer units (columns) each direction delivers before its first failure (``-1``:
+    none fails). ``column_ratio`` is the links' granularity, ``padding`` whether the client fills columns it missed
+    from its own previous parameters (local model padding, paper 004 Eq. 5)."""
+
+    error_rate: float
+    down_run: int
+    up_run: int
+    column_ratio: float
+    padding: bool
+
+
+@dataclass(frozen=True, slots=True)
 class TrainTask:
     """One client's work for one round, built by the engine from an ``Assignment``."""
 
@@ -81,6 +100,9 @@ class TrainTask:
     seed: int
     lr: float
     assignment: Assignment
+    link: LinkDraw | None = None  # unstable links: what this round's transfers deliver (None: perfect links)
+    client_state: object | None = None  # the algorithm's own state of this client from its last round (or None)
+    model_config: ModelConfig | None = None  # the architecture of model ``assignment.model_id``; None = the run's
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +118,8 @@ class ClientUpdate:
     num_steps: int
     # a tensor named here counts with this weight instead of ``weight`` (FedorAS's OPA: examples through its op)
     tensor_weights: dict[str, float] = field(default_factory=dict)
+    client_state: object | None = None  # the algorithm's state to keep for this client (Algorithm.keeps_client_state)
+    metrics: dict[str, float] = field(default_factory=dict)  # a method's own per-client numbers (e.g. layer norms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +134,10 @@ class ClientOutcome:
     bytes_up: int
     failure: str | None = None
     train_wall_s: float = 0.0  # host time of local training (used only with system.compute_time: measured)
+    p_down: float = float("nan")  # unstable links: width ratio of the model that arrived (NaN: perfect links)
+    p_up: float = float("nan")  # and of the update that arrived at the server
+    model_id: int = 0  # which global model the client trained
+    metrics: dict[str, float] = field(default_factory=dict)  # the update's ``metrics``, for the server side
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,13 +147,19 @@ class Aggregate:
     params: Params
     coverage: dict[str, float]  # fraction of each tensor's elements that some client covered
     num_clients: int
+    outcomes: tuple[ClientOutcome, ...] = ()  # every client that ran, in client-id order (metrics, losses, model ids)
 
 
 @dataclass(frozen=True, slots=True)
 class ServerState:
-    """Explicit server state: global parameters plus the algorithm's own typed state (``None`` when it has none)."""
+    """Explicit server state: global parameters plus the algorithm's own typed state (``None`` when it has none).
+
+    ``models`` lists the architecture of every global model in id order when a run holds several (their parameters
+    are in ``params`` under ``m{k}/`` names); empty means the run's one configured model.
+    """
 
     params: Params
     round_idx: int = 0
     opt_state: Params = field(default_factory=dict)
     algo_state: object | None = None
+    models: tuple[ModelConfig, ...] = ()

@@ -17,6 +17,7 @@ client gets and *which* global units it covers; they share everything else, whic
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Sequence
@@ -114,7 +115,7 @@ class SubModelAlgorithm(Algorithm):
             input_spec=ctx.input_spec,
         )
         self._server_train_s = time.perf_counter() - began
-        return ServerState(params=params, round_idx=new.round_idx, opt_state=new.opt_state, algo_state=new.algo_state)
+        return dataclasses.replace(new, params=params)
 
     def round_stats(self) -> RoundStats:
         # read once per round: a round whose clients all failed skips server_update and must not repeat the last time

@@ -52,12 +52,19 @@ def _synthetic(cfg: DataConfig, seed: int, cache_dir: Path | None) -> FederatedD
     return load_synthetic(cfg, seed)
 
 
+def _custom(cfg: DataConfig, seed: int, cache_dir: Path | None) -> FederatedDataset:
+    from rayfl.data.custom import load_custom
+
+    return load_custom(cfg, seed)
+
+
 # data.name -> loader(cfg, seed, cache_dir)
 LOADERS: dict[str, Callable[[DataConfig, int, Path | None], FederatedDataset]] = {
     "shakespeare": _shakespeare,
     "cifar10": _cifar10,
     "leaf": _leaf,
     "synthetic": _synthetic,
+    "custom": _custom,
 }
 
 

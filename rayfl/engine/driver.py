@@ -6,24 +6,27 @@ evaluation and records are each one call into a collaborator.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from rayfl.algorithms.base import RoundStats
-from rayfl.algorithms.payloads import Aggregate, Assignment, ClientOutcome, ServerState, TrainTask
+from rayfl.algorithms.payloads import Aggregate, Assignment, ClientOutcome, LinkDraw, ServerState, TrainTask
 from rayfl.config import ExperimentConfig
+from rayfl.config_loader import check_clients_per_round
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine.backend import EvalResult
 from rayfl.engine.build import bind_algorithm, build_backend, build_clock, build_setup
+from rayfl.engine.multieval import evaluate_models, model_fields
 from rayfl.engine.phases import PhaseSchedule
-from rayfl.engine.records import ClientRecord, RoundRecord, RunWriter, make_run_dir
+from rayfl.engine.records import ClientRecord, EvalRecord, RoundRecord, RunWriter, make_run_dir
 from rayfl.engine.sampling import sample_clients
 from rayfl.engine.server_tasks import build_task_pool
 from rayfl.system.clock import ClientPlan
@@ -44,6 +47,7 @@ class RunResult:
     run_dir: Path | None
     final_eval: EvalResult
     baseline_acc: float
+    evals: list[EvalRecord] = field(default_factory=list)  # the algorithm's further evaluated structures
 
 
 def run_experiment(
@@ -58,16 +62,21 @@ def run_experiment(
     start = time.perf_counter()
     setup = build_setup(cfg, dataset, cache_dir)
     ds, algorithm = setup.dataset, setup.algorithm
-    if cfg.clients_per_round > ds.num_clients:
-        raise ValueError(f"clients_per_round={cfg.clients_per_round} exceeds the {ds.num_clients} clients of the data")
-    writer = open_run_writer(cfg) if write else None
+    check_clients_per_round(cfg, ds.num_clients)
     clock = build_clock(cfg, setup)
     bind_algorithm(cfg, setup, clock)
     backend = build_backend(cfg, setup)
     schedule = PhaseSchedule(algorithm, cfg.rounds)  # one phase unless cfg.phases (engine/phases.py)
     pool = build_task_pool(cfg.backend)
+    # The run directory appears only once data, traces and backend are ready: bad input leaves nothing behind.
+    try:
+        writer = open_run_writer(cfg) if write else None
+    except BaseException:
+        backend.close()
+        raise
     state = algorithm.init_state(setup.params)
     records: list[RoundRecord] = []
+    eval_records: list[EvalRecord] = []
     last_eval = EvalResult(float("nan"), float("nan"), 0)
     try:
         for round_idx in range(cfg.rounds):
@@ -82,11 +91,11 @@ def run_experiment(
             assignments = algorithm.assign(state, round_idx, views)
             server_s = time.perf_counter() - round_start
             # 3. Plan: who fits, who fails, how long each takes; only clients that can finish are run.
-            plan = clock.plan(round_idx, views, assignments)
+            plan = clock.plan(round_idx, views, assignments, state.models)
             lr = schedule.lr(cfg.train, round_idx)
             tasks = [
-                TrainTask(v.client_id, round_idx, cfg.seed, lr, assignments[v.client_id])
-                for v, runs in zip(views, plan.runs, strict=True)
+                train_task(v.client_id, round_idx, cfg.seed, lr, assignments[v.client_id], state, link=plan.link(i))
+                for i, (v, runs) in enumerate(zip(views, plan.runs, strict=True))
                 if runs
             ]
             # 4. Local training on the hosts and sharded reduction.
@@ -95,14 +104,22 @@ def run_experiment(
             plan = clock.measured_compute(plan, {o.client_id: o.train_wall_s for o in outcomes})
             # 5. Server update (skipped when every client failed: the global model stays); the clock moves on.
             if aggregate.num_clients > 0:
+                aggregate = dataclasses.replace(aggregate, outcomes=tuple(outcomes))
                 state = algorithm.server_update(state, round_idx, aggregate)
             server_s += time.perf_counter() - train_done
             sim_duration = clock.advance(plan, server_s, phase_server_s)
-            # 6. Evaluation of the global model.
+            # 6. Evaluation of the global model (of every global model when the run holds several).
             evaluated = (round_idx + 1) % cfg.eval_every == 0 or round_idx == cfg.rounds - 1
             eval_start = time.perf_counter()
+            structure_evals: list[EvalRecord] = []
+            evals = None
             if evaluated:
-                last_eval = backend.evaluate(algorithm.eval_params(state), algorithm.eval_units(state))
+                eval_params = algorithm.eval_params(state)
+                last_eval = backend.evaluate(eval_params, algorithm.eval_units(state))
+                evals = evaluate_models(backend, algorithm, state, last_eval)
+                for name, units in algorithm.eval_structures(state).items():
+                    other = backend.evaluate(eval_params, units)
+                    structure_evals.append(EvalRecord(round_idx, name, other.accuracy, other.loss))
             now = time.perf_counter()
             # 7. Records.
             ok = [o for o in outcomes if o.failure is None]
@@ -119,7 +136,7 @@ def run_experiment(
                 clients_run=len(outcomes),
                 clients_failed=len(client_ids) - len(ok),
                 bytes_down=sum(o.bytes_down for o in outcomes),
-                bytes_up=sum(o.bytes_up for o in ok),
+                bytes_up=sum(o.bytes_up for o in outcomes if o.failure in (None, "link_up")),  # lost uploads were sent
                 wall_time_s=now - start,
                 round_wall_s=now - round_start,
                 train_wall_s=train_done - round_start,
@@ -130,9 +147,12 @@ def run_experiment(
                 **system_fields(plan.memory_util[plan.runs], plan.bandwidth_util[plan.runs], clients, stats),
                 server_train_s=stats.server_train_s,
                 phase=schedule.phase_at(round_idx).name,
+                **model_fields(ds, evals, algorithm, state, outcomes),
             )
             records.append(record)
+            eval_records.extend(structure_evals)
             if writer is not None:
+                writer.append_evals(structure_evals)
                 writer.append_clients(clients)
                 writer.append(record)
             for callback in callbacks:
@@ -147,7 +167,7 @@ def run_experiment(
         if cfg.phases:
             summary["phases"] = schedule.summary(records, state)
         writer.finish(summary)
-    return RunResult(records, state, writer.run_dir if writer else None, last_eval, baseline)
+    return RunResult(records, state, writer.run_dir if writer else None, last_eval, baseline, eval_records)
 
 
 _NOTHING = Aggregate(params={}, coverage={}, num_clients=0)
@@ -185,6 +205,7 @@ def client_records(
 ) -> list[ClientRecord]:
     """One row per sampled client: the plan's numbers, and the failure the plan or the training produced."""
     trained = {o.client_id: o.failure for o in outcomes}
+    links = {o.client_id: (o.p_down, o.p_up) for o in outcomes}
     over = plan.over_budget or ("",) * len(plan.client_id)
     return [
         ClientRecord(
@@ -202,9 +223,27 @@ def client_records(
             failure=plan.failure[i] or trained.get(int(c)) or "",
             over_budget=over[i],
             units=_units_text(assignments[int(c)].units),
+            p_down=links.get(int(c), (math.nan, math.nan))[0],
+            p_up=links.get(int(c), (math.nan, math.nan))[1],
+            model_id=assignments[int(c)].model_id,
         )
         for i, c in enumerate(plan.client_id)
     ]
+
+
+def train_task(
+    client_id: int,
+    round_idx: int,
+    seed: int,
+    lr: float,
+    assignment: Assignment,
+    state: ServerState,
+    link: LinkDraw | None = None,
+) -> TrainTask:
+    """A client's task; in a multi-model run it carries the architecture of the model it was assigned, under unstable
+    links what this round's transfers deliver."""
+    config = state.models[assignment.model_id] if state.models else None
+    return TrainTask(client_id, round_idx, seed, lr, assignment, link=link, model_config=config)
 
 
 def _units_text(units: tuple[int, ...] | None) -> str:

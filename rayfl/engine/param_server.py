@@ -38,6 +38,11 @@ class ParamServerShard:
     def ready(self) -> int:
         return self.shard_id
 
+    def set_names(self, names: Sequence[str]) -> int:
+        """Own ``names`` from now on (the shard plan changes when a run adds a global model)."""
+        self.names = tuple(names)
+        return self.shard_id
+
     def reduce(self, previous: NumpyParams, *partials: Partial) -> tuple[NumpyParams, dict[str, float]]:
         """New values of this shard's tensors from the hosts' partials (given in host-id order)."""
         prev = as_tensors({n: previous[n] for n in self.names})

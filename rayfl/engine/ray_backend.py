@@ -13,6 +13,8 @@ from __future__ import annotations
 import logging
 import math
 import os
+import socket
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,15 +23,18 @@ import ray
 from rayfl.algorithms.base import Algorithm
 from rayfl.algorithms.payloads import Aggregate, ClientOutcome, Params, TrainTask
 from rayfl.config import BackendConfig, CompressionConfig, ModelConfig
+from rayfl.config_loader import ConfigError
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine.backend import (
     EvalResult,
     assemble_aggregate,
     combine_eval,
     eval_batches,
+    shard_plan,
     tasks_by_host,
     to_numpy,
 )
+from rayfl.engine.client_state import ClientStateStore, keeps_state
 from rayfl.engine.host import ClientHost
 from rayfl.engine.param_server import ParamServerShard, plan_shards
 from rayfl.engine.placement import ActorSlot, PoolLayout, layout_in_group, pack_layout, spread_layout
@@ -46,6 +51,7 @@ def ensure_ray(cfg: BackendConfig) -> bool:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": True}
     if cfg.address:
+        _probe_address(cfg.address, cfg.start_timeout_s)
         kwargs["address"] = cfg.address
     else:
         if cfg.num_cpus:
@@ -54,6 +60,28 @@ def ensure_ray(cfg: BackendConfig) -> bool:
             kwargs["object_store_memory"] = cfg.object_store_mb << 20
     ray.init(**kwargs)
     return True
+
+
+def _probe_address(address: str, timeout_s: float) -> None:
+    """Fail within ``timeout_s`` when nothing listens at a ``host:port`` cluster address: ``ray.init`` itself keeps
+    retrying an unreachable GCS for many minutes. ``auto`` (and addresses without a port) go to Ray as they are."""
+    host, sep, port_text = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port_text.isdigit() or not host:
+        return
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            with socket.create_connection((host.strip("[]"), int(port_text)), timeout=max(left, 0.05)):
+                return
+        except OSError as err:
+            if time.monotonic() + 0.25 >= deadline:
+                raise ConfigError(
+                    f"no Ray cluster answers at {address} within {timeout_s:g} s ({err.strerror or err}); start one "
+                    "there (ray start --head --port=PORT), fix backend.address, or leave it unset for a local Ray",
+                    "backend.address",
+                ) from None
+            time.sleep(0.25)
 
 
 def host_cpu_share(num_hosts: int) -> float:
@@ -143,6 +171,9 @@ class RayBackend:
         self.shards: list[Any] = []
         self._group: Any = None
         self._own_group = False
+        self.algorithm = algorithm
+        # per-client state across rounds as object-store references (engine/client_state.py)
+        self.memories = ClientStateStore(fetch=ray.get, put=ray.put)
         try:
             self._start_actors(dataset, model_cfg, algorithm, backend_cfg, init_seed, compression)
         except BaseException:
@@ -189,31 +220,47 @@ class RayBackend:
         _wait_ready([*self.hosts, *self.shards], layout, backend_cfg)
 
     def train_and_reduce(self, tasks: Sequence[TrainTask], params: Params) -> tuple[Aggregate, list[ClientOutcome]]:
+        self.shard_of, names = shard_plan(self.shard_of, params, self.num_shards, self.shards)
+        if names is not None:
+            ray.get([shard.set_names.remote(own) for shard, own in zip(self.shards, names, strict=True)])
         params_ref = ray.put(to_numpy(params))
         per_shard: list[list[Any]] = [[] for _ in range(self.num_shards)]
         outcome_refs = []
+        keep = keeps_state(self.algorithm, tasks)
         for host, host_tasks in zip(self.hosts, tasks_by_host(tasks, self.sizes, self.num_hosts), strict=True):
             if not host_tasks:
                 continue
-            *partial_refs, outcomes_ref = host.run_round.options(num_returns=self.num_shards + 1).remote(
-                host_tasks, params_ref, self.shard_of, self.num_shards
+            held = self.memories.handles_for(host_tasks) if keep else []
+            refs = host.run_round.options(num_returns=self.num_shards + 1 + len(held)).remote(
+                host_tasks, params_ref, self.shard_of, self.num_shards, *held
             )
-            outcome_refs.append(outcomes_ref)
-            for s, ref in enumerate(partial_refs):
+            outcome_refs.append(refs[self.num_shards])
+            for s, ref in enumerate(refs[: self.num_shards]):
                 per_shard[s].append(ref)
+            if keep:  # each client's next memory stays in the object store, referenced from here
+                self.memories.update(host_tasks, refs[self.num_shards + 1 :])
         result_refs = [shard.reduce.remote(params_ref, *per_shard[s]) for s, shard in enumerate(self.shards)]
         outcomes = sorted((o for batch in ray.get(outcome_refs) for o in batch), key=lambda o: o.client_id)
         return assemble_aggregate(ray.get(result_refs), outcomes), outcomes
 
-    def evaluate(self, params: Params, units: tuple[int, ...] | None = None) -> EvalResult:
+    def evaluate(
+        self, params: Params, units: tuple[int, ...] | None = None, model_config: ModelConfig | None = None
+    ) -> EvalResult:
         params_ref = ray.put(to_numpy(params))
         batches = eval_batches(self.num_test, self.eval_batch_size, self.num_hosts)
         refs = [
-            h.evaluate.remote(params_ref, b, self.eval_batch_size, units)
+            h.evaluate.remote(params_ref, b, self.eval_batch_size, units, model_config)
             for h, b in zip(self.hosts, batches, strict=True)
             if b
         ]
         return combine_eval(ray.get(refs))
+
+    def client_states(self) -> dict[int, object]:
+        """Every client's memory by client id (fetched from the object store), for checkpoints."""
+        return self.memories.client_states()
+
+    def load_client_states(self, states: dict[int, object]) -> None:
+        self.memories.load_client_states(states)
 
     def node_ids(self) -> list[str]:
         """The Ray node each client host runs on (for placement checks)."""

@@ -2,7 +2,8 @@
 
 ``RoundRecord`` is one row; ``RunWriter`` owns a run directory: the resolved config (``config.yaml``), one CSV row
 appended and flushed per round (so an interrupted run keeps every finished round), ``rounds.parquet`` rewritten as
-rounds finish, and ``summary.json`` at the end.
+rounds finish, and ``summary.json`` at the end. ``evals.csv`` holds the further structures an algorithm has
+evaluated per round (``EvalRecord``: one row per round and name).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any, TextIO
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-__all__ = ["ClientRecord", "RoundRecord", "RunWriter", "make_run_dir"]
+__all__ = ["ClientRecord", "EvalRecord", "RoundRecord", "RunWriter", "check_run_name", "make_run_dir"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,13 @@ class RoundRecord:
     hit_rate: float = math.nan
     server_train_s: float = math.nan
     phase: str = ""  # the phase's name in a multi-phase run (engine/phases.py)
+    # several global models (``ServerState.models``): each model's test accuracy and how many clients trained each
+    # (space separated, by model id; "" in a single-model run), and the mean over clients of each client's test
+    # accuracy on the model it would be assigned (NaN without per-client test data)
+    num_models: int = 1
+    model_accs: str = ""
+    clients_per_model: str = ""
+    client_acc: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -74,6 +82,19 @@ class ClientRecord:
     failure: str  # "" when the client trained and was aggregated
     over_budget: str = ""  # the budget its model exceeded although it trained (budgets ignored), else ""
     units: str = ""  # the sub-model's units per search dimension, space separated ("" = the whole model)
+    p_down: float = math.nan  # unstable links: width ratio of the model that arrived (NaN: perfect links, not run)
+    p_up: float = math.nan  # and of the update that reached the server
+    model_id: int = 0  # which global model it was assigned
+
+
+@dataclass(frozen=True)
+class EvalRecord:
+    """One further structure evaluated in a round (``Algorithm.eval_structures``: FedHeN's simple model)."""
+
+    round_idx: int
+    name: str
+    test_acc: float
+    test_loss: float
 
 
 def _schema(cls: type) -> pa.Schema:
@@ -83,10 +104,23 @@ def _schema(cls: type) -> pa.Schema:
 
 _SCHEMA = _schema(RoundRecord)
 _CLIENT_SCHEMA = _schema(ClientRecord)
+_EVAL_SCHEMA = _schema(EvalRecord)
+
+
+def check_run_name(name: str) -> str:
+    """``name`` when it is one plain directory name, else a ``ConfigError`` (a ``ValueError``) on key ``name``: a run
+    or sweep directory never lands outside ``output_dir``."""
+    from rayfl.config_loader import ConfigError, run_name_problem
+
+    problem = run_name_problem(name)
+    if problem:
+        raise ConfigError(problem, "name")
+    return name
 
 
 def make_run_dir(output_dir: str | Path, name: str) -> Path:
     """A fresh directory ``output_dir/name`` (``name-1``, ``name-2`` ... when taken); never reuses one."""
+    check_run_name(name)
     root = Path(output_dir)
     root.mkdir(parents=True, exist_ok=True)
     for k in range(10_000):
@@ -113,6 +147,15 @@ class RunWriter:
         self._clients_csv: TextIO = (run_dir / "clients.csv").open("w", newline="")
         self._clients_writer = csv.DictWriter(self._clients_csv, fieldnames=[f.name for f in fields(ClientRecord)])
         self._clients_writer.writeheader()
+        self.eval_rows: list[EvalRecord] = []
+        self._evals_csv: TextIO = (run_dir / "evals.csv").open("w", newline="")
+        self._evals_writer = csv.DictWriter(self._evals_csv, fieldnames=[f.name for f in fields(EvalRecord)])
+        self._evals_writer.writeheader()
+
+    def append_evals(self, records: list[EvalRecord]) -> None:
+        self.eval_rows.extend(records)
+        self._evals_writer.writerows(asdict(r) for r in records)
+        self._evals_csv.flush()
 
     def append_clients(self, records: list[ClientRecord]) -> None:
         self.client_rows.extend(records)
@@ -130,6 +173,7 @@ class RunWriter:
         for name, rows, schema in (
             ("rounds", self.rows, _SCHEMA),
             ("clients", self.client_rows, _CLIENT_SCHEMA),
+            ("evals", self.eval_rows, _EVAL_SCHEMA),
         ):
             table = pa.Table.from_pylist([asdict(r) for r in rows], schema=schema)
             tmp = self.run_dir / f"{name}.parquet.tmp"
@@ -143,7 +187,7 @@ class RunWriter:
         _atomic_write(self.run_dir / "summary.json", json.dumps(clean, indent=2) + "\n")
 
     def close(self) -> None:
-        for f in (self._csv, self._clients_csv):
+        for f in (self._csv, self._clients_csv, self._evals_csv):
             if not f.closed:
                 f.close()
 

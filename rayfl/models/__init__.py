@@ -12,6 +12,7 @@ from rayfl.config import (
     CharLSTMConfig,
     CharTransformerConfig,
     CNNConfig,
+    CustomModelConfig,
     FemnistCNNConfig,
     ModelConfig,
     ResNetConfig,
@@ -40,6 +41,12 @@ def _elastic(cfg: Any, spec: InputSpec) -> nn.Module:
     return build_family(cfg, spec).global_model()
 
 
+def _custom(cfg: Any, spec: InputSpec) -> nn.Module:
+    from rayfl.models.custom import build_custom_model
+
+    return build_custom_model(cfg, spec)
+
+
 def _require(spec: InputSpec, kind: str, cfg: ModelConfig) -> None:
     if spec.input_kind != kind:
         raise ValueError(f"model.name={cfg.name!r} needs {kind} inputs, but the data gives {spec.input_kind}")
@@ -54,6 +61,7 @@ _BUILDERS: dict[type[Any], Callable[[Any, InputSpec], nn.Module]] = {
     CharBertConfig: _elastic,
     FemnistCNNConfig: _elastic,
     SupernetConfig: _elastic,
+    CustomModelConfig: _custom,
 }
 
 

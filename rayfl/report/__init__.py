@@ -11,6 +11,7 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
+from rayfl.report.atomic import replace_text
 from rayfl.report.paper import (
     UTILISATION_PNG,
     paper_grid,
@@ -98,7 +99,7 @@ def report(
     markdown = "\n".join(sections).rstrip("\n") + "\n"
 
     md_path = target / REPORT_MD
-    md_path.write_text(markdown, encoding="utf-8")
+    replace_text(md_path, markdown)  # a report.md that is a symlink is replaced by a file, never written through
     log.info("wrote %s and %d plot(s) for %d run(s)", md_path, len(pngs), len(runs))
     return markdown, pngs
 

@@ -25,6 +25,7 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from rayfl.report.atomic import replace_file
 from rayfl.report.plots import plot_accuracy
 from rayfl.report.runs import RunRecords
 
@@ -238,8 +239,7 @@ def plot_utilisation(grid: PaperGrid, out_png: str | Path) -> Path:
             axes.set_title("Mean utilisation of the clients that trained")
             axes.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")
     figure.tight_layout()
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(out_path, format="png")
+    replace_file(out_path, lambda tmp: figure.savefig(tmp, format="png"))
     log.info("wrote %s", out_path)
     return out_path
 

@@ -17,6 +17,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from rayfl.report.atomic import replace_file
 from rayfl.report.runs import RunRecords, unique_labels
 
 __all__ = ["XAxis", "plot_accuracy"]
@@ -128,7 +129,6 @@ def plot_accuracy(
         axes.text(0.5, 0.5, "no evaluated rounds", ha="center", va="center", transform=axes.transAxes)
 
     figure.tight_layout()
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(out_path, format="png")
+    replace_file(out_path, lambda tmp: figure.savefig(tmp, format="png"))
     log.info("wrote %s", out_path)
     return out_path

@@ -6,12 +6,17 @@ Per client in round ``r`` starting at simulated time ``T`` (all times in simulat
    ``comm_limit_s`` at its current download and upload rates (``2 L / (1/down + 1/up)`` bytes for equal download and
    upload sizes, i.e. ``L x rate`` when both rates are equal).
 2. *Fit*: the assignment's peak training memory must fit the memory budget and ``down/rate_down + up/rate_up`` must
-   fit ``comm_limit_s`` (failure ``memory`` or ``bandwidth``); an unavailable client fails ``unavailable``.
+   fit ``comm_limit_s`` (failure ``memory`` or ``bandwidth``); an unavailable client fails ``unavailable``, and so does
+   one whose download or upload rate is zero at ``T`` (no network: a zero-bandwidth span or an all-zero trace).
 3. *Timeline*: the download starts at ``T`` and takes the exact integral of the bandwidth log; compute takes
    ``train FLOPs / compute speed`` (modelled) from the end of the download; the upload follows. A client whose memory
    value drops below its need during its compute window fails ``memory_dip`` (paper 000, Appendix D.2.2), one that
    goes unavailable before it finishes fails ``dropped``, and one that would finish after ``deadline_s`` fails
    ``deadline``. Failed clients are not run and not aggregated.
+   With unstable links (``system.links``, ``links.py``) the bytes each client moves are the transfer levels its
+   links put on the wire this round (drawn before the round, so the plan is exact for the download; the upload is
+   planned for the client's own level, an upper bound when it trains less without padding); a client that receives
+   nothing and cannot pad fails ``link_down``. The budget check uses the whole assignment, as the client plans for.
 4. *Duration* = the latest finish among the clients that run (``comm_limit_s`` when none does: the server waits out
    the round), plus the measured server time with ``server_time: measured``.
 
@@ -26,9 +31,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from rayfl.algorithms.payloads import Assignment, ClientView
-from rayfl.config import SystemConfig, TrainConfig
+from rayfl.algorithms.payloads import Assignment, ClientView, LinkDraw
+from rayfl.config import ModelConfig, SystemConfig, TrainConfig
 from rayfl.system.costs import CostOracle
+from rayfl.system.links import LinkModel, attempted, column_levels, delivered
 from rayfl.system.resources import ResourceSource, build_source
 
 __all__ = ["ClientPlan", "SimClock"]
@@ -52,6 +58,11 @@ class ClientPlan:
     failure: tuple[str | None, ...]
     # per client: the budget it exceeded although it ran (assignments with enforce_budgets=False), else ""
     over_budget: tuple[str, ...] = ()
+    links: tuple[LinkDraw | None, ...] = ()  # per client: what its unstable links deliver ((): perfect links)
+
+    def link(self, i: int) -> LinkDraw | None:
+        """The link draw of the ``i``-th client (None with perfect links)."""
+        return self.links[i] if self.links else None
 
     @property
     def runs(self) -> np.ndarray:
@@ -103,6 +114,7 @@ class SimClock:
         )
         self.compute = build_source(cfg.compute, "compute", seed, "compute")
         self.availability = build_source(cfg.availability, "availability", seed, "availability")
+        self.links = LinkModel(cfg.links, seed)
 
     # 1. check-in --------------------------------------------------------------------------------------------------
     def check_in(self, round_idx: int, clients: np.ndarray, num_examples: Sequence[int]) -> list[ClientView]:
@@ -120,10 +132,18 @@ class SimClock:
             return 2.0 * self.cfg.comm_limit_s / (8.0 / down + 8.0 / up)  # bytes; inf when both are unlimited
 
     # 2-3. plan ----------------------------------------------------------------------------------------------------
-    def plan(self, round_idx: int, views: Sequence[ClientView], assignments: Mapping[int, Assignment]) -> ClientPlan:
+    def plan(
+        self,
+        round_idx: int,
+        views: Sequence[ClientView],
+        assignments: Mapping[int, Assignment],
+        models: Sequence[ModelConfig] = (),
+    ) -> ClientPlan:
+        """``models``: the architectures of a multi-model run's global models (``ServerState.models``), so each
+        client's costs are those of the model it was assigned."""
         clients = np.array([v.client_id for v in views], dtype=np.int64)
         n = len(clients)
-        costs = self.oracle.costs([assignments[int(c)] for c in clients])
+        costs = self.oracle.model_costs([assignments[int(c)] for c in clients], models)
         mem_budget = np.array([v.memory_budget for v in views], dtype=np.float64)
         bw_budget = np.array([v.bandwidth_budget for v in views], dtype=np.float64)
         need = costs.memory  # the oracle includes system.memory_overhead_mib
@@ -133,13 +153,16 @@ class SimClock:
         rate_up = self.up.at(clients, self.now, round_idx)
         with np.errstate(divide="ignore", invalid="ignore"):
             comm_need_s = 8.0 * costs.bytes_down / rate_down + 8.0 * costs.bytes_up / rate_up
-        download = self.down.transfer_time(clients, t0, 8.0 * costs.bytes_down, round_idx)
+        draws = self.links.draw(round_idx, clients, self.now)
+        sent_down, sent_up, cut_off = self._link_bytes(clients, assignments, draws, costs.bytes_down, costs.bytes_up)
+        download = self.down.transfer_time(clients, t0, 8.0 * sent_down, round_idx)
         samples = np.array([self._samples(v.num_examples) for v in views], dtype=np.float64)
         speed = self.compute.at(clients, self.now, round_idx)
         with np.errstate(divide="ignore", invalid="ignore"):
             compute = np.where(np.isfinite(speed), costs.train_flops_per_sample * samples / speed, 0.0)
-        upload = self.up.transfer_time(clients, t0 + download + compute, 8.0 * costs.bytes_up, round_idx)
-        available = self.availability.at(clients, self.now, round_idx) >= 0.5
+        upload = self.up.transfer_time(clients, t0 + download + compute, 8.0 * sent_up, round_idx)
+        # a client with no network at check-in (a zero-bandwidth span, or an all-zero trace) is offline this round
+        available = (self.availability.at(clients, self.now, round_idx) >= 0.5) & (rate_down > 0) & (rate_up > 0)
         finish = download + compute + upload
         stays = self.availability.window_min(clients, t0, t0 + np.where(np.isfinite(finish), finish, 0.0), round_idx)
         if self.cfg.compute_time == "modelled":
@@ -161,6 +184,8 @@ class SimClock:
                 failure.append("unavailable")
             elif exceeded and enforce[i]:
                 failure.append(exceeded)
+            elif cut_off[i]:
+                failure.append("link_down")
             elif stays[i] < 0.5:
                 failure.append("dropped")
             elif self.cfg.deadline_s > 0 and finish[i] > self.cfg.deadline_s:
@@ -174,14 +199,37 @@ class SimClock:
             memory_budget=mem_budget,
             memory_need=need,
             bandwidth_budget=bw_budget,
-            bytes_down=costs.bytes_down,
-            bytes_up=costs.bytes_up,
+            bytes_down=sent_down,
+            bytes_up=sent_up,
             download_s=download,
             compute_s=compute,
             upload_s=upload,
             failure=tuple(failure),
             over_budget=tuple(over_budget),
+            links=tuple(draws) if self.links.enabled else (),
         )
+
+    def _link_bytes(
+        self,
+        clients: np.ndarray,
+        assignments: Mapping[int, Assignment],
+        draws: Sequence[LinkDraw | None],
+        bytes_down: np.ndarray,
+        bytes_up: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Bytes each client's links put on the wire (down, up) and who receives nothing and cannot pad."""
+        down, up = bytes_down.copy(), bytes_up.copy()
+        cut_off = np.zeros(len(clients), dtype=bool)
+        for i, (c, draw) in enumerate(zip(clients, draws, strict=True)):
+            if draw is None:
+                continue
+            levels = column_levels(self.oracle.family, assignments[int(c)], draw.column_ratio)
+            n = len(levels)
+            cost = self.oracle.costs(levels)
+            down[i] = cost.bytes_down[attempted(draw.down_run, n) - 1]
+            up[i] = cost.bytes_up[attempted(draw.up_run, n) - 1]
+            cut_off[i] = delivered(draw.down_run, n) == 0 and not draw.padding
+        return down, up, cut_off
 
     def _samples(self, num_examples: int) -> int:
         """Samples a client processes in local training (epochs over its data, capped by ``max_steps``)."""

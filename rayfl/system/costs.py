@@ -58,6 +58,9 @@ class CostOracle:
     ) -> None:
         from rayfl.models.elastic import FAMILIES, build_family
 
+        self.model_cfg = model_cfg
+        self._rebuild = (spec, train, overhead_bytes)  # for the other global models of a multi-model run
+        self._siblings: dict[ModelConfig, CostOracle] = {}
         self.shapes = dict(shapes)
         self.dtype_bytes = dtype_bytes
         self.compression = compression or CompressionConfig()
@@ -100,6 +103,34 @@ class CostOracle:
             flops = np.full(n, self.fixed[1])
         return AssignmentCosts(memory, down, up, TRAIN_FLOPS_PER_FORWARD * flops)
 
+    def for_model(self, config: ModelConfig) -> CostOracle:
+        """The oracle of another global model's architecture under the same training set-up (built once)."""
+        if config == self.model_cfg:
+            return self
+        oracle = self._siblings.get(config)
+        if oracle is None:
+            spec, train, overhead = self._rebuild
+            with torch.device("meta"):
+                state = build_model(config, spec).state_dict()
+            shapes = {k: tuple(v.shape) for k, v in state.items() if v.is_floating_point()}
+            oracle = CostOracle(config, spec, train, shapes, overhead, self.dtype_bytes, self.compression)
+            self._siblings[config] = oracle
+        return oracle
+
+    def model_costs(self, assignments: Sequence[Assignment], models: Sequence[ModelConfig]) -> AssignmentCosts:
+        """``costs`` when the run holds several global models: each assignment priced on the architecture its
+        ``model_id`` names in ``models`` (empty ``models``: the run's one model)."""
+        if not models:
+            return self.costs(assignments)
+        ids = np.array([a.model_id for a in assignments], dtype=np.int64)
+        out = AssignmentCosts(*(np.zeros(len(assignments)) for _ in range(4)))
+        for model_id in np.unique(ids):
+            rows = np.flatnonzero(ids == model_id)
+            part = self.for_model(models[int(model_id)]).costs([assignments[int(i)] for i in rows])
+            for field_name in ("memory", "bytes_down", "bytes_up", "train_flops_per_sample"):
+                getattr(out, field_name)[rows] = getattr(part, field_name)
+        return out
+
     def _numels(self, a: Assignment) -> list[int]:
         """Elements the assignment moves per tensor: its slice of every tensor it does not skip."""
         numels: list[int] = []
@@ -137,19 +168,25 @@ def _measure_fixed(
 ) -> tuple[float, float]:
     """(peak training bytes at the batch size, forward FLOPs per sample) of a fixed model, measured on the CPU."""
     model.train()
-    measured = []
-    for batch in (1, 2):
-        shape = (batch, *spec.sample_shape)
-        x = torch.randint(0, max(spec.num_classes, 1), shape) if spec.input_kind == "tokens" else torch.randn(shape)
-        saved, _, flops = saved_tensors(model, x)
-        measured.append((float(sum(t.numel() * t.element_size() for t in saved)), flops))
-    (s1, f1), (s2, _) = measured
-    per_sample, fixed = s2 - s1, 2 * s1 - s2
+    try:
+        (s1, f1), (s2, _) = (_saved_and_flops(model, spec, batch) for batch in (1, 2))
+        per_sample, fixed = s2 - s1, 2 * s1 - s2
+    except ValueError:  # batch norm refuses one sample per channel in training (e.g. a ResNet's last stage)
+        (s2, f2), (s3, _) = (_saved_and_flops(model, spec, batch) for batch in (2, 3))
+        per_sample, fixed, f1 = s3 - s2, 3 * s2 - 2 * s3, f2 / 2
     params = sum(p.numel() for p in model.parameters() if p.requires_grad)
     f1 += _recurrent_flops(model, spec)
     slots = optimizer_slots(train.optimizer, train.momentum)
     memory = overhead + params * dtype_bytes * (2 + slots) + fixed + train.batch_size * per_sample
     return memory, f1
+
+
+def _saved_and_flops(model: nn.Module, spec: InputSpec, batch: int) -> tuple[float, float]:
+    """Bytes autograd saves and forward FLOPs of one training forward pass on ``batch`` random samples."""
+    shape = (batch, *spec.sample_shape)
+    x = torch.randint(0, max(spec.num_classes, 1), shape) if spec.input_kind == "tokens" else torch.randn(shape)
+    saved, _, flops = saved_tensors(model, x)
+    return float(sum(t.numel() * t.element_size() for t in saved)), flops
 
 
 def _recurrent_flops(model: nn.Module, spec: InputSpec) -> float:

@@ -100,13 +100,20 @@ class Levels(ResourceSource):
     describe one device class (HeteroFL's "model complexity level", paper 000 settings 1-2: the clients of level
     ``i`` have the memory *and* the bandwidth of the ``i``-th model), rather than two independent draws whose
     minimum would skew the cohort towards the small levels.
+
+    With ``id_bounds`` a client's level is fixed by its id instead (ids below ``id_bounds[0]`` level 0, and so on),
+    whatever the round's cohort: FedHeN's first half of the clients simple devices, the last half complex ones.
     """
 
     values: tuple[float, ...]
     seed: int
     purpose: str
+    id_bounds: tuple[int, ...] = ()  # non-empty: the level is fixed by client id, not drawn per round
 
     def at(self, clients: np.ndarray, t: float, round_idx: int) -> np.ndarray:
+        if self.id_bounds:
+            fixed = np.searchsorted(np.asarray(self.id_bounds), np.asarray(clients, dtype=np.int64), side="right")
+            return np.asarray(self.values, dtype=np.float64)[fixed]
         order = np.argsort(np.asarray(clients), kind="stable")  # canonical: independent of the caller's order
         perm = derive_rng(self.seed, "levels", len(self.values), round_idx).permutation(len(clients))
         level = np.empty(len(clients), dtype=np.int64)
@@ -233,22 +240,30 @@ class TraceReplay(ResourceSource):
             sel = logs == k
             edges, cum, period = self._edges[k], self._cum[k], self.logs[k].period
             per_period = cum[-1]
-            tau0 = np.mod(start[sel] + offsets[sel], period)
-            seg = np.searchsorted(edges, tau0, side="right") - 1
+            # a transfer that starts never (after an endless one) never ends; looking its start up would index past
+            # the log (NaN sorts last)
+            never = ~np.isfinite(start[sel])
+            tau0 = np.mod(np.where(never, 0.0, start[sel]) + offsets[sel], period)
+            seg = np.minimum(np.searchsorted(edges, tau0, side="right") - 1, len(edges) - 2)
             done0 = cum[seg] + self.logs[k].values[seg] * (tau0 - edges[seg])  # integral from 0 to tau0
             target = done0 + bits[sel]
             if per_period <= 0:
-                out[sel] = np.where(bits[sel] <= 0, 0.0, np.inf)
+                out[sel] = np.where(never | (bits[sel] > 0), np.inf, 0.0)
                 continue
             laps = np.floor(target / per_period)
             rest = target - laps * per_period
+            # a transfer ending exactly on a lap boundary ends where the previous lap's last positive segment does,
+            # not after the zero-bandwidth span that may close the log
+            boundary = (rest <= 0) & (laps > 0)
+            laps = np.where(boundary, laps - 1, laps)
+            rest = np.where(boundary, per_period, rest)
             # first edge whose cumulative reaches ``rest``; the crossing lies in the segment before it
             j = np.clip(np.searchsorted(cum, rest, side="left"), 1, len(cum) - 1)
             rate = self.logs[k].values[j - 1]
             with np.errstate(divide="ignore", invalid="ignore"):
                 within = np.where(rate > 0, (rest - cum[j - 1]) / rate, 0.0)
             tau1 = edges[j - 1] + within
-            out[sel] = np.where(bits[sel] <= 0, 0.0, laps * period + tau1 - tau0)
+            out[sel] = np.where(never, np.inf, np.where(bits[sel] <= 0, 0.0, laps * period + tau1 - tau0))
         return out
 
 
@@ -301,7 +316,7 @@ def build_source(cfg: ResourceConfig | None, kind: str, seed: int, purpose: str)
     if cfg.source in ("uniform", "binary"):
         return RangeSource(cfg.low * unit, cfg.high * unit, cfg.source == "binary", cfg.per_round, seed, purpose)
     if cfg.source == "levels":
-        return Levels(tuple(v * unit for v in cfg.values), seed, purpose)
+        return Levels(tuple(v * unit for v in cfg.values), seed, purpose, tuple(cfg.id_bounds))
     if cfg.source == "empirical":
         from rayfl.system.logs import load_distribution_si
 

@@ -183,7 +183,9 @@ def test_round_trip_keeps_strings_that_look_like_numbers(tmp_path: Path) -> None
 
 
 def test_config_to_dict_is_plain_data() -> None:
-    cfg = load_config(None, ["model.name=cnn", "train.lr_schedule=step", "train.lr_decay_rounds=[3, 6]"])
+    cfg = load_config(
+        None, ["data.name=synthetic", "model.name=cnn", "train.lr_schedule=step", "train.lr_decay_rounds=[3, 6]"]
+    )
     as_dict = config_to_dict(cfg)
     assert as_dict["model"] == {"name": "cnn", "channels": [64, 128, 256, 512], "norm": "none"}
     assert as_dict["train"]["lr_decay_rounds"] == [3, 6]
@@ -205,6 +207,7 @@ def test_anchors_and_merge_keys(tmp_path: Path) -> None:
         """
         data: &shared
           num_clients: 5
+        clients_per_round: 5
         train:
           <<: {epochs: 3, lr: 0.5}
           lr: 0.2
@@ -460,6 +463,7 @@ def test_overrides_of_each_type(tmp_path: Path) -> None:
             "train.lr=0.05",
             "train.weight_decay=5e-4",
             "train.momentum=0",
+            "data.name=cifar10",
             "data.download=true",
             "backend.kind=local",
             "name=my run",
@@ -547,14 +551,14 @@ def test_overrides_must_be_a_sequence_of_strings() -> None:
 def test_switching_model_by_override_starts_from_variant_defaults(tmp_path: Path) -> None:
     path = write(tmp_path, "model:\n  name: char_lstm\n  hidden_dim: 32\n  num_layers: 1\n")
     assert load_config(path).model == CharLSTMConfig(hidden_dim=32, num_layers=1)
-    cfg = load_config(path, ["model.name=cnn"])
+    cfg = load_config(path, ["model.name=cnn", "data.name=synthetic"])
     assert cfg.model == CNNConfig()
 
 
 def test_switching_keeps_keys_given_by_overrides(tmp_path: Path) -> None:
     path = write(tmp_path, "model:\n  name: char_lstm\n  hidden_dim: 32\n")
-    before = load_config(path, ["model.channels=[4]", "model.name=cnn"])
-    after = load_config(path, ["model.name=cnn", "model.norm=batch"])
+    before = load_config(path, ["model.channels=[4]", "model.name=cnn", "data.name=synthetic"])
+    after = load_config(path, ["model.name=cnn", "model.norm=batch", "data.name=synthetic"])
     assert before.model == CNNConfig(channels=(4,))
     assert after.model == CNNConfig(norm="batch")
 
@@ -612,11 +616,34 @@ def test_config_error_is_a_value_error_and_pickles(tmp_path: Path) -> None:
     assert (copy.key_path, copy.file, copy.line) == ("train.lr", str(path), 2)
 
 
+def test_fedhen_needs_a_side_exit() -> None:
+    err = load_error(None, ("algorithm.name=fedhen",))
+    assert err.key_path == "model.side_exit"
+    assert (
+        load_config(
+            None, ["data.name=synthetic", "algorithm.name=noside", "model.name=resnet", "model.side_exit=2"]
+        ).model.side_exit
+        == 2
+    )
+
+
 @pytest.mark.parametrize(
     ("override", "key_path"),
     [
         (("system.memory.source=uniform", "system.memory.low=2", "system.memory.high=1"), "system.memory.high"),
         (("system.memory.source=levels",), "system.memory.values"),
+        (
+            ("system.memory.source=levels", "system.memory.values=[1,2]", "system.memory.id_bounds=[1,2]"),
+            "system.memory.id_bounds",
+        ),
+        (
+            ("system.memory.source=levels", "system.memory.values=[1,2,3]", "system.memory.id_bounds=[5,2]"),
+            "system.memory.id_bounds[1]",
+        ),
+        (
+            ("system.memory.source=constant", "system.memory.low=1", "system.memory.id_bounds=[5]"),
+            "system.memory.id_bounds",
+        ),
         (("system.bandwidth_down.source=trace",), "system.bandwidth_down.file"),
         (("system.bandwidth_down.source=empirical",), "system.bandwidth_down.file"),
         (("system.compute.source=constant", "system.compute.low=0"), "system.compute.low"),

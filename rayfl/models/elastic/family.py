@@ -14,6 +14,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -23,7 +24,15 @@ from rayfl.algorithms.payloads import Assignment, TensorSlice
 from rayfl.models.elastic.space import SearchSpace
 from rayfl.models.elastic.spec import Selection, SubModelSpec, select
 
-__all__ = ["CostUnit", "ElasticFamily", "Scaler", "gather"]
+__all__ = ["CostUnit", "ElasticFamily", "MultiExit", "Scaler", "gather"]
+
+
+@runtime_checkable
+class MultiExit(Protocol):
+    """A model with early exits: one forward pass gives every exit's logits, early exits first, the last being what
+    ``forward`` returns (the ResNet family's side exit; FedHeN trains on all of them)."""
+
+    def forward_exits(self, x: torch.Tensor) -> list[torch.Tensor]: ...
 
 
 @dataclass(frozen=True)
@@ -87,6 +96,11 @@ class ElasticFamily(ABC):
 
     def global_model(self) -> nn.Module:
         return self.build(self.full_units)
+
+    def side_exit_units(self) -> tuple[int, ...]:
+        """Units of the sub-model that ends at the family's early-exit side head (FedHeN's simple model: an index
+        subset of the global model). Families that can have one override this; the rest have none."""
+        raise ValueError(f"{type(self).__name__} has no side exit (FedHeN's simple model needs one)")
 
     def select(self, spec: SubModelSpec, params: Mapping[str, torch.Tensor] | None = None) -> Selection:
         return select(self.space, spec, params)

@@ -13,6 +13,19 @@ Searchable dimensions:
   bottleneck (conv1's and conv2's outputs). The first inner dimension of a block with an identity shortcut is
   skippable: 0 units remove the block (its branch adds nothing, so the block is exactly the identity). Projection
   blocks change the shape of the stream and are never skipped.
+
+**Side exit** (``side_exit: k``, FedHeN, paper 001; Shallow-Deep Networks, Kaya et al. 2019): an early-exit head
+``side`` reads the residual stream after stage ``k``: mixed pooling (Lee et al. 2016: ``s·max + (1 - s)·avg`` over
+``side_pool`` x ``side_pool`` equal windows, ``s = sigmoid(side.alpha)`` learned, starting at 1/2) and a linear layer
+on the flattened pooled features. Its tensors sit beside the global model's, so "stages 1..k + side head" is an index
+subset of the complex model (the paper's Assumption 2.1). One more dimension, ``deep`` (one unit, skippable), gates
+everything after stage ``k``: the deep stages and the main head. At 0 units the sub-model is the simple model,
+whose output is the side exit; the deep stages' blocks then gate on ``deep`` alone (their inner widths are not
+skippable: a tensor has one gate). ``ElasticResNet.forward_exits`` returns every exit's logits of one pass, early
+first; ``forward`` returns the last (the main head's, without computing the side head, when the model has it).
+The pooling is written as reshapes plus ``max``/``mean`` over each window, so autograd keeps only the pooled values
+and the arg-max indices, never the stage's output (which the next block keeps already): the cost model's sum over
+pieces stays exact.
 """
 
 from __future__ import annotations
@@ -28,7 +41,7 @@ from rayfl.config import ResNetConfig
 from rayfl.models.elastic.family import CostUnit, ElasticFamily, Scaler
 from rayfl.models.elastic.space import Axis, Dimension, SearchSpace, TensorLayout
 
-__all__ = ["STAGE_BLOCKS", "ElasticResNet", "ResNetFamily"]
+__all__ = ["STAGE_BLOCKS", "ElasticResNet", "ResNetFamily", "SideHead", "SidePlan"]
 
 STAGE_BLOCKS: dict[int, tuple[str, tuple[int, ...]]] = {
     18: ("basic", (2, 2, 2, 2)),
@@ -51,6 +64,18 @@ class BlockPlan:
     mids: tuple[int, ...]
     projection: bool
     resolution: int  # input height (= width) of the block
+
+
+@dataclass(frozen=True, slots=True)
+class SidePlan:
+    """Where the side exit sits: after stage ``after_stage`` (1-based), reading dimension ``stream`` at ``resolution``;
+    ``deep`` is the dimension gating everything after it."""
+
+    after_stage: int
+    stream: int
+    deep: int
+    resolution: int
+    pool: int
 
 
 def make_norm(cfg: ResNetConfig, channels: int, track: bool) -> nn.Module:
@@ -113,6 +138,27 @@ class PreActBlock(nn.Module):
         return result
 
 
+class SideHead(nn.Module):
+    """The early exit: mixed max/average pooling to ``pool`` x ``pool`` windows, then a linear layer (module
+    docstring). The input's height and width must be multiples of ``pool``."""
+
+    def __init__(self, channels: int, pool: int, num_classes: int) -> None:
+        super().__init__()
+        self.pool = pool
+        self.alpha = nn.Parameter(torch.zeros(1))  # sigmoid(0) = 1/2: max and average weigh the same at first
+        self.linear = nn.Linear(channels * pool * pool, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, c, h, w = x.shape
+        p = self.pool
+        # (b, c, p, h/p, p, w/p) -> (b, c, p, p, window): a copy, which autograd does not keep
+        windows = x.reshape(b, c, p, h // p, p, w // p).permute(0, 1, 2, 4, 3, 5).reshape(b, c, p, p, -1)
+        share = torch.sigmoid(self.alpha)
+        mixed = share * windows.max(dim=-1).values + (1.0 - share) * windows.mean(dim=-1)
+        logits: torch.Tensor = self.linear(mixed.reshape(b, -1))  # channel-major: channel i owns p*p inputs
+        return logits
+
+
 class ElasticResNet(nn.Module):
     def __init__(
         self,
@@ -123,17 +169,22 @@ class ElasticResNet(nn.Module):
         in_channels: int,
         num_classes: int,
         track: bool,
+        side: SidePlan | None = None,
     ) -> None:
         super().__init__()
 
         def rate(d: int) -> float:
             return units[d] / sizes[d]
 
+        deep = side is None or units[side.deep] > 0
+        self.side_after = 0 if side is None else side.after_stage  # 1-based stage the side exit reads; 0 = none
         first = plans[0].stream_in
         self.conv1 = nn.Conv2d(in_channels, units[first], 3, 1, 1, bias=False)
         stages: dict[int, list[nn.Module]] = {}
         for p in plans:
             stage = int(p.prefix.split(".")[1])
+            if not deep and side is not None and stage >= side.after_stage:
+                break  # the simple model ends at the side exit
             if units[p.mids[0]] == 0:
                 stages.setdefault(stage, []).append(nn.Identity())  # skipped: keeps later blocks' names
                 continue
@@ -151,19 +202,33 @@ class ElasticResNet(nn.Module):
                 )
             )
         self.layers = nn.ModuleList(nn.Sequential(*stages[s]) for s in sorted(stages))
-        last = plans[-1].stream_out
-        self.n4 = make_norm(cfg, units[last], track)
-        self.s4 = Scaler(rate(last)) if cfg.scaler else nn.Identity()
+        self.side = None if side is None else SideHead(units[side.stream], side.pool, num_classes)
         self.act = make_act(cfg.act)
-        self.linear = nn.Linear(units[last], num_classes)
+        self.linear: nn.Linear | None = None
+        if deep:
+            last = plans[-1].stream_out
+            self.n4 = make_norm(cfg, units[last], track)
+            self.s4 = Scaler(rate(last)) if cfg.scaler else nn.Identity()
+            self.linear = nn.Linear(units[last], num_classes)
+
+    def _run(self, x: torch.Tensor, with_side: bool) -> list[torch.Tensor]:
+        exits: list[torch.Tensor] = []
+        out = self.conv1(x)
+        for i, stage in enumerate(self.layers):
+            out = stage(out)
+            if self.side is not None and i + 1 == self.side_after and (with_side or self.linear is None):
+                exits.append(self.side(out))
+        if self.linear is not None:
+            out = self.act(self.n4(self.s4(out))).mean(dim=(2, 3))
+            exits.append(self.linear(out))
+        return exits
+
+    def forward_exits(self, x: torch.Tensor) -> list[torch.Tensor]:
+        """Logits of every exit this (sub-)model has, from one pass, early exits first."""
+        return self._run(x, with_side=True)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.conv1(x)
-        for stage in self.layers:
-            out = stage(out)
-        out = self.act(self.n4(self.s4(out))).mean(dim=(2, 3))
-        logits: torch.Tensor = self.linear(out)
-        return logits
+        return self._run(x, with_side=False)[-1]
 
 
 class ResNetFamily(ElasticFamily):
@@ -188,11 +253,28 @@ class ResNetFamily(ElasticFamily):
         def lay(name: str, shape: tuple[int, ...], axes: tuple[Axis | None, ...], gate: int | None = None) -> None:
             layouts[name] = TensorLayout(shape, axes, gate)
 
+        if cfg.side_exit and not 1 <= cfg.side_exit < len(blocks):
+            raise ValueError(
+                f"model.side_exit must lie in [1, {len(blocks) - 1}] (a stage before the last), got {cfg.side_exit}"
+            )
+        side: SidePlan | None = None
         stream = new_dim("stream0", cfg.widths[0])
         lay("conv1.weight", (cfg.widths[0], in_channels, 3, 3), (Axis(stream), None, None, None))
         c_in, res = cfg.widths[0], image_size
         plans: list[BlockPlan] = []
+        deep: int | None = None  # the dimension gating everything after the side exit
         for s, (width, n_blocks) in enumerate(zip(cfg.widths, blocks, strict=True)):
+            if cfg.side_exit and s == cfg.side_exit:
+                if res % cfg.side_pool:
+                    raise ValueError(
+                        f"model.side_pool={cfg.side_pool} must divide the {res}x{res} maps after stage {cfg.side_exit}"
+                    )
+                deep = new_dim("deep", 1, skippable=True)
+                side = SidePlan(cfg.side_exit, stream, deep, res, cfg.side_pool)
+                pool_area = cfg.side_pool * cfg.side_pool
+                lay("side.alpha", (1,), (None,))
+                lay("side.linear.weight", (num_classes, c_in * pool_area), (None, Axis(stream, pool_area)))
+                lay("side.linear.bias", (num_classes,), (None,))
             for b in range(n_blocks):
                 stride = 2 if (s > 0 and b == 0) else 1
                 c_out = width * expansion
@@ -202,10 +284,11 @@ class ResNetFamily(ElasticFamily):
                 stream_out = new_dim(f"stream{len(plans) + 1}", c_out) if projection else stream_in
                 n_mids = 1 if kind == "basic" else 2
                 names = ["mid"] if kind == "basic" else ["mid1", "mid2"]
+                skippable = not projection and deep is None  # after the side exit a block gates on ``deep``
                 mids = tuple(
-                    new_dim(f"{s}.{b}.{names[i]}", width, skippable=(i == 0 and not projection)) for i in range(n_mids)
+                    new_dim(f"{s}.{b}.{names[i]}", width, skippable=(i == 0 and skippable)) for i in range(n_mids)
                 )
-                gate = mids[0]
+                gate = mids[0] if deep is None else deep
                 ins = (stream_in, *mids)
                 outs = (*mids, stream_out)
                 ksizes = (3, 3) if kind == "basic" else (1, 3, 1)
@@ -232,12 +315,14 @@ class ResNetFamily(ElasticFamily):
                 stream, c_in = stream_out, c_out
                 res = (res - 1) // stride + 1
         if cfg.norm != "none":
-            lay("n4.weight", (c_in,), (Axis(stream),))
-            lay("n4.bias", (c_in,), (Axis(stream),))
-        lay("linear.weight", (num_classes, c_in), (None, Axis(stream)))
-        lay("linear.bias", (num_classes,), (None,))
+            lay("n4.weight", (c_in,), (Axis(stream),), deep)
+            lay("n4.bias", (c_in,), (Axis(stream),), deep)
+        lay("linear.weight", (num_classes, c_in), (None, Axis(stream)), deep)
+        lay("linear.bias", (num_classes,), (None,), deep)
         self.plans = tuple(plans)
-        self.space = SearchSpace(tuple(dims), layouts, classifier=("linear.weight", "linear.bias"))
+        self.side = side
+        classifier = ("linear.weight", "linear.bias") + (("side.linear.weight", "side.linear.bias") if side else ())
+        self.space = SearchSpace(tuple(dims), layouts, classifier=classifier)
 
     def cost_units(self) -> list[CostUnit]:
         cfg, res0 = self.cfg, self.image_size
@@ -261,19 +346,51 @@ class ResNetFamily(ElasticFamily):
                 return module, _images(c_in, p.resolution, True)
 
             key = ("resnet_block", p.kind, p.stride, p.projection, p.resolution, style)
-            units.append(CostUnit(key, dims, p.mids[0], block))
+            side = self.side
+            if side is not None and p.prefix == f"layers.{side.after_stage}.0.":
+                units.append(self._side_unit(side))  # the side head reads the stream the next stage starts from
+            after_exit = side is not None and self.stage_of(p) >= side.after_stage
+            units.append(CostUnit(key, dims, side.deep if side is not None and after_exit else p.mids[0], block))
         last, res = self.plans[-1].stream_out, (self.plans[-1].resolution - 1) // self.plans[-1].stride + 1
 
         def head(w: tuple[int, ...]) -> tuple[nn.Module, Callable[[int, torch.device], torch.Tensor]]:
             return _Head(cfg, w[0], self.num_classes), _images(w[0], res, True)
 
-        units.append(CostUnit(("resnet_head", self.num_classes, res, style), (last,), None, head))
+        deep = None if self.side is None else self.side.deep
+        units.append(CostUnit(("resnet_head", self.num_classes, res, style), (last,), deep, head))
         return units
+
+    @staticmethod
+    def stage_of(plan: BlockPlan) -> int:
+        """0-based stage of a block."""
+        return int(plan.prefix.split(".")[1])
+
+    def _side_unit(self, side: SidePlan) -> CostUnit:
+        def make(w: tuple[int, ...]) -> tuple[nn.Module, Callable[[int, torch.device], torch.Tensor]]:
+            return SideHead(w[0], side.pool, self.num_classes), _images(w[0], side.resolution, True)
+
+        return CostUnit(("resnet_side", self.num_classes, side.resolution, side.pool), (side.stream,), None, make)
+
+    def side_exit_units(self) -> tuple[int, ...]:
+        """The simple model: every dimension up to the side exit at full width, ``deep`` (and so every later tensor)
+        at 0. Dimensions after the exit keep their sizes; no tensor of the sub-model reads them."""
+        if self.side is None:
+            raise ValueError("the simple model needs model.side_exit (a ResNet with a side exit): set model.side_exit")
+        units = list(self.full_units)
+        units[self.side.deep] = 0
+        return tuple(units)
 
     def build(self, units: Sequence[int], track_stats: bool = False) -> nn.Module:
         """``track_stats``: BN keeps running statistics (the server's static-BN evaluation copy)."""
         return ElasticResNet(
-            self.cfg, self.plans, units, self.space.sizes.tolist(), self.in_channels, self.num_classes, track_stats
+            self.cfg,
+            self.plans,
+            units,
+            self.space.sizes.tolist(),
+            self.in_channels,
+            self.num_classes,
+            track_stats,
+            self.side,
         )
 
 

@@ -15,7 +15,7 @@ from torch import nn
 
 from rayfl.algorithms import AnyCostFL, FedDropout, FedRolex, HeteroFL
 from rayfl.algorithms.base import ServerContext
-from rayfl.algorithms.heterofl import tracked_global_model
+from rayfl.algorithms.heterofl import static_bn_batches, tracked_global_model
 from rayfl.algorithms.payloads import ClientUpdate, ClientView, Params, ServerState, TensorSlice, TrainTask
 from rayfl.algorithms.rates import UniformRateAlgorithm, client_label_set
 from rayfl.config import (
@@ -35,6 +35,7 @@ from rayfl.engine.build import Setup, bind_algorithm, build_backend, build_clock
 from rayfl.engine.driver import run_experiment
 from rayfl.models import InputSpec, to_input
 from rayfl.models.elastic import ResNetFamily
+from rayfl.rng import derive_rng
 from tests.helpers import tiny_config, tiny_image_dataset
 
 CNN = CNNConfig(channels=(8, 16))
@@ -88,7 +89,7 @@ def fedavg_params() -> Params:
 @pytest.mark.parametrize(
     "algorithm",
     [
-        HeteroFLConfig(rates=(1.0,), label_mask=False),  # static_bn on: it must not touch training
+        HeteroFLConfig(rates=(1.0,), label_mask=False, official_init=False),  # static_bn on: it must not touch training
         FedRolexConfig(rates=(1.0,), label_mask=False),
         FedDropoutConfig(rates=(1.0,), label_mask=False),
         AnyCostFLConfig(rates=(1.0,), label_mask=False),
@@ -226,7 +227,7 @@ def test_rows_of_labels_no_client_holds_keep_their_global_value() -> None:
     assert result.records[0].clients_failed == 0
     new = result.state.params
     assert torch.equal(new["head.weight"][3], initial["head.weight"][3])
-    assert torch.equal(new["head.bias"][3], initial["head.bias"][3])
+    assert float(new["head.bias"][3]) == 0.0  # HeteroFL's official initial classifier bias, kept
     for c in (0, 1, 2):
         assert not torch.equal(new["head.weight"][c], initial["head.weight"][c])
 
@@ -307,8 +308,7 @@ def test_identity_blocks_write_the_residual_streams_channels(method: str) -> Non
 
 # --------------------------------------------------------------------------------------------- (6) static BN
 def test_static_bn_statistics_are_the_cumulative_mean_over_the_training_set() -> None:
-    cfg = _cfg(HeteroFLConfig(), CNN_BN)
-    cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, eval_batch_size=50))  # 252 samples
+    cfg = _cfg(HeteroFLConfig(static_bn_batch_size=50), CNN_BN)  # 252 samples
     alg, setup = _bound(cfg)
     state = alg.init_state(setup.params)
     params = alg.eval_params(state)
@@ -324,8 +324,9 @@ def test_static_bn_statistics_are_the_cumulative_mean_over_the_training_set() ->
     channels = h.transpose(0, 1).flatten(1).double()
     torch.testing.assert_close(params["features.1.running_mean"].double(), channels.mean(1), rtol=0, atol=1e-5)
     n, var = len(x), torch.zeros(8, dtype=torch.float64)
-    for rows in np.array_split(np.arange(n), n // 50):  # batches of 51, 51, 50, 50, 50, weighted by sample count
-        part = h[rows[0] : rows[-1] + 1].transpose(0, 1).flatten(1).double()
+    shuffled = derive_rng(cfg.seed, "static_bn", 0).permutation(n)  # the pool, shuffled with the run's derived seed
+    for rows in np.array_split(shuffled, n // 50):  # batches of 51, 51, 50, 50, 50, weighted by sample count
+        part = h[rows].transpose(0, 1).flatten(1).double()
         var += part.var(dim=1, unbiased=True) * len(rows) / n
     torch.testing.assert_close(params["features.1.running_var"].double(), var, rtol=1e-5, atol=1e-6)
 
@@ -355,6 +356,39 @@ def test_static_bn_is_a_no_op_without_batch_norm() -> None:
     state = alg.init_state(setup.params)
     assert alg.eval_params(state) is state.params and alg.eval_model() is None
     off, setup_bn = _bound(_cfg(HeteroFLConfig(static_bn=False), CNN_BN))
-    assert off.eval_params(off.init_state(setup_bn.params)) is setup_bn.params and off.eval_model() is None
+    state_bn = off.init_state(setup_bn.params)
+    assert off.eval_params(state_bn) is state_bn.params and off.eval_model() is None
     assert isinstance(FedRolex(FedRolexConfig(), tiny_config().train), UniformRateAlgorithm)
     assert HeteroFL.name == "heterofl"
+
+
+def test_heterofl_initial_model_has_zero_linear_bias_and_unit_norms() -> None:
+    alg, setup = _bound(_cfg(HeteroFLConfig(), CNN_BN))
+    params = alg.init_state(setup.params).params
+    assert alg.family is not None
+    with torch.device("meta"):
+        model = alg.family.build(alg.family.full_units)
+    norms = [n for n, m in model.named_modules() if isinstance(m, torch.nn.BatchNorm2d)]
+    linears = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
+    assert norms and linears
+    for n in norms:
+        assert torch.equal(params[f"{n}.weight"], torch.ones_like(params[f"{n}.weight"]))
+        assert torch.equal(params[f"{n}.bias"], torch.zeros_like(params[f"{n}.bias"]))
+    for n in linears:
+        assert torch.equal(params[f"{n}.bias"], torch.zeros_like(params[f"{n}.bias"]))
+        assert torch.equal(params[f"{n}.weight"], setup.params[f"{n}.weight"])  # weights keep PyTorch's init
+
+
+def test_static_bn_batches_are_a_seeded_shuffle_in_batches_of_ten() -> None:
+    def batches(seed: int) -> list[list[int]]:
+        return [b.tolist() for b in static_bn_batches(95, 10, derive_rng(seed, "static_bn", 0))]
+
+    first = batches(1)
+    assert first == batches(1)  # same seed, same batches
+    assert first != batches(2)
+    assert [len(b) for b in first] == [11, 11, 11, 11, 11, 10, 10, 10, 10]  # 95 // 10 nearly equal batches, none < 10
+    assert sorted(i for b in first for i in b) == list(range(95))  # a permutation of the pool
+    assert first[0] != list(range(11))  # not client-major order
+    assert [b.tolist() for b in static_bn_batches(25, 10, None)] == [list(range(13)), list(range(13, 25))]
+    with pytest.raises(ValueError, match="static_bn_batch_size"):
+        static_bn_batches(25, 0, None)

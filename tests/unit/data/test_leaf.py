@@ -146,5 +146,6 @@ def test_errors(tmp_path: Path) -> None:
         load_leaf(tmp_path, None, DataConfig(name="leaf", partition="iid", min_samples=1), seed=0)
     bad = tmp_path / "bad"
     _write(bad / "train" / "t.json", {"u": ([[1.0, 2.0]], [0])})
+    _write(bad / "test" / "t.json", {"u": ([[1.0, 2.0]], [0])})
     with pytest.raises(ValueError, match="2 values"):
         load_leaf(bad, None, DataConfig(name="leaf", min_samples=1), seed=0)

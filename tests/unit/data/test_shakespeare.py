@@ -225,9 +225,9 @@ def test_build_both_editions_keeps_client_names_distinct(tmp_path: Path) -> None
 # ------------------------------------------------------------------------------------------ cache and loading
 def test_prepare_caches_parquet_once_and_load_builds_windows(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
-    archive = _make_sdist(cache / "downloads" / SDIST_NAME)  # where prepare looks before downloading
+    archive = _make_sdist(tmp_path / SDIST_NAME)  # a cached sdist in downloads/ must carry the real checksum
     kw = {"seq_len": SEQ_LEN, "test_fraction": TEST_FRACTION, "min_samples": MIN_SAMPLES}
-    path = prepare_shakespeare(cache, edition="modern", **kw)  # type: ignore[arg-type]
+    path = prepare_shakespeare(cache, edition="modern", archive=archive, **kw)  # type: ignore[arg-type]
     assert path == cache / "shakespeare" / f"modern_L{SEQ_LEN}_tf{TEST_FRACTION}_min{MIN_SAMPLES}.parquet"
     assert path == cache_path(cache, edition="modern", **kw)  # type: ignore[arg-type]
     assert path.is_file() and path.stat().st_size > 0

@@ -136,15 +136,24 @@ def test_fedavg_then_fedavg_equals_one_fedavg_run() -> None:
 @pytest.mark.parametrize(
     ("yaml_text", "message"),
     [
-        ("rounds: 2\nalgorithm: {name: fedoras}\nmodel: {name: cnn}\n", "needs model.name: supernet"),
-        ("rounds: 2\nalgorithm: {name: fedoras_search}\nmodel: {name: supernet}\n", "must follow a 'fedoras' phase"),
         (
-            "rounds: 2\nmodel: {name: supernet}\nphases:\n  - {name: a, rounds: 1, algorithm: {name: fedavg}}\n"
+            "rounds: 2\ndata: {name: synthetic}\nalgorithm: {name: fedoras}\nmodel: {name: cnn}\n",
+            "needs model.name: supernet",
+        ),
+        (
+            "rounds: 2\ndata: {name: synthetic}\nalgorithm: {name: fedoras_search}\nmodel: {name: supernet}\n",
+            "must follow a 'fedoras' phase",
+        ),
+        (
+            "rounds: 2\ndata: {name: synthetic}\nmodel: {name: supernet}\nphases:\n  - {name: a, rounds: 1, algorithm: {name: fedavg}}\n"
             "  - {name: b, rounds: 1, algorithm: {name: fedoras_search}}\n",
             "phases\\[1\\].algorithm.name: 'fedoras_search' must follow",
         ),
-        ("rounds: 2\nmodel: {name: supernet, ops: [conv1, conv9]}\n", "unknown op 'conv9'"),
-        ("rounds: 2\nmodel: {name: supernet}\nalgorithm: {name: fedoras, tier_shares: [0.5, 0.4]}\n", "sum to 1"),
+        ("rounds: 2\ndata: {name: synthetic}\nmodel: {name: supernet, ops: [conv1, conv9]}\n", "unknown op 'conv9'"),
+        (
+            "rounds: 2\ndata: {name: synthetic}\nmodel: {name: supernet}\nalgorithm: {name: fedoras, tier_shares: [0.5, 0.4]}\n",
+            "sum to 1",
+        ),
     ],
 )
 def test_fedoras_configs_are_checked(tmp_path: Path, yaml_text: str, message: str) -> None:

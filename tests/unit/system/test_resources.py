@@ -116,6 +116,16 @@ def test_levels_of_different_resources_put_a_client_in_the_same_group() -> None:
         np.testing.assert_array_equal(memory.at(cohort, 0.0, round_idx), 10.0 * bandwidth.at(cohort, 0.0, round_idx))
 
 
+def test_levels_by_client_id_are_fixed_whatever_the_cohort() -> None:
+    """``id_bounds``: FedHeN's split, ids 0-49 level 0 and 50-99 level 1, in every round and cohort order."""
+    src = Levels((10.0, 20.0), seed=3, purpose="memory", id_bounds=(50,))
+    for round_idx in range(5):
+        cohort = np.random.default_rng(round_idx).choice(100, size=10, replace=False)
+        np.testing.assert_array_equal(src.at(cohort, 0.0, round_idx), np.where(cohort < 50, 10.0, 20.0))
+    three = Levels((1.0, 2.0, 3.0), seed=0, purpose="memory", id_bounds=(2, 5))
+    np.testing.assert_array_equal(three.at(np.array([6, 0, 1, 2, 4, 5]), 0.0, 0), [3.0, 1.0, 1.0, 2.0, 2.0, 3.0])
+
+
 def test_empirical_range_keeps_only_values_within_low_and_high(tmp_path: Path) -> None:
     """A ``high`` restricts an empirical distribution to the tests within ``[low, high]``; ``scale`` applies after."""
     table = tmp_path / "wifi.csv"

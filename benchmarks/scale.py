@@ -1,0 +1,210 @@
+"""Scale benchmark: updates/s, end-to-end wall, start-up breakdown and peak memory (PSS) per process.
+
+Workload per point (the issue's FedAvg workload): ``N`` synthetic clients with 64 3x32x32 images each, ``K`` clients
+per round, one epoch of batch 32 SGD on a two-conv CNN, or no training at all with ``--noop`` (``train.noop``: the
+engine alone). Each point runs in a fresh Python process (so Ray starts cold and memory is the point's own) and
+reports
+
+* ``ray_start_s`` (``ray.init``; 0 for the local backend), ``setup_s`` (data, model, actors: wall before round 1
+  minus Ray's start), ``first_round_s``, ``steady_updates_per_s`` (rounds after the first, evaluation excluded by
+  ``eval_every``), ``end_to_end_s`` (process-internal wall of the whole run);
+* ``peak_pss_mib``: the peak, over samples every 0.2 s, of the proportional set size of each process of the tree
+  (the driver and every descendant: Ray's GCS, raylet, workers, client hosts, shards), grouped by role, and of the
+  tree's total.
+
+Run everything: ``python benchmarks/scale.py --out scale.json`` (prints a markdown table). Subsets:
+``--n 100 1000 --k 10 --mode noop train --backend ray --rounds 3 --hosts 2``. Combinations with ``K > N`` are
+skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+ROLES = (
+    ("ClientHost", "client_host"),
+    ("ParamServerShard", "param_shard"),
+    ("raylet", "raylet"),
+    ("gcs_server", "gcs"),
+    ("dashboard", "dashboard"),
+    ("DashboardAgent", "dashboard"),
+    ("RuntimeEnvAgent", "runtime_env_agent"),
+    ("log_monitor", "log_monitor"),
+    ("runtime_env", "runtime_env_agent"),
+    ("monitor.py", "monitor"),
+    ("ray::IDLE", "idle_worker"),
+    ("default_worker", "idle_worker"),
+)
+
+
+def _role(proc: psutil.Process, root: int) -> str:
+    if proc.pid == root:
+        return "driver"
+    try:
+        text = " ".join(proc.cmdline()) or proc.name()
+    except psutil.Error:
+        return "other"
+    for needle, role in ROLES:
+        if needle in text:
+            return role
+    return "other"
+
+
+class PssSampler(threading.Thread):
+    """Peak PSS (MiB) per role and of the whole tree under the current process, sampled every ``period_s``."""
+
+    def __init__(self, period_s: float = 0.2) -> None:
+        super().__init__(daemon=True)
+        self.period_s = period_s
+        self.peak_by_role: dict[str, float] = {}
+        self.count_by_role: dict[str, int] = {}
+        self.peak_total = 0.0
+        self._halt = threading.Event()
+
+    def sample(self) -> None:
+        root = psutil.Process(os.getpid())
+        by_role: dict[str, float] = {}
+        counts: dict[str, int] = {}
+        for proc in [root, *root.children(recursive=True)]:
+            try:
+                pss = proc.memory_full_info().pss / 2**20
+            except psutil.Error:
+                continue
+            role = _role(proc, root.pid)
+            by_role[role] = by_role.get(role, 0.0) + pss
+            counts[role] = counts.get(role, 0) + 1
+        for role, pss in by_role.items():
+            self.peak_by_role[role] = max(self.peak_by_role.get(role, 0.0), pss)
+            self.count_by_role[role] = max(self.count_by_role.get(role, 0), counts[role])
+        self.peak_total = max(self.peak_total, sum(by_role.values()))
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            self.sample()
+            self._halt.wait(self.period_s)
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join()
+
+
+def run_point(n: int, k: int, noop: bool, backend: str, rounds: int, hosts: int) -> dict[str, Any]:
+    """One point, in this process."""
+    began = time.perf_counter()
+    sampler = PssSampler()
+    sampler.start()
+    from rayfl.config import BackendConfig, CNNConfig, DataConfig, ExperimentConfig, FedAvgConfig, TrainConfig
+    from rayfl.engine.driver import run_experiment
+
+    cfg = ExperimentConfig(
+        name="scale",
+        rounds=rounds,
+        clients_per_round=k,
+        eval_every=10_000,  # only the last round is evaluated
+        data=DataConfig(name="synthetic", partition="iid", num_clients=n, synthetic_samples=64),
+        model=CNNConfig(channels=(16, 32)),
+        algorithm=FedAvgConfig(),
+        train=TrainConfig(epochs=1, batch_size=32, lr=0.05, optimizer="sgd", noop=noop),
+        backend=BackendConfig(kind=backend, num_hosts=hosts, num_cpus=hosts),  # type: ignore[arg-type]
+    )
+    ray_start_s = 0.0
+    owned = False
+    if backend == "ray":
+        from rayfl.engine.ray_backend import ensure_ray
+
+        t0 = time.perf_counter()
+        owned = ensure_ray(cfg.backend)
+        ray_start_s = time.perf_counter() - t0
+    t_run = time.perf_counter()
+    sampler.sample()  # Ray's own processes before any actor starts
+    result = run_experiment(cfg, write=False)
+    run_s = time.perf_counter() - t_run
+    sampler.stop()
+    if owned:
+        import ray
+
+        ray.shutdown()
+    walls = [r.round_wall_s for r in result.records]
+    steady = walls[1:-1] if len(walls) > 2 else walls[1:]
+    return {
+        "n": n,
+        "k": k,
+        "mode": "noop" if noop else "train",
+        "backend": backend,
+        "hosts": hosts,
+        "rounds": rounds,
+        "ray_start_s": ray_start_s,
+        "setup_s": run_s - sum(walls),
+        "first_round_s": walls[0],
+        "steady_updates_per_s": k * len(steady) / sum(steady) if steady and sum(steady) > 0 else float("nan"),
+        "end_to_end_s": time.perf_counter() - began,
+        "peak_pss_mib": {role: round(v, 1) for role, v in sorted(sampler.peak_by_role.items())},
+        "processes": dict(sorted(sampler.count_by_role.items())),
+        "peak_pss_total_mib": round(sampler.peak_total, 1),
+    }
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    head = (
+        "| N | K | mode | backend | updates/s (steady) | end to end s | Ray start s | set-up s | first round s | "
+        "peak PSS total MiB | peak PSS by role MiB |\n|" + " --- |" * 11
+    )
+    lines = [head]
+    for r in rows:
+        roles = ", ".join(f"{k} {v:.0f}" for k, v in r["peak_pss_mib"].items())
+        lines.append(
+            f"| {r['n']} | {r['k']} | {r['mode']} | {r['backend']} | {r['steady_updates_per_s']:.1f} | "
+            f"{r['end_to_end_s']:.1f} | {r['ray_start_s']:.2f} | {r['setup_s']:.2f} | {r['first_round_s']:.2f} | "
+            f"{r['peak_pss_total_mib']:.0f} | {roles} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=int, nargs="+", default=[100, 1000, 10_000])
+    parser.add_argument("--k", type=int, nargs="+", default=[10, 100, 1000])
+    parser.add_argument("--mode", choices=["train", "noop"], nargs="+", default=["train", "noop"])
+    parser.add_argument("--backend", choices=["ray", "local"], default="ray")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--hosts", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=None, help="JSON file for the rows (default: print only)")
+    parser.add_argument("--point", action="store_true", help=argparse.SUPPRESS)  # internal: one point, JSON out
+    args = parser.parse_args()
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if args.point:
+        row = run_point(args.n[0], args.k[0], args.mode[0] == "noop", args.backend, args.rounds, args.hosts)
+        print("SCALE-ROW " + json.dumps(row))
+        return
+    rows: list[dict[str, Any]] = []
+    for n in args.n:
+        for k in args.k:
+            if k > n:
+                continue
+            for mode in args.mode:
+                cmd = [sys.executable, __file__, "--point", "--n", str(n), "--k", str(k), "--mode", mode]
+                cmd += ["--backend", args.backend, "--rounds", str(args.rounds), "--hosts", str(args.hosts)]
+                out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+                found = [ln for ln in out.stdout.splitlines() if ln.startswith("SCALE-ROW ")]
+                if out.returncode != 0 or not found:
+                    sys.stderr.write(out.stderr[-4000:])
+                    raise SystemExit(f"point N={n} K={k} {mode} failed (exit {out.returncode})")
+                rows.append(json.loads(found[-1].removeprefix("SCALE-ROW ")))
+                sys.stderr.write(f"done N={n} K={k} {mode}: {rows[-1]['steady_updates_per_s']:.1f} updates/s\n")
+    if args.out is not None:
+        args.out.write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
+    sys.stdout.write(markdown(rows) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Bring-your-own model and data examples: factories that ``model.name: custom`` / ``data.name: custom`` import."""

@@ -1,0 +1,92 @@
+"""FedHeN: Federated Learning in Heterogeneous Networks, and its NoSide baseline.
+
+Acar & Saligrama, DyNN workshop at ICML 2022 (paper 001; ALGORITHMS.md section 8).
+
+Two architectures share weights (Assumption 2.1): the *simple* model is an index subset ``M`` of the *complex* one.
+Here the complex model is a ResNet with a side exit (``model.side_exit``) and the simple model is the sub-model that
+ends at that exit (``ElasticFamily.side_exit_units``: stages 1..k and the side head), built, sent and scattered by
+the family like any sub-model.
+
+* **Device types** (Algorithm 1, line 4). A sampled client trains the complex model when it fits its memory and
+  bandwidth budgets (the clock's own cost model), else the simple model. The paper's split (the first half of the
+  clients simple, the last half complex) is a budget source: ``system.memory`` ``levels`` fixed by client id
+  (``id_bounds``), with the simple level below the complex model's need.
+* **Client objective** (Algorithm 2). A simple device minimises its loss on the simple model. A complex device
+  minimises the complex loss *plus* the side objective, the loss of its embedded simple sub-network on the same batch:
+  one forward pass gives both exits' logits (``MultiExit.forward_exits``) and one backward through the sum gives
+  ``grad f(w) + grad f([w]_M)`` (line 13). NoSide (Algorithm 4) trains every device on its model's own loss only.
+* **Server** (Algorithm 1, lines 17-22). ``[w_c]_M = w_s = (1/|Z|)(sum_simple w_s,i + sum_complex [w_c,j]_M)`` and
+  ``[w_c]_M' = (1/|Z_c|) sum_complex [w_c,j]_M'``. This is exactly the count-normalised element-wise mean with every
+  client weighing 1 (``MaskedWeightedMean``): the elements of ``M`` are covered by every active device, those of
+  ``M'`` by the complex ones only; a round without complex devices leaves ``M'`` as it was.
+* **Gradient clipping and failures.** The paper clips gradients at norm 10 (``train.grad_clip_norm: 10``) and drops a
+  device whose model turned NaN for that round: the client hosts leave any non-finite update out of the aggregate
+  and record it as ``nan_update``.
+* **Evaluation.** The engine evaluates the complex model (``test_acc``) and, through ``eval_structures``, the simple
+  one (the global simple model is the complex model's ``M`` part, so it is the same parameters at the side-exit
+  units).
+
+Choice where the paper is silent: a client whose budgets fit neither model gets the simple one and the clock fails
+it (recorded), rather than the method breaking a budget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+import numpy as np
+import torch
+from torch import nn
+
+from rayfl.algorithms.payloads import Assignment, ClientView, ServerState, TrainTask
+from rayfl.algorithms.submodel import SubModelAlgorithm, first_k
+
+__all__ = ["FedHeN", "NoSide", "exits_loss"]
+
+
+def exits_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The sum of the cross-entropy losses of every exit of ``model`` on one batch (one forward pass)."""
+    from rayfl.models.elastic.family import MultiExit  # the models package imports rayfl.algorithms
+
+    if not isinstance(model, MultiExit):
+        raise ValueError(f"the side objective needs a model with early exits, got {type(model).__name__}")
+    return torch.stack([nn.functional.cross_entropy(logits, y) for logits in model.forward_exits(x)]).sum()
+
+
+class FedHeN(SubModelAlgorithm):
+    """Simple devices train the side-exit sub-model, complex devices the whole model plus the side objective."""
+
+    name = "fedhen"
+    side_objective: ClassVar[bool] = True
+
+    def simple_units(self) -> tuple[int, ...]:
+        return self.require_family().side_exit_units()
+
+    def complex_units(self) -> tuple[int, ...]:
+        return self.require_family().full_units
+
+    def assign(self, state: ServerState, round_idx: int, views: Sequence[ClientView]) -> dict[int, Assignment]:
+        if not views:
+            return {}
+        family = self.require_family()
+        complex_fits = self.fit_mask(np.array([self.complex_units()]), views)[:, 0]
+        simple = family.assignment(first_k(self.simple_units()))
+        complex_ = family.assignment(first_k(self.complex_units()))
+        return {v.client_id: complex_ if fits else simple for v, fits in zip(views, complex_fits, strict=True)}
+
+    def eval_structures(self, state: ServerState) -> dict[str, tuple[int, ...] | None]:
+        return {"simple": self.simple_units()}
+
+    def local_loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, task: TrainTask) -> torch.Tensor:
+        if not self.side_objective:
+            return nn.functional.cross_entropy(model(x), y)
+        # a simple model has one exit (its side head); a complex one both: its loss plus the side objective
+        return exits_loss(model, x, y)
+
+
+class NoSide(FedHeN):
+    """Paper 001's NoSide baseline: FedHeN without the side objective."""
+
+    name = "noside"
+    side_objective = False

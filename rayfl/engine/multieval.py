@@ -1,0 +1,75 @@
+"""Evaluation and record columns of runs that hold several global models (``ServerState.models``).
+
+Each model is scored on the whole test set (its test accuracy), and, where the data set splits its test set by client,
+every client's test rows are scored on the model the algorithm would assign it (``Algorithm.client_model_id``); the
+mean of those per-client accuracies is paper 002's "average client accuracy". Single-model runs get the average client
+accuracy too (on the one evaluated model) and keep every other column as before.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from rayfl.algorithms.base import Algorithm
+from rayfl.algorithms.multimodel import model_params
+from rayfl.algorithms.payloads import ClientOutcome, ServerState
+from rayfl.data.federated import FederatedDataset
+from rayfl.engine.backend import Backend, EvalResult
+
+__all__ = ["client_accuracy", "evaluate_models", "model_fields"]
+
+
+def evaluate_models(backend: Backend, algorithm: Algorithm, state: ServerState, first: EvalResult) -> list[EvalResult]:
+    """Every global model's evaluation in id order. ``first`` is model 0's (the engine's usual evaluation of
+    ``eval_params``/``eval_units``); models ``k > 0`` are scored as their own architecture on ``eval_params``'s
+    tensors of that model."""
+    if len(state.models) <= 1:
+        return [first]
+    params = algorithm.eval_params(state)
+    results = [first]
+    for model_id in range(1, len(state.models)):
+        results.append(backend.evaluate(model_params(params, model_id), None, state.models[model_id]))
+    return results
+
+
+def client_accuracy(
+    dataset: FederatedDataset, evals: Sequence[EvalResult], algorithm: Algorithm, state: ServerState
+) -> float:
+    """Mean over clients with test data of the accuracy of their test rows on the model each would be assigned
+    (NaN when the test set is not split by client or an evaluation carries no per-sample results)."""
+    offsets = dataset.test_offsets
+    if offsets is None or any(e.correct_mask is None for e in evals):
+        return math.nan
+    per_client: list[float] = []
+    for client_id in range(dataset.num_clients):
+        lo, hi = int(offsets[client_id]), int(offsets[client_id + 1])
+        if hi == lo:
+            continue
+        mask = evals[algorithm.client_model_id(state, client_id)].correct_mask
+        assert mask is not None
+        per_client.append(float(np.mean(mask[lo:hi])))
+    return float(np.mean(per_client)) if per_client else math.nan
+
+
+def model_fields(
+    dataset: FederatedDataset,
+    evals: Sequence[EvalResult] | None,
+    algorithm: Algorithm,
+    state: ServerState,
+    outcomes: Sequence[ClientOutcome],
+) -> dict[str, Any]:
+    """A round record's multi-model columns; ``evals`` is ``None`` in a round without evaluation."""
+    count = max(1, len(state.models))
+    fields: dict[str, Any] = {"num_models": count}
+    if count > 1:
+        trained = np.bincount([o.model_id for o in outcomes if o.failure is None], minlength=count)
+        fields["clients_per_model"] = " ".join(str(int(n)) for n in trained)
+    if evals is not None:
+        if count > 1:
+            fields["model_accs"] = " ".join(str(e.accuracy) for e in evals)
+        fields["client_acc"] = client_accuracy(dataset, evals, algorithm, state)
+    return fields

@@ -1,0 +1,135 @@
+"""Per-client memories and local model padding (paper 004, Eq. 5) on a real client host with a real family."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, cast
+
+import numpy as np
+import torch
+
+from rayfl.algorithms.payloads import ClientOutcome, LinkDraw, TrainTask
+from rayfl.algorithms.submodel import first_k
+from rayfl.config import BackendConfig, CNNConfig, FedAvgConfig
+from rayfl.engine.build import build_setup
+from rayfl.engine.client_state import ClientMemory, ClientStateStore, initial_weights, memory_bytes
+from rayfl.engine.host import ClientHost
+from rayfl.models.elastic.spec import SubModelSpec
+from rayfl.system.links import column_levels
+from tests.helpers import tiny_config, tiny_image_dataset
+
+MODEL = CNNConfig(channels=(8, 16))
+
+
+def _host() -> tuple[ClientHost, Any]:
+    cfg = dataclasses.replace(tiny_config(kind="local"), model=MODEL, algorithm=FedAvgConfig())
+    setup = build_setup(cfg, tiny_image_dataset())
+    host = ClientHost(0, setup.dataset, MODEL, setup.algorithm, BackendConfig(kind="local"), init_seed=1)
+    return host, setup
+
+
+def _units(host: ClientHost, rate: float) -> tuple[int, ...]:
+    assert host.family is not None
+    space = host.family.space
+    return space.units(SubModelSpec.uniform(space, rate).ratios)
+
+
+def _block(shape: tuple[int, ...], sub: tuple[int, ...]) -> torch.Tensor:
+    mask = torch.zeros(shape, dtype=torch.bool)
+    mask[tuple(slice(0, n) for n in sub)] = True
+    return mask
+
+
+def _train_once(host: ClientHost, setup: Any, memory: ClientMemory | None, down_run: int) -> ClientMemory:
+    """One client at capacity 0.75 whose download stops after ``down_run`` columns; lr 0 keeps the padded model."""
+    assert host.family is not None
+    assignment = host.family.assignment(first_k(_units(host, 0.75)))
+    link = LinkDraw(0.1, down_run, -1, 0.125, True)
+    task = TrainTask(3, 0, 0, 0.0, assignment, link=link)
+    params = {k: np.ones(tuple(v.shape), dtype=np.float32) for k, v in setup.params.items()}  # global = 1
+    *_, outcomes, after = host.run_round([task], params, {k: 0 for k in params}, 1, memory)
+    (outcome,) = cast(list[ClientOutcome], outcomes)
+    assert (
+        outcome.failure is None and outcome.p_down == (0.75 if down_run < 0 else down_run / 8) and outcome.p_up == 0.75
+    )
+    return cast(ClientMemory, after)
+
+
+def test_padding_fills_exactly_the_missing_columns_from_the_clients_previous_parameters() -> None:
+    """Two of six columns arrive: the 0.25 block is the global model (1), the rest of the client's 0.75 model its
+    previous parameters (2); where its memory (a 0.5 model) lacks a position, the initial global model."""
+    host, setup = _host()
+    assert host.family is not None
+    space = host.family.space
+    half = _units(host, 0.5)
+    previous = host.family.slices(first_k(half))
+    shapes = {k: tuple(v.shape) for k, v in setup.params.items()}
+    kept = {k: np.full(space.sub_shape(k, half), 2.0, dtype=np.float32) for k in previous}
+    memory = ClientMemory(params=kept, slices=previous)
+    after = _train_once(host, setup, memory, down_run=2)
+    assert after.params is not None
+    initial = initial_weights(MODEL, setup.input_spec, 0)
+    quarter, own = _units(host, 0.25), _units(host, 0.75)
+    for name, value in after.params.items():
+        got = torch.from_numpy(value)
+        assert got.shape == space.sub_shape(name, own)
+        arrived = _block(got.shape, space.sub_shape(name, quarter))
+        remembered = _block(got.shape, space.sub_shape(name, half)) & ~arrived
+        fresh = ~(arrived | remembered)
+        assert torch.equal(got[arrived], torch.ones_like(got[arrived])), name
+        assert torch.equal(got[remembered], torch.full_like(got[remembered], 2.0)), name
+        init = initial[name][tuple(slice(0, n) for n in got.shape)]
+        assert torch.equal(got[fresh], init[fresh]), name
+    assert memory_bytes(after) == sum(4 * int(np.prod(space.sub_shape(k, own))) for k in shapes)
+
+
+def test_a_full_download_needs_no_padding_and_a_first_round_pads_from_the_initial_model() -> None:
+    host, setup = _host()
+    full = _train_once(host, setup, None, down_run=-1)  # nothing lost
+    assert full.params is not None and all(np.all(v == 1.0) for v in full.params.values())
+    first = _train_once(host, setup, None, down_run=2)
+    initial = initial_weights(MODEL, setup.input_spec, 0)
+    assert first.params is not None and host.family is not None
+    for name, value in first.params.items():
+        got = torch.from_numpy(value)
+        arrived = _block(got.shape, host.family.space.sub_shape(name, _units(host, 0.25)))
+        init = initial[name][tuple(slice(0, n) for n in got.shape)]
+        assert torch.equal(got[arrived], torch.ones_like(got[arrived])), name
+        assert torch.equal(got[~arrived], init[~arrived]), name
+
+
+def test_store_round_trips_and_follows_clients() -> None:
+    host, _setup = _host()
+    assert host.family is not None
+    store = ClientStateStore()
+    task = TrainTask(
+        7, 0, 0, 0.0, column_levels(host.family, host.family.assignment(first_k(_units(host, 0.5))), 0.5)[0]
+    )
+    assert store.handles_for([task]) == [None]
+    memory = ClientMemory(algo_state={"seen": 1})
+    store.update([task], [memory])
+    saved = store.client_states()
+    fresh = ClientStateStore()
+    fresh.load_client_states(saved)
+    assert fresh.client_states() == {7: memory} and fresh.handles_for([task]) == [memory]
+
+
+def test_upload_stops_at_the_first_lost_column_and_only_what_arrived_is_aggregated() -> None:
+    """A 0.75 client whose upload loses its second column: the server's partial sums cover exactly the first
+    column (x0.125, first-k) of every tensor, with the client's weight; the outcome reports p_up = 0.125."""
+    host, setup = _host()
+    assert host.family is not None
+    space = host.family.space
+    assignment = host.family.assignment(first_k(_units(host, 0.75)))
+    task = TrainTask(4, 0, 0, 0.05, assignment, link=LinkDraw(0.1, -1, 1, 0.125, True))
+    params = {k: v.numpy() for k, v in setup.params.items()}
+    partial, outcomes, _after = host.run_round([task], params, {k: 0 for k in params}, 1, None)
+    (outcome,) = cast(list[ClientOutcome], outcomes)
+    assert outcome.failure is None and outcome.p_down == 0.75 and outcome.p_up == 0.125
+    first = _units(host, 0.125)
+    sums = cast(dict[str, Any], partial)
+    assert sums.keys() == params.keys()
+    for name, value in params.items():
+        covered = sums[name].weight.expand(value.shape) > 0
+        assert torch.equal(covered, _block(value.shape, space.sub_shape(name, first))), name
+        assert float(sums[name].weight.max()) == outcome.num_examples  # FedAvg weighs by samples
