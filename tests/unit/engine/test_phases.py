@@ -145,13 +145,15 @@ def test_fedavg_then_fedavg_equals_one_fedavg_run() -> None:
             "must follow a 'fedoras' phase",
         ),
         (
-            "rounds: 2\ndata: {name: synthetic}\nmodel: {name: supernet}\nphases:\n  - {name: a, rounds: 1, algorithm: {name: fedavg}}\n"
+            "rounds: 2\ndata: {name: synthetic}\nmodel: {name: supernet}\nphases:\n"
+            "  - {name: a, rounds: 1, algorithm: {name: fedavg}}\n"
             "  - {name: b, rounds: 1, algorithm: {name: fedoras_search}}\n",
             "phases\\[1\\].algorithm.name: 'fedoras_search' must follow",
         ),
         ("rounds: 2\ndata: {name: synthetic}\nmodel: {name: supernet, ops: [conv1, conv9]}\n", "unknown op 'conv9'"),
         (
-            "rounds: 2\ndata: {name: synthetic}\nmodel: {name: supernet}\nalgorithm: {name: fedoras, tier_shares: [0.5, 0.4]}\n",
+            "rounds: 2\ndata: {name: synthetic}\nmodel: {name: supernet}\n"
+            "algorithm: {name: fedoras, tier_shares: [0.5, 0.4]}\n",
             "sum to 1",
         ),
     ],
