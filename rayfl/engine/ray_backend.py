@@ -46,12 +46,13 @@ log = logging.getLogger(__name__)
 
 def ensure_ray(cfg: BackendConfig) -> bool:
     """Connect to (or start) Ray; returns True when this call started it, so the caller knows to shut it down."""
+    if cfg.address:  # an address named in the config must answer, even when some Ray is connected already
+        _probe_address(cfg.address, cfg.start_timeout_s)
     if ray.is_initialized():
         return False
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": True}
     if cfg.address:
-        _probe_address(cfg.address, cfg.start_timeout_s)
         kwargs["address"] = cfg.address
     else:
         if cfg.num_cpus:
