@@ -94,19 +94,7 @@ class NestedWidthAlgorithm(SubModelAlgorithm):
 
     # ------------------------------------------------------------------------------------------ server side
     def assign(self, state: ServerState, round_idx: int, views: Sequence[ClientView]) -> dict[int, Assignment]:
-        if not views:
-            return {}
-        full = self.require_family().full_units
-        capacity = self.largest_fitting_rate(views, self.capacities)
-        made: dict[float, Assignment] = {}
-        out: dict[int, Assignment] = {}
-        for view in views:
-            p = capacity[view.client_id]
-            if p not in made:
-                units = self.uniform_units(p)
-                made[p] = Assignment() if units == full else self.assignment_for(first_k(units))
-            out[view.client_id] = made[p]
-        return out
+        return self.assign_nested_widths(views, self.capacities)
 
     # ------------------------------------------------------------------------------------------ client side
     def ratio_list(self, rng: np.random.Generator) -> list[float]:

@@ -110,19 +110,7 @@ class FjORD(SubModelAlgorithm):
 
     # ------------------------------------------------------------------------------------------ server side
     def assign(self, state: ServerState, round_idx: int, views: Sequence[ClientView]) -> dict[int, Assignment]:
-        if not views:
-            return {}
-        full = self.require_family().full_units
-        p_max = self.largest_fitting_rate(views, self.widths)
-        made: dict[float, Assignment] = {}
-        out: dict[int, Assignment] = {}
-        for view in views:
-            width = p_max[view.client_id]
-            if width not in made:
-                units = self.uniform_units(width)
-                made[width] = Assignment() if units == full else self.assignment_for(first_k(units))
-            out[view.client_id] = made[width]
-        return out
+        return self.assign_nested_widths(views, self.widths)
 
     def client_weight(self, num_examples: int) -> float:
         return float(num_examples)  # Flower's fjord_average weights by examples

@@ -78,6 +78,23 @@ class SubModelAlgorithm(Algorithm):
         first = np.where(fits.any(axis=1), fits.argmax(axis=1), len(ordered) - 1)
         return {v.client_id: ordered[int(k)] for v, k in zip(views, first, strict=True)}
 
+    def assign_nested_widths(self, views: Sequence[ClientView], widths: Sequence[float]) -> dict[int, Assignment]:
+        """Each client the first-k sub-model of the largest of ``widths`` that fits its budgets (the same ratio on every
+        layer; the whole model at width 1); one ``Assignment`` per distinct width, shared by its clients."""
+        if not views:
+            return {}
+        full = self.require_family().full_units
+        chosen = self.largest_fitting_rate(views, widths)
+        made: dict[float, Assignment] = {}
+        out: dict[int, Assignment] = {}
+        for view in views:
+            width = chosen[view.client_id]
+            if width not in made:
+                units = self.uniform_units(width)
+                made[width] = Assignment() if units == full else self.assignment_for(first_k(units))
+            out[view.client_id] = made[width]
+        return out
+
     def assignment_for(self, selection: Selection) -> Assignment:
         return self.require_family().assignment(selection)
 
