@@ -525,24 +525,39 @@ def _apply_override(raw: dict[str, Any], origins: dict[KeyPath, Origin], text: s
         value = yaml.load(value_text, Loader=_Loader)  # a SafeLoader: plain data only
     except yaml.YAMLError as err:
         raise _yaml_error(err, file, override=text) from err
-    node: dict[Any, Any] = raw
-    for depth, part in enumerate(parts[:-1]):
-        here = tuple(parts[: depth + 1])
-        child = node.get(part)
-        if child is None:
+    node: Any = raw
+    keys: list[str | int] = []
+    for depth, part in enumerate(parts):
+        key_here: str | int = part
+        if isinstance(node, list):
+            # List items are addressed by index (``phases.0.rounds=3``); an override never grows a list.
+            if not part.lstrip("-").isdigit() or not -len(node) <= int(part) < len(node):
+                raise ConfigError(
+                    f"'{part}' is not an index of this list of {len(node)} item(s) (use 0..{len(node) - 1})",
+                    _format_path(tuple(keys)),
+                    file=file,
+                    override=text,
+                )
+            key_here = int(part) % len(node)
+        keys.append(key_here)
+        if depth == len(parts) - 1:
+            break
+        here = tuple(keys)
+        child = node[int(key_here)] if isinstance(node, list) else node.get(key_here)
+        if child is None and isinstance(node, dict):
             child = {}
-            node[part] = child
+            node[key_here] = child
             origins[here] = text
-        elif not isinstance(child, dict):
+        elif not isinstance(child, dict | list):
             raise ConfigError(
-                f"cannot set '{'.'.join(parts[depth + 1 :])}' inside a value that is not a mapping",
+                f"cannot set '{'.'.join(parts[depth + 1 :])}' inside a value that is not a mapping or list",
                 _format_path(here),
                 file=file,
                 override=text,
             )
         node = child
-    full: KeyPath = tuple(parts)
-    last = parts[-1]
+    full: KeyPath = tuple(keys)
+    last = keys[-1]
     if last == "name" and _tagged_table_at(full[:-1]) and node.get("name", _section_default(full[:-1])) != value:
         # A new variant starts from its own defaults: keep only keys that overrides set.
         for k in list(node):

@@ -542,6 +542,18 @@ def test_override_into_a_scalar_is_refused(tmp_path: Path) -> None:
     assert err.key_path == "rounds" and "expected an integer, got a mapping" in str(err)
 
 
+def test_override_indexes_list_items() -> None:
+    path = Path(__file__).resolve().parents[2] / "experiments" / "fedoras" / "tiny_random.yaml"
+    cfg = load_config(path, ("phases.0.rounds=7", "phases.-1.rounds=5", "rounds=12"))
+    assert [p.rounds for p in cfg.phases] == [7, 5]
+    err = load_error(path, ("phases.9.rounds=1",))
+    assert err.key_path == "phases" and "not an index of this list of 2" in str(err)
+    err = load_error(path, ("phases.x.rounds=1",))
+    assert "'x' is not an index" in str(err)
+    err = load_error(path, ("phases.0.rounds.a=1",))
+    assert err.key_path == "phases[0].rounds" and "not a mapping" in str(err)
+
+
 def test_overrides_must_be_a_sequence_of_strings() -> None:
     with pytest.raises(TypeError):
         load_config(None, "train.lr=0.1")
