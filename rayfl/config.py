@@ -27,6 +27,7 @@ __all__ = [
     "CompressionConfig",
     "CustomModelConfig",
     "DataConfig",
+    "DecoupleConfig",
     "DistillConfig",
     "ExperimentConfig",
     "FedAvgConfig",
@@ -159,6 +160,9 @@ class ResNetConfig:
     # stage ``side_exit`` (1-based; 0 = none); "stages 1..side_exit + side head" is the simple model (paper 001)
     side_exit: int = bounded(0, ge=0)
     side_pool: int = bounded(4, ge=1)
+    # the model is its side-exit sub-model alone (stages 1..side_exit + side head, no deep stages): the simple model
+    # as a stand-alone architecture with the same tensor names (FedHeN's Decouple baseline trains it as its own model)
+    exit_only: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -495,6 +499,15 @@ class NoSideConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class DecoupleConfig:
+    """Decouple (paper 001, Algorithm 3): two independent FedAvgs in one run, the simple model (the run's ResNet
+    ending at its side exit, ``model.exit_only``) over the simple devices and the complex model over the complex ones;
+    devices are typed as in FedHeN (complex when the complex model fits their budgets)."""
+
+    name: Literal["decouple"] = "decouple"
+
+
+@dataclass(frozen=True, kw_only=True)
 class IndependentConfig:
     """Several independent FedAvg models in one run (a multi-model baseline, e.g. FedHeN's "Decouple"): ``num_models``
     global models of the run's architecture, each initialised from its own seed; client ``c`` always trains model
@@ -521,6 +534,7 @@ AlgorithmConfig = (
     | FedSlimConfig
     | FedHeNConfig
     | NoSideConfig
+    | DecoupleConfig
     | IndependentConfig
 )
 ALGORITHM_CONFIGS: dict[str, type[Any]] = {
@@ -539,6 +553,7 @@ ALGORITHM_CONFIGS: dict[str, type[Any]] = {
     "fedslim": FedSlimConfig,
     "fedhen": FedHeNConfig,
     "noside": NoSideConfig,
+    "decouple": DecoupleConfig,
     "independent": IndependentConfig,
 }
 

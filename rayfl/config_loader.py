@@ -742,7 +742,7 @@ def _algorithm_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:
         if values is None:
             continue
         problems.extend(_ratio_problems(("algorithm", key), values, zero_ok, allow_empty=False))
-    if algo.name in ("fedhen", "noside") and getattr(cfg.model, "side_exit", 0) == 0:
+    if algo.name in ("fedhen", "noside", "decouple") and getattr(cfg.model, "side_exit", 0) == 0:
         # the simple model is the sub-model that ends at the side exit (paper 001, Assumption 2.1)
         problems.append(
             (("model", "side_exit"), f"algorithm {algo.name!r} needs a resnet model with a side exit (side_exit >= 1)")

@@ -8,7 +8,7 @@ from rayfl.algorithms.anycostfl import AnyCostFL
 from rayfl.algorithms.base import Algorithm, round_lr
 from rayfl.algorithms.fedavg import FedAvg
 from rayfl.algorithms.feddropout import FedDropout
-from rayfl.algorithms.fedhen import FedHeN, NoSide
+from rayfl.algorithms.fedhen import Decouple, FedHeN, NoSide
 from rayfl.algorithms.fedoras import FedorAS
 from rayfl.algorithms.fedoras_search import FedorASSearch
 from rayfl.algorithms.fedrescue import FedResCuE, FedRush, FedSeq
@@ -24,6 +24,7 @@ __all__ = [
     "ALGORITHMS",
     "Algorithm",
     "AnyCostFL",
+    "Decouple",
     "FedAvg",
     "FedDropout",
     "FedHeN",
@@ -59,6 +60,7 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
     "fedslim": FedSlim,
     "fedhen": FedHeN,
     "noside": NoSide,
+    "decouple": Decouple,
     "independent": IndependentFedAvg,
 }
 

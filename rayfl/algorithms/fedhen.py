@@ -1,4 +1,4 @@
-"""FedHeN: Federated Learning in Heterogeneous Networks, and its NoSide baseline.
+"""FedHeN: Federated Learning in Heterogeneous Networks, and its NoSide and Decouple baselines.
 
 Acar & Saligrama, DyNN workshop at ICML 2022 (paper 001; ALGORITHMS.md section 8).
 
@@ -26,12 +26,23 @@ the family like any sub-model.
   one (the global simple model is the complex model's ``M`` part, so it is the same parameters at the side-exit
   units).
 
-Choice where the paper is silent: a client whose budgets fit neither model gets the simple one and the clock fails
-it (recorded), rather than the method breaking a budget.
+* **Decouple** (Algorithm 3): two independent FedAvgs in one run, on the engine's several global models
+  (``algorithms/multimodel.py``): model 0 is the complex model (the run's), model 1 the simple model as a stand-alone
+  architecture (``model.exit_only``: stages 1..k and the side head, the same tensor names as the side-exit
+  sub-model). Simple devices train model 1, complex devices model 0 on its own loss; each model is the unweighted mean
+  over its own active devices (``1/|Z_s|`` and ``1/|Z_c|``), which the count-normalised element-wise mean gives with
+  no per-model code, and a model no device trained keeps its weights.
+
+Choices where the paper is silent: a client whose budgets fit neither model gets the simple one and the clock fails
+it (recorded), rather than the method breaking a budget. Decouple's simple model starts from the complex model's
+initial ``M`` part (the same start FedHeN's and NoSide's simple models have), so the three methods start alike. The
+complex model of Decouple keeps the run's side head tensors (the run's model has a side exit); they get no gradient,
+are sent and averaged unchanged, and cost a few kB per transfer.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -39,10 +50,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from rayfl.algorithms.payloads import Assignment, ClientView, ServerState, TrainTask
+from rayfl.algorithms.multimodel import add_model, initial_model_params
+from rayfl.algorithms.payloads import Assignment, ClientView, Params, ServerState, TrainTask
 from rayfl.algorithms.submodel import SubModelAlgorithm, first_k
+from rayfl.config import ModelConfig, ResNetConfig
 
-__all__ = ["FedHeN", "NoSide", "exits_loss"]
+__all__ = ["Decouple", "FedHeN", "NoSide", "exits_loss"]
+
+SIMPLE = "simple"  # the name the simple model's accuracy is recorded under (evals.csv), for all three methods
 
 
 def exits_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -76,7 +91,7 @@ class FedHeN(SubModelAlgorithm):
         return {v.client_id: complex_ if fits else simple for v, fits in zip(views, complex_fits, strict=True)}
 
     def eval_structures(self, state: ServerState) -> dict[str, tuple[int, ...] | None]:
-        return {"simple": self.simple_units()}
+        return {SIMPLE: self.simple_units()}
 
     def local_loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, task: TrainTask) -> torch.Tensor:
         if not self.side_objective:
@@ -90,3 +105,40 @@ class NoSide(FedHeN):
 
     name = "noside"
     side_objective = False
+
+
+class Decouple(FedHeN):
+    """Paper 001's Decouple baseline (Algorithm 3): a FedAvg of the simple model over the simple devices and a FedAvg
+    of the complex model over the complex devices, as two global models of one run (module docstring)."""
+
+    name = "decouple"
+    side_objective = False
+    SIMPLE_MODEL: ClassVar[int] = 1  # model id of the simple model; the complex model is model 0 (the run's)
+
+    def simple_model(self) -> ModelConfig:
+        """The simple model's own architecture: the run's ResNet ending at its side exit."""
+        model = self.server.model
+        if not isinstance(model, ResNetConfig) or not model.side_exit:
+            raise ValueError("algorithm 'decouple' needs a resnet model with a side exit (model.side_exit >= 1)")
+        return dataclasses.replace(model, exit_only=True)
+
+    def init_state(self, params: Params) -> ServerState:
+        ctx = self.server
+        assert ctx.model is not None  # simple_model checked it
+        simple = self.simple_model()
+        names = initial_model_params(simple, ctx.input_spec, ctx.seed, self.SIMPLE_MODEL)
+        start = {name: params[name].detach().clone() for name in names}  # the complex model's initial M part
+        state = ServerState(params=dict(params), models=(ctx.model,))
+        return add_model(state, simple, start)
+
+    def assign(self, state: ServerState, round_idx: int, views: Sequence[ClientView]) -> dict[int, Assignment]:
+        if not views:
+            return {}
+        complex_fits = self.fit_mask(np.array([self.complex_units()]), views)[:, 0]
+        return {
+            v.client_id: Assignment() if fits else Assignment(model_id=self.SIMPLE_MODEL)
+            for v, fits in zip(views, complex_fits, strict=True)
+        }
+
+    def eval_structures(self, state: ServerState) -> dict[str, tuple[int, ...] | None]:
+        return {}  # the simple model is a global model of its own (``model_names``)

@@ -253,6 +253,8 @@ class ResNetFamily(ElasticFamily):
         def lay(name: str, shape: tuple[int, ...], axes: tuple[Axis | None, ...], gate: int | None = None) -> None:
             layouts[name] = TensorLayout(shape, axes, gate)
 
+        if cfg.exit_only and not cfg.side_exit:
+            raise ValueError("model.exit_only needs model.side_exit (the stage whose side head ends the model)")
         if cfg.side_exit and not 1 <= cfg.side_exit < len(blocks):
             raise ValueError(
                 f"model.side_exit must lie in [1, {len(blocks) - 1}] (a stage before the last), got {cfg.side_exit}"
@@ -376,9 +378,15 @@ class ResNetFamily(ElasticFamily):
         at 0. Dimensions after the exit keep their sizes; no tensor of the sub-model reads them."""
         if self.side is None:
             raise ValueError("the simple model needs model.side_exit (a ResNet with a side exit): set model.side_exit")
-        units = list(self.full_units)
+        units = list(super().full_units)
         units[self.side.deep] = 0
         return tuple(units)
+
+    @property
+    def full_units(self) -> tuple[int, ...]:
+        """Every dimension at its size; with ``exit_only`` the model ends at the side exit (``deep`` at 0), so the
+        global model, its cost and its tensors are the simple model's."""
+        return self.side_exit_units() if self.cfg.exit_only else super().full_units
 
     def build(self, units: Sequence[int], track_stats: bool = False) -> nn.Module:
         """``track_stats``: BN keeps running statistics (the server's static-BN evaluation copy)."""
