@@ -49,7 +49,11 @@ if TYPE_CHECKING:
     from rayfl.data.federated import FederatedDataset
     from rayfl.models.elastic import CostModel, ElasticFamily
 
-__all__ = ["Algorithm", "RoundStats", "ServerContext", "round_lr"]
+__all__ = ["MAIN_EVAL", "Algorithm", "RoundStats", "ServerContext", "round_lr"]
+
+# The name of the engine's main evaluation (``eval_params`` as ``eval_units``: ``test_acc``) among the evaluation
+# names a device's model can have (``Algorithm.device_evals``); structure and model names must differ from it.
+MAIN_EVAL = "main"
 
 
 @dataclass(frozen=True)
@@ -183,6 +187,21 @@ class Algorithm:
         """Which global model client ``client_id`` would be assigned now: the engine scores the client's test data on
         it for the average client accuracy (paper 002). The default is model 0 (single-model methods)."""
         return 0
+
+    def model_names(self, state: ServerState) -> tuple[str, ...]:
+        """A name for every global model in id order (one for a single-model run). Model 0's evaluation is the main one
+        (``MAIN_EVAL``, ``test_acc``); each further model's accuracy is also recorded under its name in ``evals.csv``
+        every evaluated round. The default is ``model{k}`` (Decouple: its simple model is ``simple``)."""
+        return (MAIN_EVAL, *(f"model{k}" for k in range(1, max(1, len(state.models)))))
+
+    def device_evals(self, state: ServerState, views: Sequence[ClientView]) -> list[str]:
+        """For every device (one view per client of the run, its budgets at the evaluated round's end), the name of
+        the evaluation that scores the model it uses: ``MAIN_EVAL``, a name of ``eval_structures`` or of
+        ``model_names``. The engine records the mean over devices of those accuracies (``device_acc``: each model
+        weighted by how many devices use it, paper 001's average over devices' models). The default is the model
+        ``client_model_id`` names (the main evaluation in a single-model run)."""
+        names = self.model_names(state)
+        return [names[self.client_model_id(state, v.client_id)] for v in views]
 
     def eval_model(self) -> nn.Module | None:
         """The module client hosts evaluate ``eval_params`` with, built once per host after ``bind_client``; ``None``

@@ -24,7 +24,8 @@ the family like any sub-model.
   and record it as ``nan_update``.
 * **Evaluation.** The engine evaluates the complex model (``test_acc``) and, through ``eval_structures``, the simple
   one (the global simple model is the complex model's ``M`` part, so it is the same parameters at the side-exit
-  units).
+  units), recorded as ``simple`` in ``evals.csv`` (Decouple's own simple model too). The average over devices'
+  models (``device_acc``) scores every device of the run on the model its budgets give it (``device_evals``).
 
 * **Decouple** (Algorithm 3): two independent FedAvgs in one run, on the engine's several global models
   (``algorithms/multimodel.py``): model 0 is the complex model (the run's), model 1 the simple model as a stand-alone
@@ -50,6 +51,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from rayfl.algorithms.base import MAIN_EVAL
 from rayfl.algorithms.multimodel import add_model, initial_model_params
 from rayfl.algorithms.payloads import Assignment, ClientView, Params, ServerState, TrainTask
 from rayfl.algorithms.submodel import SubModelAlgorithm, first_k
@@ -92,6 +94,13 @@ class FedHeN(SubModelAlgorithm):
 
     def eval_structures(self, state: ServerState) -> dict[str, tuple[int, ...] | None]:
         return {SIMPLE: self.simple_units()}
+
+    def device_evals(self, state: ServerState, views: Sequence[ClientView]) -> list[str]:
+        """A device uses the complex model (the main evaluation) when it fits its budgets, else the simple one."""
+        if not views:
+            return []
+        complex_fits = self.fit_mask(np.array([self.complex_units()]), views)[:, 0]
+        return [MAIN_EVAL if fits else SIMPLE for fits in complex_fits]
 
     def local_loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, task: TrainTask) -> torch.Tensor:
         if not self.side_objective:
@@ -142,3 +151,6 @@ class Decouple(FedHeN):
 
     def eval_structures(self, state: ServerState) -> dict[str, tuple[int, ...] | None]:
         return {}  # the simple model is a global model of its own (``model_names``)
+
+    def model_names(self, state: ServerState) -> tuple[str, ...]:
+        return (MAIN_EVAL, SIMPLE)  # recorded as FedHeN's and NoSide's simple model is

@@ -24,7 +24,7 @@ from rayfl.config_loader import check_clients_per_round
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine.backend import EvalResult
 from rayfl.engine.build import bind_algorithm, build_backend, build_clock, build_setup
-from rayfl.engine.multieval import evaluate_models, model_fields
+from rayfl.engine.multieval import device_accuracy, evaluate_models, model_fields, named_accuracies
 from rayfl.engine.phases import PhaseSchedule
 from rayfl.engine.records import ClientRecord, EvalRecord, RoundRecord, RunWriter, make_run_dir
 from rayfl.engine.sampling import sample_clients
@@ -113,13 +113,22 @@ def run_experiment(
             eval_start = time.perf_counter()
             structure_evals: list[EvalRecord] = []
             evals = None
+            device_acc = math.nan
             if evaluated:
                 eval_params = algorithm.eval_params(state)
                 last_eval = backend.evaluate(eval_params, algorithm.eval_units(state))
                 evals = evaluate_models(backend, algorithm, state, last_eval)
-                for name, units in algorithm.eval_structures(state).items():
-                    other = backend.evaluate(eval_params, units)
-                    structure_evals.append(EvalRecord(round_idx, name, other.accuracy, other.loss))
+                structures = {
+                    name: backend.evaluate(eval_params, units)
+                    for name, units in algorithm.eval_structures(state).items()
+                }
+                accs = named_accuracies(algorithm, state, evals, structures)
+                named = [*structures.items(), *zip(algorithm.model_names(state)[1:], evals[1:], strict=True)]
+                structure_evals = [EvalRecord(round_idx, n, e.accuracy, e.loss) for n, e in named]
+                # every device of the run, with its budgets now, for the average over devices' models
+                everyone = np.arange(ds.num_clients)
+                census = clock.check_in(round_idx, everyone, [ds.num_examples(int(c)) for c in everyone])
+                device_acc = device_accuracy(accs, algorithm, state, census)
             now = time.perf_counter()
             # 7. Records.
             ok = [o for o in outcomes if o.failure is None]
@@ -148,6 +157,7 @@ def run_experiment(
                 server_train_s=stats.server_train_s,
                 phase=schedule.phase_at(round_idx).name,
                 **model_fields(ds, evals, algorithm, state, outcomes),
+                device_acc=device_acc,
             )
             records.append(record)
             eval_records.extend(structure_evals)

@@ -4,23 +4,27 @@ Each model is scored on the whole test set (its test accuracy), and, where the d
 every client's test rows are scored on the model the algorithm would assign it (``Algorithm.client_model_id``); the
 mean of those per-client accuracies is paper 002's "average client accuracy". Single-model runs get the average client
 accuracy too (on the one evaluated model) and keep every other column as before.
+
+The device average (``device_accuracy``) needs no per-client test data: every device of the run is scored by the
+whole-test-set accuracy of the evaluation that scores its model (``Algorithm.device_evals``), so a model counts as
+often as devices use it (paper 001's average over devices' models).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from rayfl.algorithms.base import Algorithm
+from rayfl.algorithms.base import MAIN_EVAL, Algorithm
 from rayfl.algorithms.multimodel import model_params
-from rayfl.algorithms.payloads import ClientOutcome, ServerState
+from rayfl.algorithms.payloads import ClientOutcome, ClientView, ServerState
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine.backend import Backend, EvalResult
 
-__all__ = ["client_accuracy", "evaluate_models", "model_fields"]
+__all__ = ["client_accuracy", "device_accuracy", "evaluate_models", "model_fields", "named_accuracies"]
 
 
 def evaluate_models(backend: Backend, algorithm: Algorithm, state: ServerState, first: EvalResult) -> list[EvalResult]:
@@ -34,6 +38,34 @@ def evaluate_models(backend: Backend, algorithm: Algorithm, state: ServerState, 
     for model_id in range(1, len(state.models)):
         results.append(backend.evaluate(model_params(params, model_id), None, state.models[model_id]))
     return results
+
+
+def named_accuracies(
+    algorithm: Algorithm, state: ServerState, evals: Sequence[EvalResult], structures: Mapping[str, EvalResult]
+) -> dict[str, float]:
+    """Every evaluation of a round by name: the main one (``MAIN_EVAL``), each structure of ``eval_structures`` and
+    each global model after the first (``model_names``)."""
+    accs = {MAIN_EVAL: evals[0].accuracy}
+    accs.update({name: e.accuracy for name, e in structures.items()})
+    names = algorithm.model_names(state)
+    if len(names) != len(evals):
+        raise ValueError(f"{algorithm.name}: model_names gives {len(names)} names for {len(evals)} global models")
+    for name, e in zip(names[1:], evals[1:], strict=True):
+        accs[name] = e.accuracy
+    return accs
+
+
+def device_accuracy(
+    accs: Mapping[str, float], algorithm: Algorithm, state: ServerState, views: Sequence[ClientView]
+) -> float:
+    """The mean over the devices ``views`` of the accuracy of the evaluation each device's model has."""
+    names = algorithm.device_evals(state, views)
+    if not names:
+        return math.nan
+    unknown = sorted(set(names) - set(accs))
+    if unknown:
+        raise ValueError(f"{algorithm.name}: device_evals names {unknown}, not one of the evaluations {sorted(accs)}")
+    return float(np.mean([accs[name] for name in names]))
 
 
 def client_accuracy(

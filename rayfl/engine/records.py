@@ -62,6 +62,9 @@ class RoundRecord:
     model_accs: str = ""
     clients_per_model: str = ""
     client_acc: float = math.nan
+    # the mean over all devices of the accuracy of the model each uses (``Algorithm.device_evals``: FedHeN's simple
+    # devices on the simple model, complex devices on the complex one); NaN in a round without evaluation
+    device_acc: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -89,7 +92,8 @@ class ClientRecord:
 
 @dataclass(frozen=True)
 class EvalRecord:
-    """One further structure evaluated in a round (``Algorithm.eval_structures``: FedHeN's simple model)."""
+    """One further evaluation in a round: a structure of ``Algorithm.eval_structures`` (FedHeN's simple model) or a
+    global model after the first (``Algorithm.model_names``: Decouple's simple model)."""
 
     round_idx: int
     name: str

@@ -6,6 +6,7 @@ server's two means on hand tensors; one round equals two FedAvgs computed by han
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 from collections.abc import Iterator
 
@@ -13,14 +14,22 @@ import numpy as np
 import pytest
 import torch
 
-from rayfl.algorithms import Decouple, build_algorithm
+from rayfl.algorithms import Decouple, FedAvg, IndependentFedAvg, build_algorithm
 from rayfl.algorithms.base import Algorithm
 from rayfl.algorithms.multimodel import model_key, model_params
-from rayfl.algorithms.payloads import ClientUpdate, ClientView
+from rayfl.algorithms.payloads import ClientUpdate, ClientView, ServerState
 from rayfl.algorithms.reducers import MaskedWeightedMean
-from rayfl.config import DecoupleConfig, ResNetConfig
+from rayfl.config import (
+    DecoupleConfig,
+    FedAvgConfig,
+    FedHeNConfig,
+    IndependentConfig,
+    NoSideConfig,
+    ResNetConfig,
+)
 from rayfl.engine.build import bind_algorithm, build_backend, build_clock, build_setup
 from rayfl.engine.driver import RunResult, run_experiment, train_task
+from rayfl.engine.multieval import device_accuracy
 from rayfl.models import InputSpec, build_model
 from rayfl.models.elastic import build_family
 from tests.helpers import tiny_image_dataset
@@ -195,3 +204,35 @@ def test_ray_equals_in_process() -> None:
 
 def test_build_algorithm_name() -> None:
     assert isinstance(build_algorithm(DecoupleConfig(), TRAIN), Decouple)
+
+
+# --------------------------------------------------------------------------- records: simple, complex, device average
+@pytest.mark.parametrize("algorithm", [DecoupleConfig(), FedHeNConfig(), NoSideConfig()])
+def test_records_hold_both_models_and_the_device_average(tmp_path, algorithm) -> None:  # type: ignore[no-untyped-def]
+    """FedHeN, NoSide and Decouple record alike: the complex model as ``test_acc``, the simple one as ``simple`` in
+    evals.csv, and ``device_acc`` = the mean over the 12 devices of their model's accuracy, 6 simple and 6 complex
+    (memory levels fixed by id): (6 simple + 6 complex) / 12."""
+    cfg = dataclasses.replace(fedhen_config(algorithm), output_dir=str(tmp_path))
+    result = run_experiment(cfg, write=True, dataset=tiny_image_dataset(NUM_CLIENTS))
+    assert [(e.round_idx, e.name) for e in result.evals] == [(0, "simple"), (1, "simple")]
+    for record, simple in zip(result.records, result.evals, strict=True):
+        assert record.device_acc == float(np.mean([simple.test_acc] * 6 + [record.test_acc] * 6))
+    if isinstance(algorithm, DecoupleConfig):
+        assert [float(r.model_accs.split()[1]) for r in result.records] == [e.test_acc for e in result.evals]
+    assert result.run_dir is not None
+    rows = list(csv.DictReader((result.run_dir / "rounds.csv").open()))
+    assert [float(r["device_acc"]) for r in rows] == [r.device_acc for r in result.records]
+
+
+def test_default_device_evals_follow_client_model_id() -> None:
+    """Single-model runs: every device on the main evaluation; several models: the model ``client_model_id`` names."""
+    views = [ClientView(c, 10) for c in range(5)]
+    fedavg = FedAvg(FedAvgConfig(), TRAIN)
+    assert fedavg.device_evals(ServerState(params={}), views) == ["main"] * 5
+    independent = IndependentFedAvg(IndependentConfig(num_models=3), TRAIN)
+    state = ServerState(params={}, models=(MODEL, MODEL, MODEL))
+    assert independent.device_evals(state, views) == ["main", "model1", "model2", "main", "model1"]
+    accs = {"main": 0.5, "model1": 0.25, "model2": 1.0}
+    assert device_accuracy(accs, independent, state, views) == (0.5 + 0.25 + 1.0 + 0.5 + 0.25) / 5
+    with pytest.raises(ValueError, match="model2"):
+        device_accuracy({"main": 0.5, "model1": 0.25}, independent, state, views)
