@@ -747,6 +747,8 @@ def _algorithm_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:
         problems.append(
             (("model", "side_exit"), f"algorithm {algo.name!r} needs a resnet model with a side exit (side_exit >= 1)")
         )
+    if cfg.eval_widths:
+        problems.extend(_ratio_problems(("eval_widths",), cfg.eval_widths, False, allow_empty=True))
     distill = getattr(algo, "distill", None)
     if distill is not None and distill.ratios:
         problems.extend(_ratio_problems(("algorithm", "distill", "ratios"), distill.ratios, True, allow_empty=True))
@@ -771,11 +773,15 @@ def _resource_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:
     """Each resource source needs the fields its kind reads."""
     problems: list[tuple[KeyPath, str]] = []
     system = cfg.system
-    for name in ("memory", "bandwidth_down", "bandwidth_up", "compute", "availability"):
-        res = getattr(system, name)
+    resources: list[tuple[KeyPath, Any]] = [
+        (("system", name), getattr(system, name))
+        for name in ("memory", "bandwidth_down", "bandwidth_up", "compute", "availability")
+    ]
+    resources.append((("system", "links", "error_rate"), system.links.error_rate))
+    for at, res in resources:
         if res is None:
             continue
-        at: KeyPath = ("system", name)
+        name = at[-1]
         if res.source in ("uniform", "binary") and res.high < res.low:
             problems.append(((*at, "high"), f"must be >= low ({res.low}) for a {res.source} source, got {res.high}"))
         top = res.low if res.source == "constant" else res.high
@@ -821,16 +827,19 @@ _RESOURCE_KINDS = (
 def _trace_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:
     """Trace and distribution files are read as a run would read them: they parse, hold the declared kind, and a
     directory's pattern matches at least one file (only numpy is imported, so this stays quick)."""
-    for name, kind in _RESOURCE_KINDS:
-        res = getattr(cfg.system, name)
+    sources: list[tuple[tuple[str, ...], Any, str]] = [
+        (("system", name), getattr(cfg.system, name), kind) for name, kind in _RESOURCE_KINDS
+    ]
+    sources.append((("system", "links", "error_rate"), cfg.system.links.error_rate, "link_error"))
+    for at, res, kind in sources:
         if res is None or res.source not in ("trace", "empirical"):
             continue
         problem = _trace_source_problem(res, kind, _files_stamp(res.file, res.directory, res.pattern))
         if problem:
             key, text = problem
             if key == "pattern":
-                text += f": fix system.{name}.pattern or the directory"
-            return [(("system", name, key), text)]
+                text += f": fix {'.'.join(at)}.pattern or the directory"
+            return [((*at, key), text)]
     return []
 
 

@@ -24,7 +24,13 @@ from rayfl.config_loader import check_clients_per_round
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine.backend import EvalResult
 from rayfl.engine.build import bind_algorithm, build_backend, build_clock, build_setup
-from rayfl.engine.multieval import device_accuracy, evaluate_models, model_fields, named_accuracies
+from rayfl.engine.multieval import (
+    device_accuracy,
+    evaluate_models,
+    model_fields,
+    named_accuracies,
+    width_structures,
+)
 from rayfl.engine.phases import PhaseSchedule
 from rayfl.engine.records import ClientRecord, EvalRecord, RoundRecord, RunWriter, make_run_dir
 from rayfl.engine.sampling import sample_clients
@@ -118,10 +124,12 @@ def run_experiment(
                 eval_params = algorithm.eval_params(state)
                 last_eval = backend.evaluate(eval_params, algorithm.eval_units(state))
                 evals = evaluate_models(backend, algorithm, state, last_eval)
-                structures = {
-                    name: backend.evaluate(eval_params, units)
-                    for name, units in algorithm.eval_structures(state).items()
-                }
+                wanted = algorithm.eval_structures(state)
+                for name, units in width_structures(clock.oracle.family, cfg.eval_widths).items():
+                    if name in wanted:
+                        raise ValueError(f"eval_widths: {name!r} is also a structure {algorithm.name} evaluates")
+                    wanted = {**wanted, name: units}
+                structures = {name: backend.evaluate(eval_params, units) for name, units in wanted.items()}
                 accs = named_accuracies(algorithm, state, evals, structures)
                 named = [*structures.items(), *zip(algorithm.model_names(state)[1:], evals[1:], strict=True)]
                 structure_evals = [EvalRecord(round_idx, n, e.accuracy, e.loss) for n, e in named]

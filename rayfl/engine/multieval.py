@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -23,8 +23,19 @@ from rayfl.algorithms.multimodel import model_params
 from rayfl.algorithms.payloads import ClientOutcome, ClientView, ServerState
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine.backend import Backend, EvalResult
+from rayfl.models.elastic.spec import SubModelSpec
 
-__all__ = ["client_accuracy", "device_accuracy", "evaluate_models", "model_fields", "named_accuracies"]
+if TYPE_CHECKING:
+    from rayfl.models.elastic import ElasticFamily
+
+__all__ = [
+    "client_accuracy",
+    "device_accuracy",
+    "evaluate_models",
+    "model_fields",
+    "named_accuracies",
+    "width_structures",
+]
 
 
 def evaluate_models(backend: Backend, algorithm: Algorithm, state: ServerState, first: EvalResult) -> list[EvalResult]:
@@ -38,6 +49,16 @@ def evaluate_models(backend: Backend, algorithm: Algorithm, state: ServerState, 
     for model_id in range(1, len(state.models)):
         results.append(backend.evaluate(model_params(params, model_id), None, state.models[model_id]))
     return results
+
+
+def width_structures(family: ElasticFamily | None, widths: Sequence[float]) -> dict[str, tuple[int, ...]]:
+    """The first-k uniform sub-model at each width ratio (``eval_widths``), named ``x{p}``."""
+    if not widths:
+        return {}
+    if family is None:
+        raise ValueError("eval_widths: the model has no elastic family, so it has no x p sub-models to evaluate")
+    space = family.space
+    return {f"x{p:g}": space.units(SubModelSpec.uniform(space, float(p)).ratios) for p in widths}
 
 
 def named_accuracies(

@@ -8,8 +8,9 @@ these are the global model's first-k columns ``x column_ratio``, ``x 2 column_ra
 are the leading parts of whatever the client holds. The last level is the assignment itself. A model without an
 elastic family is a single unit.
 
-Per client and round an error rate ``er`` is drawn (``system.links.error_rate``, any per-client resource source;
-values in ``[0, 1)``) and, from ``derive_rng(seed, "links", round, client)``, how many units each direction delivers
+Per client and round an error rate ``er`` is drawn (``system.links.error_rate``, any per-client resource source,
+a replayed trace of kind ``link_error`` included, at the round's simulated start or at its index; values in
+``[0, 1)``) and, from ``derive_rng(seed, "links", round, client)``, how many units each direction delivers
 before its first failure: each unit is lost independently with probability ``er``, so the run of delivered units is
 geometric, ``P(run >= j) = (1 - er)^j``. A client with ``n`` levels receives ``p_d = min(n, run_down)`` levels and
 the server receives ``p_u = min(L, run_up)`` of the ``L`` it trained. The unit that failed was sent too: bytes moved
@@ -34,7 +35,7 @@ from rayfl.algorithms.payloads import Assignment, ClientUpdate, LinkDraw, Tensor
 from rayfl.config import LinkConfig
 from rayfl.models.elastic.spec import SubModelSpec
 from rayfl.rng import derive_rng
-from rayfl.system.resources import build_source
+from rayfl.system.resources import TraceReplay, build_source
 
 if TYPE_CHECKING:
     from rayfl.models.elastic.family import ElasticFamily
@@ -69,13 +70,23 @@ class LinkModel:
         self.cfg = cfg
         self.seed = seed
         self.enabled = cfg.error_rate.source != "none"
-        self.source = build_source(cfg.error_rate, "availability", seed, "link_error")  # dimensionless, unit 1
+        self.source = build_source(cfg.error_rate, "link_error", seed, "link_error")  # dimensionless, unit 1
+        if isinstance(self.source, TraceReplay):
+            for log in self.source.logs:
+                bad = np.flatnonzero(~((log.values >= 0.0) & (log.values < 1.0)))
+                if len(bad):
+                    raise ValueError(
+                        f"system.links.error_rate: trace {log.name} row {int(bad[0]) + 1} has error rate "
+                        f"{float(log.values[bad[0]])!r}, outside [0, 1)"
+                    )
 
     def draw(self, round_idx: int, clients: np.ndarray, t: float) -> list[LinkDraw | None]:
-        """One ``LinkDraw`` per client (``None`` for all when links are perfect)."""
+        """One ``LinkDraw`` per client (``None`` for all when links are perfect); ``t`` is the round's simulated start
+        (a trace with ``trace_time: round`` is read at ``round_idx`` instead)."""
         if not self.enabled:
             return [None] * len(clients)
-        rates = self.source.at(np.asarray(clients), t, round_idx)
+        at = float(round_idx) if self.cfg.trace_time == "round" else t
+        rates = self.source.at(np.asarray(clients), at, round_idx)
         out: list[LinkDraw | None] = []
         for c, er in zip(clients, rates, strict=True):
             if not 0.0 <= er < 1.0:

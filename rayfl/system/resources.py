@@ -32,7 +32,7 @@ __all__ = [
 ]
 
 # config units -> SI
-UNIT_SCALE = {"memory": 2.0**20, "bandwidth": 1e6, "compute": 1e9, "availability": 1.0}
+UNIT_SCALE = {"memory": 2.0**20, "bandwidth": 1e6, "compute": 1e9, "availability": 1.0, "link_error": 1.0}
 
 
 class ResourceSource(ABC):

@@ -39,6 +39,7 @@ UNITS: dict[str, str] = {
     "bandwidth_up": "Mbit/s",
     "compute": "GFLOP/s",
     "availability": "1",
+    "link_error": "1",  # probability that one transfer unit (column) is lost (system.links.error_rate)
 }
 SI_FACTORS: dict[str, float] = {"MiB": float(2**20), "Mbit/s": 1e6, "GFLOP/s": 1e9, "1": 1.0}
 

@@ -161,6 +161,7 @@ def test_full_yaml_round_trips_through_dump_config(tmp_path: Path) -> None:
         "rounds",
         "clients_per_round",
         "eval_every",
+        "eval_widths",
         "output_dir",
         "data",
         "model",

@@ -204,3 +204,30 @@ def test_clients_csv_records_what_each_link_delivered(tmp_path: Any) -> None:
     assert all(0.0 <= d <= 1.0 for d in down) and all(0.0 <= u <= 1.0 for u in up)
     assert any(d < 1.0 for d in down) and any(u == 0.0 for u in up)
     assert all(r["failure"] == "link_up" for r, u in zip(rows, up, strict=True) if u == 0.0)
+
+
+def test_each_width_is_recorded_every_evaluated_round_with_a_trace_of_error_rates() -> None:
+    """``eval_widths`` records the accuracy of each x p sub-model every evaluated round (x1 is the main evaluation);
+    the error rate comes from a trace read by round (``traces/link-error-rounds.csv``: er 0 in rounds 0-3, so the
+    first rounds move every byte of the whole capacities); bytes moved are in the round records."""
+    trace = ResourceConfig(source="trace", file="traces/link-error-rounds.csv", offset="zero")
+    links = LinkConfig(error_rate=trace, trace_time="round")
+    cfg = dataclasses.replace(_cfg(FedResCuEConfig(), links=links), eval_widths=(0.25, 0.5, 1.0), rounds=2)
+    result = _run(cfg)
+    names = ["x0.25", "x0.5", "x1"]
+    assert [(e.round_idx, e.name) for e in result.evals] == [(r, n) for r in (0, 1) for n in names]
+    for record in result.records:
+        accs = {e.name: e.test_acc for e in result.evals if e.round_idx == record.round_idx}
+        assert accs["x1"] == record.test_acc and all(0.0 <= a <= 1.0 for a in accs.values())
+        assert record.bytes_down == record.bytes_up > 0 and record.clients_failed == 0
+    perfect = _run(dataclasses.replace(cfg, system=dataclasses.replace(cfg.system, links=PERFECT)))
+    assert _same(result, perfect)  # er 0 from the trace = links that never lose a column
+
+
+def test_eval_widths_outside_0_1_are_refused_naming_the_item(tmp_path: Any) -> None:
+    from rayfl.config_loader import ConfigError, load_config
+
+    path = tmp_path / "widths.yaml"
+    path.write_text("eval_widths: [0.5, 1.5]\n")
+    with pytest.raises(ConfigError, match=r"widths.yaml:1: eval_widths\[1\]: must lie in \(0, 1\], got 1.5"):
+        load_config(path)

@@ -120,6 +120,40 @@ def test_config_refuses_error_rates_outside_0_1_naming_file_and_line(tmp_path: A
     path.write_text("system:\n  links:\n    error_rate:\n      source: uniform\n      low: 0.1\n      high: 1.5\n")
     with pytest.raises(ConfigError, match=r"bad.yaml:2: system.links: error_rate values must lie in \[0, 1\)"):
         load_config(path)
-    path.write_text("system:\n  links:\n    error_rate:\n      source: trace\n")
+    path.write_text("system:\n  links:\n    error_rate:\n      source: empirical\n")
     with pytest.raises(ConfigError, match="not supported"):
         load_config(path)
+    path.write_text("system:\n  links:\n    error_rate:\n      source: trace\n")
+    with pytest.raises(ConfigError, match=r"system\.links\.error_rate\.file: a trace source needs exactly one of file"):
+        load_config(path)
+
+
+TRACE = "traces/link-error-rounds.csv"  # er 0 in rounds 0-3, 0.1 in 4-7, 0.2 in 8-11, 0.15 in 12-15, then again
+
+
+def test_error_rate_replayed_from_a_trace_by_round() -> None:
+    """``trace_time: round`` reads the trace at the round index: with offset zero every client gets the trace's row,
+    and a perfect-link row (er 0) delivers everything; with random offsets clients differ within a round."""
+    er = ResourceConfig(source="trace", file=TRACE, offset="zero")
+    model = LinkModel(LinkConfig(error_rate=er, trace_time="round"), seed=0)
+    expected = {0: 0.0, 3: 0.0, 4: 0.1, 7: 0.1, 8: 0.2, 12: 0.15, 16: 0.0, 21: 0.1}
+    for round_idx, rate in expected.items():
+        draws = model.draw(round_idx, np.arange(6), t=1e6)  # the simulated time is not read
+        assert [d.error_rate for d in draws if d is not None] == [rate] * 6, round_idx
+        if rate == 0.0:
+            assert all(d is not None and d.down_run == d.up_run == -1 for d in draws)
+    spread = LinkModel(LinkConfig(error_rate=dataclasses.replace(er, offset="random"), trace_time="round"), seed=0)
+    assert len({d.error_rate for d in spread.draw(0, np.arange(40), 0.0) if d is not None}) > 1
+    by_time = LinkModel(LinkConfig(error_rate=er), seed=0)  # simulated seconds: t = 9 s is the row from 8
+    assert {d.error_rate for d in by_time.draw(0, np.arange(3), 9.0) if d is not None} == {0.2}
+
+
+def test_an_error_rate_trace_outside_0_1_is_refused_naming_the_row(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    bad = tmp_path / "bad.csv"
+    bad.write_text("# rayfl-trace v1\n# kind: link_error\n# unit: 1\nt_s,value\n0,0.1\n1,1.5\n")
+    with pytest.raises(ValueError, match=r"bad.csv row 2 has error rate 1.5, outside \[0, 1\)"):
+        LinkModel(LinkConfig(error_rate=ResourceConfig(source="trace", file=str(bad))), seed=0)
+    memory = tmp_path / "memory.csv"
+    memory.write_text("# rayfl-trace v1\n# kind: memory\n# unit: MiB\nt_s,value\n0,100\n")
+    with pytest.raises(ValueError, match="memory trace"):
+        LinkModel(LinkConfig(error_rate=ResourceConfig(source="trace", file=str(memory))), seed=0)
