@@ -46,7 +46,7 @@ from torch import nn
 from torch.func import functional_call
 
 from rayfl.algorithms.payloads import Assignment, ClientUpdate, ClientView, ServerState, TensorSlice, TrainTask
-from rayfl.algorithms.submodel import SubModelAlgorithm, first_k
+from rayfl.algorithms.submodel import SubModelAlgorithm, WidthModels, sorted_ratios
 from rayfl.config import TrainConfig
 from rayfl.models.inputs import InputSpec, module_device
 from rayfl.rng import derive_rng
@@ -70,27 +70,16 @@ class NestedWidthAlgorithm(SubModelAlgorithm):
 
     def __init__(self, config: Any, train: TrainConfig) -> None:
         super().__init__(config, train)
-        self._width_models: dict[tuple[int, ...], tuple[nn.Module, dict[str, TensorSlice]]] = {}
+        self._width_models = WidthModels()
         self._client: _Client | None = None  # set while local_train runs
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = super().__getstate__()
-        state["_width_models"] = {}  # rebuilt where needed
-        return state
 
     @property
     def capacities(self) -> tuple[float, ...]:
-        caps = tuple(sorted({float(c) for c in self.config.capacities}))
-        if not caps or any(not 0.0 < c <= 1.0 for c in caps):
-            raise ValueError(f"{self.name}: capacities must lie in (0, 1], got {list(self.config.capacities)}")
-        return caps
+        return sorted_ratios(self.name, "capacities", self.config.capacities)
 
     @property
     def ratios(self) -> tuple[float, ...]:
-        ratios = tuple(sorted({float(r) for r in self.config.ratios}))
-        if not ratios or any(not 0.0 < r <= 1.0 for r in ratios):
-            raise ValueError(f"{self.name}: ratios must lie in (0, 1], got {list(self.config.ratios)}")
-        return ratios
+        return sorted_ratios(self.name, "ratios", self.config.ratios)
 
     # ------------------------------------------------------------------------------------------ server side
     def assign(self, state: ServerState, round_idx: int, views: Sequence[ClientView]) -> dict[int, Assignment]:
@@ -143,15 +132,7 @@ class NestedWidthAlgorithm(SubModelAlgorithm):
         return self._client
 
     def _width_model(self, units: tuple[int, ...], device: torch.device) -> tuple[nn.Module, dict[str, TensorSlice]]:
-        cached = self._width_models.get(units)
-        if cached is None:
-            family = self.require_family()
-            with torch.random.fork_rng(devices=[]):  # the init draws must not touch the global generator
-                module = family.build(units)
-            module.requires_grad_(False).to(device)
-            cached = self._width_models[units] = (module, family.slices(first_k(units)))
-        cached[0].train()
-        return cached
+        return self._width_models.get(self.require_family(), units, device)
 
     def sub_forward(self, client: nn.Module, units: tuple[int, ...]) -> _Forward:
         """``x -> logits`` of the first-k ``units`` sub-model on views of ``client``'s leading slices."""

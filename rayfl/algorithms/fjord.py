@@ -55,7 +55,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
@@ -63,7 +62,7 @@ from torch import nn
 from torch.func import functional_call
 
 from rayfl.algorithms.payloads import Assignment, ClientUpdate, ClientView, ServerState, TensorSlice, TrainTask
-from rayfl.algorithms.submodel import SubModelAlgorithm, first_k
+from rayfl.algorithms.submodel import SubModelAlgorithm, WidthModels, sorted_ratios
 from rayfl.config import FjORDConfig, TrainConfig
 from rayfl.models.inputs import InputSpec, module_device
 from rayfl.rng import derive_rng
@@ -92,21 +91,13 @@ class FjORD(SubModelAlgorithm):
 
     def __init__(self, config: FjORDConfig, train: TrainConfig) -> None:
         super().__init__(config, train)
-        self._width_models: dict[tuple[int, ...], tuple[nn.Module, dict[str, TensorSlice]]] = {}
+        self._width_models = WidthModels()
         self._client_widths: _ClientWidths | None = None  # set while local_train runs
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = super().__getstate__()
-        state["_width_models"] = {}  # rebuilt where needed
-        return state
 
     @property
     def widths(self) -> tuple[float, ...]:
         """The widths ``p_s``, sorted ascending and distinct."""
-        widths = tuple(sorted({float(w) for w in self.config.widths}))
-        if not widths or any(not 0.0 < w <= 1.0 for w in widths):
-            raise ValueError(f"fjord: widths must lie in (0, 1], got {list(self.config.widths)}")
-        return widths
+        return sorted_ratios("fjord", "widths", self.config.widths)
 
     # ------------------------------------------------------------------------------------------ server side
     def assign(self, state: ServerState, round_idx: int, views: Sequence[ClientView]) -> dict[int, Assignment]:
@@ -137,15 +128,7 @@ class FjORD(SubModelAlgorithm):
     def _width_model(self, units: tuple[int, ...], device: torch.device) -> tuple[nn.Module, dict[str, TensorSlice]]:
         """The module of the ``units`` sub-model and its first-k slices, built once per host and unit tuple on the
         client model's device (the module's own weights are never used: ``functional_call`` replaces them)."""
-        cached = self._width_models.get(units)
-        if cached is None:
-            family = self.require_family()
-            with torch.random.fork_rng(devices=[]):  # the init draws must not touch the global generator
-                module = family.build(units)
-            module.requires_grad_(False).to(device)
-            cached = self._width_models[units] = (module, family.slices(first_k(units)))
-        cached[0].train()
-        return cached
+        return self._width_models.get(self.require_family(), units, device)
 
     def _sub_forward(self, client: nn.Module, units: tuple[int, ...]) -> _Forward:
         """``x -> logits`` of the first-k ``units`` sub-model whose tensors are views of ``client``'s leading slices."""

@@ -24,21 +24,57 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import torch
+from torch import nn
 
 from rayfl.algorithms.base import Algorithm, RoundStats
-from rayfl.algorithms.payloads import Aggregate, Assignment, ClientView, ServerState
+from rayfl.algorithms.payloads import Aggregate, Assignment, ClientView, ServerState, TensorSlice
 from rayfl.config import TrainConfig
 from rayfl.models.elastic.spec import Selection, SubModelSpec  # a submodule: the package imports rayfl.algorithms
 
 if TYPE_CHECKING:
     from rayfl.models.elastic.cost import CostModel
+    from rayfl.models.elastic.family import ElasticFamily
 
-__all__ = ["SubModelAlgorithm", "first_k"]
+__all__ = ["SubModelAlgorithm", "WidthModels", "first_k", "sorted_ratios"]
 
 
 def first_k(units: Sequence[int]) -> Selection:
     """The leading ``units[d]`` units of every dimension."""
     return Selection(tuple(int(u) for u in units), tuple(np.arange(int(u), dtype=np.int64) for u in units))
+
+
+def sorted_ratios(method: str, key: str, values: Sequence[float]) -> tuple[float, ...]:
+    """``values`` sorted ascending and distinct, each in ``(0, 1]`` (a width ratio list of a method's config)."""
+    ratios = tuple(sorted({float(v) for v in values}))
+    if not ratios or any(not 0.0 < r <= 1.0 for r in ratios):
+        raise ValueError(f"{method}: {key} must lie in (0, 1], got {list(values)}")
+    return ratios
+
+
+class WidthModels:
+    """A host's first-k width sub-model modules and their slices, built once per unit tuple on a device (FjORD's and
+    the nested-width methods' per-width forward passes: their own weights are never used, ``functional_call``
+    replaces them). Pickles empty: each host rebuilds what it needs."""
+
+    def __init__(self) -> None:
+        self._built: dict[tuple[int, ...], tuple[nn.Module, dict[str, TensorSlice]]] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_built": {}}
+
+    def get(
+        self, family: ElasticFamily, units: tuple[int, ...], device: torch.device
+    ) -> tuple[nn.Module, dict[str, TensorSlice]]:
+        """The ``units`` sub-model (in training mode, no gradients) and its first-k slices of the global tensors."""
+        cached = self._built.get(units)
+        if cached is None:
+            with torch.random.fork_rng(devices=[]):  # the init draws must not touch the global generator
+                module = family.build(units)
+            module.requires_grad_(False).to(device)
+            cached = self._built[units] = (module, family.slices(first_k(units)))
+        cached[0].train()
+        return cached
 
 
 class SubModelAlgorithm(Algorithm):
