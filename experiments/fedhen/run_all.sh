@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # bash experiments/fedhen/run_all.sh [key=value ...]
 #
-# Paper 001's comparison on the CPU-sized settings experiments/fedhen/{iid,dirichlet}.yaml: FedHeN and NoSide (only
-# `algorithm` and the run name change, so data, model, device types and seed are the same), then the table of the
-# simple and complex models' accuracy (experiments/fedhen/table.py) in OUT/results.md and their curves against rounds
-# in OUT/curves.png. Extra arguments are overrides for every run (e.g. rounds=10). Runs land in OUT/<setting>-<method>
+# Paper 001's comparison on the CPU-sized settings experiments/fedhen/{iid,dirichlet}.yaml: FedHeN, NoSide and
+# Decouple (only `algorithm` and the run name change, so data, model, device types and seed are the same), then the
+# table of the simple and complex models' accuracy and the device average (experiments/fedhen/table.py) in
+# OUT/results.md and their curves against rounds in OUT/curves.png. Extra arguments are overrides for every run (e.g. rounds=10). Runs land in OUT/<setting>-<method>
 # (OUT defaults to runs/fedhen). About 2 minutes per run on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -13,7 +13,7 @@ OUT=${OUT:-runs/fedhen}
 for arg in "$@"; do  # an output_dir override moves the table's inputs too
   case $arg in output_dir=*) OUT=${arg#output_dir=} ;; esac
 done
-METHODS=${METHODS:-fedhen noside}
+METHODS=${METHODS:-fedhen noside decouple}
 RAYFL=rayfl
 PYTHON=python
 if [[ -x .venv/bin/rayfl ]]; then RAYFL=.venv/bin/rayfl PYTHON=.venv/bin/python; fi
