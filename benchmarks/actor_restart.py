@@ -5,9 +5,9 @@ Set-up: the Ray backend (2 client hosts, 1 shard, a local Ray with 2 CPUs) train
 experiments/fedrescue/cpu.yaml (16-32-64 channels with batch norm) over 20 synthetic clients of 100 images, 10 per
 round. Each repeat runs, on the same backend: an undisturbed round; a round right after SIGKILL of a client host (the
 kill lands while the host is idle, so the round's call meets the dead or restarting actor); the same for the shard;
-then SIGKILL of an idle host followed by polling it with ``ready`` until its replacement answers (the restart alone:
-Ray noticing the death, a worker process, the host's constructor). Prints the medians, and the ``faults`` each
-disturbed round counted.
+then SIGKILL of an idle host (and of the shard) followed by one ``ready`` call that Ray retries until the replacement
+answers (the restart alone: Ray noticing the death, a worker process, the constructor and its imports). Prints the
+medians, and the ``faults`` each disturbed round counted.
 
 Run: ``python benchmarks/actor_restart.py [--repeats 5]``. Wall-clock figures: compare them within one run only.
 """

@@ -219,7 +219,7 @@ def _local(cfg: ExperimentConfig, dataset: FederatedDataset | None) -> RunResult
 
 
 def _tiny(**backend: Any) -> ExperimentConfig:
-    return dataclasses.replace(tiny_config(kind="ray", cpus_per_host=0.25, **backend), rounds=3)
+    return dataclasses.replace(tiny_config(kind="ray", cpus_per_host=0.25, **backend), rounds=2)
 
 
 def _run_ray(cfg: ExperimentConfig, data: FederatedDataset | None, seen: dict[str, Any]) -> RunResult:
@@ -256,7 +256,7 @@ def test_a_killed_client_host_is_replaced_and_the_run_is_unchanged(
         got = _run_ray(cfg, data, instrumented)
     killed = [k for killer in killers for k in killer.join()]
     assert [name.startswith("client host") for name, _ in killed] == [True, True]
-    assert [r.faults for r in got.records] == [1, 1, 0]
+    assert [r.faults for r in got.records] == [1, 1]
     _assert_same_run(got, want)
     assert not {pid for _, pid in killed} & set(instrumented["last"])  # each killed slot runs a new process
     assert len(_replacements(caplog)) == 2
@@ -268,7 +268,7 @@ def test_a_killed_parameter_server_shard_is_replaced_and_the_run_is_unchanged(
 ) -> None:
     """Two shards; one is killed while it reduces round 1. Its replacement (constructed with the first shard plan)
     is given its tensors again and reduces the same partial sums: the same run, one fault in round 1."""
-    cfg = _tiny(num_hosts=2, num_shards=2)
+    cfg = _tiny(num_hosts=1, num_shards=2)
     data = tiny_image_dataset()
     want = _local(cfg, data)
     algorithm = FedAvg(cfg.algorithm, cfg.train)
@@ -279,7 +279,7 @@ def test_a_killed_parameter_server_shard_is_replaced_and_the_run_is_unchanged(
         got = _run_ray(cfg, data, instrumented)
     [(name, pid)] = killer.join()
     assert name.startswith("parameter-server shard")
-    assert [r.faults for r in got.records] == [0, 1, 0]
+    assert [r.faults for r in got.records] == [0, 1]
     _assert_same_run(got, want)
     assert pid not in instrumented["last"]
     assert len(_replacements(caplog)) == 1
@@ -306,7 +306,7 @@ def test_a_host_that_keeps_dying_ends_the_run_with_one_clear_line(
         "model.channels=[4,8]",
         "train.batch_size=8",
         "backend.kind=ray",
-        "backend.num_hosts=2",
+        "backend.num_hosts=1",
         "backend.cpus_per_host=0.25",
         "backend.max_actor_failures=1",
     ]
@@ -330,32 +330,32 @@ def test_a_host_that_keeps_dying_ends_the_run_with_one_clear_line(
 
 def test_per_client_state_survives_a_host_kill(instrumented: dict[str, Any], tmp_path: Path) -> None:
     """FedResCuE with local model padding (experiments/fedrescue/cpu.yaml, shrunk): every client remembers its model.
-    The host training a client that already trained is killed in round 2; its replacement reads that client's
-    memory from the driver's store and the run is the same as undisturbed, memories included."""
+    The only host, which made every memory so far, is killed in round 1 while it trains a client that trained in
+    round 0; its replacement reads the memories from the driver's store and the run is the same as undisturbed,
+    memories included."""
     overrides = [
-        "rounds=3",
-        "eval_every=1",
+        "rounds=2",
         "clients_per_round=4",
         "data.num_clients=6",
         "data.synthetic_samples=24",
         "backend.kind=ray",
-        "backend.num_hosts=2",
+        "backend.num_hosts=1",
         "backend.cpus_per_host=0.25",
     ]
     cfg = load_config(REPO / "experiments" / "fedrescue" / "cpu.yaml", overrides)
-    sampled = [set(sample_clients(cfg.seed, r, cfg.data.num_clients, cfg.clients_per_round).tolist()) for r in range(3)]
-    again = sorted(sampled[2] & (sampled[0] | sampled[1]))
-    assert again  # the killed host holds a client with a memory from an earlier round
+    sampled = [set(sample_clients(cfg.seed, r, cfg.data.num_clients, cfg.clients_per_round).tolist()) for r in range(2)]
+    again = sorted(sampled[1] & sampled[0])
+    assert again  # the killed host trains a client with a memory from an earlier round
     want = _local(cfg, None)
     algorithm = PausingFedResCuE(cfg.algorithm, cfg.train)
-    algorithm.train_at = (2, again[0])
+    algorithm.train_at = (1, again[0])
     algorithm.train_pause = Pause(str(tmp_path), "train")
     instrumented["algorithm"] = algorithm
     killer = Killer(tmp_path, "train", instrumented)
     got = _run_ray(cfg, None, instrumented)
     [(name, _)] = killer.join()
     assert name.startswith("client host")
-    assert [r.faults for r in got.records] == [0, 0, 1]
+    assert [r.faults for r in got.records] == [0, 1]
     _assert_same_run(got, want)
     states = instrumented["backend"].memories.client_states()
     local_states = instrumented["local_backend"].memories.client_states()
