@@ -37,7 +37,7 @@ from rayfl.engine.backend import (
     to_numpy,
 )
 from rayfl.engine.client_state import ClientStateStore, keeps_state
-from rayfl.engine.host import ClientHost
+from rayfl.engine.host import ClientHost, EvalStats
 from rayfl.engine.param_server import ParamServerShard, plan_shards
 from rayfl.engine.placement import ActorSlot, PoolLayout, layout_in_group, pack_layout, spread_layout
 from rayfl.engine.recovery import InputsLost, Recovery, Step
@@ -94,9 +94,8 @@ def host_cpu_share(num_hosts: int) -> float:
     return min(1.0, math.floor(total / num_hosts * 100) / 100)
 
 
-def _wait_ready(actors: Sequence[Any], layout: PoolLayout, cfg: BackendConfig) -> None:
+def _wait_ready(actors: Sequence[Any], refs: list[Any], layout: PoolLayout, cfg: BackendConfig) -> None:
     timeout_s = cfg.start_timeout_s
-    refs = [a.ready.remote() for a in actors]
     ready, pending = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
     if pending:
         for actor in actors:
@@ -150,10 +149,46 @@ def _wait_group(group: Any, timeout_s: float) -> None:
         )
 
 
-def _ready_call(actor: Any) -> Any:
+class RayClientHost(ClientHost):
+    """``ClientHost`` as a restartable Ray actor, which takes its data set from each call rather than its constructor.
+
+    Ray logs an error for every restartable actor whose constructor arguments live in the object store, because a
+    restart fails once they are gone (ray-project/ray#53727). So the constructor takes only small arguments, every
+    call carries the data set's object-store reference (inside a list, so that Ray passes the reference instead of
+    fetching the data per call), and the host builds itself (``ClientHost.__init__``, mapping the data zero-copy) on
+    the first call that finds it unbuilt: ``ready`` at start-up, or the first call after Ray restarted it.
+    """
+
+    def __init__(self, host_id: int, *args: Any) -> None:  # ClientHost.__init__ runs in _build
+        self.host_id = host_id
+        self._args = args
+        self._built = False
+
+    def _build(self, dataset: list[Any]) -> None:
+        if not self._built:
+            super().__init__(self.host_id, ray.get(dataset[0]), *self._args)
+            self._built = True
+
+    def ready(self, dataset: list[Any] | None = None) -> int:
+        if dataset is not None:
+            self._build(dataset)
+        return self.host_id
+
+    def run_round_on(self, dataset: list[Any], *args: Any) -> tuple[object, ...]:
+        """``run_round`` (its arguments after the data set's reference)."""
+        self._build(dataset)
+        return self.run_round(*args)
+
+    def evaluate_on(self, dataset: list[Any], *args: Any) -> EvalStats:
+        """``evaluate`` (its arguments after the data set's reference)."""
+        self._build(dataset)
+        return self.evaluate(*args)
+
+
+def _ready_call(actor: Any, *args: Any) -> Any:
     """A round trip to ``actor`` that Ray retries until the actor is back (harmless to repeat), for ``Recovery`` to
-    wait on its replacement without polling."""
-    return actor.ready.options(max_task_retries=-1).remote
+    wait on its replacement without polling (a host's rebuilds it)."""
+    return partial(actor.ready.options(max_task_retries=-1).remote, *args)
 
 
 class RayBackend:
@@ -186,7 +221,7 @@ class RayBackend:
         self.memories = ClientStateStore(fetch=ray.get, put=ray.put)
         # dead hosts and shards: Ray restarts them, the driver re-runs their lost calls (engine/recovery.py)
         self.recovery = Recovery(backend_cfg.max_actor_failures, backend_cfg.start_timeout_s)
-        self._dataset_ref: Any = None
+        self._dataset_arg: list[Any] = []
         self._names = [[n for n, k in self.shard_of.items() if k == s] for s in range(self.num_shards)]
         try:
             self._start_actors(dataset, model_cfg, algorithm, backend_cfg, init_seed, compression)
@@ -214,16 +249,16 @@ class RayBackend:
         if self._own_group:
             _wait_group(self._group, backend_cfg.start_timeout_s)
         group = self._group
-        # kept for the run: a restarted host re-runs its constructor with it, and Ray does not keep it alive itself
-        self._dataset_ref = dataset_ref = ray.put(dataset)
-        host_cls, shard_cls = ray.remote(ClientHost), ray.remote(ParamServerShard)
+        # the data set's reference, carried by every host call (RayClientHost): a restarted host rebuilds from it
+        self._dataset_arg = [ray.put(dataset)]
+        host_cls, shard_cls = ray.remote(RayClientHost), ray.remote(ParamServerShard)
         self.hosts = [
             host_cls.options(
                 num_cpus=slot.num_cpus,
                 num_gpus=slot.num_gpus,
                 max_restarts=-1,  # restarted in its slot when its process dies; recovery.py re-runs its lost calls
                 scheduling_strategy=_strategy(slot, group),
-            ).remote(h, dataset_ref, model_cfg, algorithm, backend_cfg, init_seed, compression)
+            ).remote(h, model_cfg, algorithm, backend_cfg, init_seed, compression)
             for h, slot in enumerate(layout.hosts)
         ]
         self.shards = [
@@ -232,7 +267,8 @@ class RayBackend:
             ).remote(s, self._names[s], algorithm.reducer)
             for s, slot in enumerate(layout.shards)
         ]
-        _wait_ready([*self.hosts, *self.shards], layout, backend_cfg)
+        refs = [h.ready.remote(self._dataset_arg) for h in self.hosts] + [s.ready.remote() for s in self.shards]
+        _wait_ready([*self.hosts, *self.shards], refs, layout, backend_cfg)
 
     def train_and_reduce(self, tasks: Sequence[TrainTask], params: Params) -> tuple[Aggregate, list[ClientOutcome]]:
         self.shard_of, names = shard_plan(self.shard_of, params, self.num_shards, self.shards)
@@ -248,7 +284,7 @@ class RayBackend:
             h: Step(
                 f"client host {h}",
                 partial(self._run_round, h, g, params_ref, keep),
-                _ready_call(self.hosts[h]),
+                _ready_call(self.hosts[h], self._dataset_arg),
                 probe=self.num_shards,
             )
             for h, g in groups.items()
@@ -275,8 +311,8 @@ class RayBackend:
         held = self.memories.handles_for(tasks) if keep else []
         return list(
             self.hosts[h]
-            .run_round.options(num_returns=self.num_shards + 1 + len(held))
-            .remote(tasks, params_ref, self.shard_of, self.num_shards, *held)
+            .run_round_on.options(num_returns=self.num_shards + 1 + len(held))
+            .remote(self._dataset_arg, tasks, params_ref, self.shard_of, self.num_shards, *held)
         )
 
     def _reduce_steps(self, params_ref: Any, ran: dict[int, list[Any]]) -> dict[int, Step]:
@@ -298,10 +334,11 @@ class RayBackend:
         batches = eval_batches(self.num_test, self.eval_batch_size, self.num_hosts)
 
         def submit(h: int, ids: list[int]) -> list[Any]:
-            return [self.hosts[h].evaluate.remote(params_ref, ids, self.eval_batch_size, units, model_config)]
+            args = (params_ref, ids, self.eval_batch_size, units, model_config)
+            return [self.hosts[h].evaluate_on.remote(self._dataset_arg, *args)]
 
         steps = {
-            h: Step(f"client host {h}", partial(submit, h, b), _ready_call(self.hosts[h]))
+            h: Step(f"client host {h}", partial(submit, h, b), _ready_call(self.hosts[h], self._dataset_arg))
             for h, b in enumerate(batches)
             if b
         }

@@ -4,12 +4,15 @@ What Ray does, and what this module does on top (issue 12, item 2):
 
 * **Ray restarts the process.** Hosts and shards are created with ``max_restarts=-1``: when an actor's process dies
   (SIGKILL, the kernel's or Ray's OOM killer, its node lost), Ray starts a new one in the same slot (the same
-  placement-group bundle) and re-runs its constructor with the same arguments. A host's constructor gets the data set
-  as an object-store reference, so the backend must keep that reference alive for the whole run: Ray 2.60 does not
-  pin a restartable actor's constructor arguments (ray-project/ray#53727; measured: the restart fails with
-  ``ReferenceCountingAssertionError`` when the driver dropped it). A host holds nothing that later rounds depend on
-  (its built models and caches are rebuilt on demand, every client's data comes from the object store and its state
-  from the driver's ``ClientStateStore``), so the restarted host is as good as the dead one.
+  placement-group bundle) and re-runs its constructor with the same arguments. Those are small on purpose: a host's
+  data set is not one of them but travels, as an object-store reference, with every call (``RayClientHost`` in
+  ``ray_backend.py``), and the host builds itself from it on the first call that finds it unbuilt. Ray 2.60 does not
+  keep a restartable actor's object-store constructor arguments alive (ray-project/ray#53727: measured, the restart
+  fails with ``ReferenceCountingAssertionError`` once the driver dropped the reference) and logs an error for every
+  run that has such an actor; a reference carried by the calls has neither problem. A host holds nothing that later
+  rounds depend on (its built models and caches are rebuilt on demand, every client's data comes from the object
+  store and its state from the driver's ``ClientStateStore``), so the restarted host is as good as the dead one. A
+  shard's tensor names go with every ``reduce`` call, as its constructor knows only the first shard plan.
 * **The driver re-runs the lost work.** Actor calls keep Ray's default ``max_task_retries=0``: the call in flight fails
   (``ActorUnavailableError``/``ActorDiedError``) and :class:`Recovery` resubmits it, unchanged, once the actor answers
   again. Ray's own task retries are not used, because the driver must (a) count the failures of a round for the
