@@ -220,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO if ns.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
     from rayfl.config_loader import ConfigError
+    from rayfl.engine.recovery import ActorFailureError
     from rayfl.traces.format import TraceError
 
     try:
@@ -228,6 +229,9 @@ def main(argv: list[str] | None = None) -> int:
         # errors a user can cause (config, data, caches, traces, cluster address): one line, no traceback
         print(f"rayfl: error: {' '.join(str(err).split())}", file=sys.stderr)
         return 2
+    except ActorFailureError as err:  # Ray actors kept dying (engine/recovery.py): one line, no traceback
+        print(f"rayfl: error: {' '.join(str(err).split())}", file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":

@@ -715,6 +715,9 @@ class BackendConfig:
     address: str | None = None  # an existing Ray cluster ("auto" or "host:port"); None = start a local one
     num_cpus: int = bounded(0, ge=0)  # CPUs for a local Ray instance; 0 = all
     object_store_mb: int = bounded(0, ge=0)  # object store of a local Ray instance; 0 = Ray's default
+    # dead hosts and shards are restarted and their work re-run (engine/recovery.py); the run gives up when more
+    # than this many actor failures happen in one round (0 = give up at the first)
+    max_actor_failures: int = bounded(3, ge=0)
 
 
 # ---------------------------------------------------------------------------------------------- experiment

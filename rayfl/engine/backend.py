@@ -58,6 +58,8 @@ class Backend(Protocol):
 
     def close(self) -> None: ...
 
+    def take_faults(self) -> int: ...
+
     def client_states(self) -> dict[int, object]: ...
 
     def load_client_states(self, states: dict[int, object]) -> None: ...
@@ -212,6 +214,10 @@ class LocalBackend:
 
     def load_client_states(self, states: dict[int, object]) -> None:
         self.memories.load_client_states(states)
+
+    def take_faults(self) -> int:
+        """Actor failures survived since the last call: none in-process."""
+        return 0
 
     def close(self) -> None:
         torch.set_num_threads(self._threads)

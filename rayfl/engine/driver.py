@@ -166,6 +166,7 @@ def run_experiment(
                 phase=schedule.phase_at(round_idx).name,
                 **model_fields(ds, evals, algorithm, state, outcomes),
                 device_acc=device_acc,
+                faults=backend.take_faults(),
             )
             records.append(record)
             eval_records.extend(structure_evals)

@@ -43,8 +43,14 @@ class ParamServerShard:
         self.names = tuple(names)
         return self.shard_id
 
-    def reduce(self, previous: NumpyParams, *partials: Partial) -> tuple[NumpyParams, dict[str, float]]:
-        """New values of this shard's tensors from the hosts' partials (given in host-id order)."""
+    def reduce(
+        self, previous: NumpyParams, *partials: Partial, names: Sequence[str] | None = None
+    ) -> tuple[NumpyParams, dict[str, float]]:
+        """New values of this shard's tensors from the hosts' partials (given in host-id order). ``names``, when
+        given, are the shard's tensors from now on (the Ray backend names them in every call, so that a shard Ray
+        restarted, whose constructor knows only the first plan, reduces the right ones)."""
+        if names is not None:
+            self.names = tuple(names)
         prev = as_tensors({n: previous[n] for n in self.names})
         merged = self.reducer.merge(partials)
         new, coverage = self.reducer.finalize(merged, prev)

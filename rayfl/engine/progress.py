@@ -29,5 +29,7 @@ class ProgressLine:
             f" | clients {record.clients_sampled - record.clients_failed}/{record.clients_sampled} ok"
             f" | sim {record.sim_time_s / 3600:6.3f} h | {per_round:5.2f} s/round | ETA {eta // 60}:{eta % 60:02d}"
         )
+        if record.faults:  # Ray actors that died this round and whose work was re-run (engine/recovery.py)
+            line += f" | {record.faults} dead actor{'s' if record.faults > 1 else ''} replaced"
         self.stream.write(line + "\n")
         self.stream.flush()

@@ -5,7 +5,8 @@ parameters are put once; each host gets one call with its clients' tasks and tha
 sum per shard (``num_returns = shards + 1``) which goes straight to the shards without passing through the driver.
 Shards reduce the partials in host-id order. rayfl starts a local Ray instance only if none is running and shuts
 down only what it started, so it can run inside Tune trials and users' sessions. Where the actors go (a Tune trial's
-placement group, spread over the cluster's nodes, or packed) is decided in ``placement.py``.
+placement group, spread over the cluster's nodes, or packed) is decided in ``placement.py``. A host or shard that
+dies is restarted by Ray and its lost work re-run by the driver (``recovery.py``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import os
 import socket
 import time
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import ray
@@ -35,9 +37,10 @@ from rayfl.engine.backend import (
     to_numpy,
 )
 from rayfl.engine.client_state import ClientStateStore, keeps_state
-from rayfl.engine.host import ClientHost
+from rayfl.engine.host import ClientHost, EvalStats
 from rayfl.engine.param_server import ParamServerShard, plan_shards
 from rayfl.engine.placement import ActorSlot, PoolLayout, layout_in_group, pack_layout, spread_layout
+from rayfl.engine.recovery import InputsLost, Recovery, Step
 
 __all__ = ["RayBackend", "ensure_ray"]
 
@@ -91,9 +94,8 @@ def host_cpu_share(num_hosts: int) -> float:
     return min(1.0, math.floor(total / num_hosts * 100) / 100)
 
 
-def _wait_ready(actors: Sequence[Any], layout: PoolLayout, cfg: BackendConfig) -> None:
+def _wait_ready(actors: Sequence[Any], refs: list[Any], layout: PoolLayout, cfg: BackendConfig) -> None:
     timeout_s = cfg.start_timeout_s
-    refs = [a.ready.remote() for a in actors]
     ready, pending = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
     if pending:
         for actor in actors:
@@ -147,6 +149,48 @@ def _wait_group(group: Any, timeout_s: float) -> None:
         )
 
 
+class RayClientHost(ClientHost):
+    """``ClientHost`` as a restartable Ray actor, which takes its data set from each call rather than its constructor.
+
+    Ray logs an error for every restartable actor whose constructor arguments live in the object store, because a
+    restart fails once they are gone (ray-project/ray#53727). So the constructor takes only small arguments, every
+    call carries the data set's object-store reference (inside a list, so that Ray passes the reference instead of
+    fetching the data per call), and the host builds itself (``ClientHost.__init__``, mapping the data zero-copy) on
+    the first call that finds it unbuilt: ``ready`` at start-up, or the first call after Ray restarted it.
+    """
+
+    def __init__(self, host_id: int, *args: Any) -> None:  # ClientHost.__init__ runs in _build
+        self.host_id = host_id
+        self._args = args
+        self._built = False
+
+    def _build(self, dataset: list[Any]) -> None:
+        if not self._built:
+            super().__init__(self.host_id, ray.get(dataset[0]), *self._args)
+            self._built = True
+
+    def ready(self, dataset: list[Any] | None = None) -> int:
+        if dataset is not None:
+            self._build(dataset)
+        return self.host_id
+
+    def run_round_on(self, dataset: list[Any], *args: Any) -> tuple[object, ...]:
+        """``run_round`` (its arguments after the data set's reference)."""
+        self._build(dataset)
+        return self.run_round(*args)
+
+    def evaluate_on(self, dataset: list[Any], *args: Any) -> EvalStats:
+        """``evaluate`` (its arguments after the data set's reference)."""
+        self._build(dataset)
+        return self.evaluate(*args)
+
+
+def _ready_call(actor: Any, *args: Any) -> Any:
+    """A round trip to ``actor`` that Ray retries until the actor is back (harmless to repeat), for ``Recovery`` to
+    wait on its replacement without polling (a host's rebuilds it)."""
+    return partial(actor.ready.options(max_task_retries=-1).remote, *args)
+
+
 class RayBackend:
     """Client hosts and parameter-server shards as Ray actors."""
 
@@ -175,6 +219,10 @@ class RayBackend:
         self.algorithm = algorithm
         # per-client state across rounds as object-store references (engine/client_state.py)
         self.memories = ClientStateStore(fetch=ray.get, put=ray.put)
+        # dead hosts and shards: Ray restarts them, the driver re-runs their lost calls (engine/recovery.py)
+        self.recovery = Recovery(backend_cfg.max_actor_failures, backend_cfg.start_timeout_s)
+        self._dataset_arg: list[Any] = []
+        self._names = [[n for n, k in self.shard_of.items() if k == s] for s in range(self.num_shards)]
         try:
             self._start_actors(dataset, model_cfg, algorithm, backend_cfg, init_seed, compression)
         except BaseException:
@@ -201,60 +249,105 @@ class RayBackend:
         if self._own_group:
             _wait_group(self._group, backend_cfg.start_timeout_s)
         group = self._group
-        dataset_ref = ray.put(dataset)
-        host_cls, shard_cls = ray.remote(ClientHost), ray.remote(ParamServerShard)
+        # the data set's reference, carried by every host call (RayClientHost): a restarted host rebuilds from it
+        self._dataset_arg = [ray.put(dataset)]
+        host_cls, shard_cls = ray.remote(RayClientHost), ray.remote(ParamServerShard)
         self.hosts = [
             host_cls.options(
                 num_cpus=slot.num_cpus,
                 num_gpus=slot.num_gpus,
-                max_restarts=0,
+                max_restarts=-1,  # restarted in its slot when its process dies; recovery.py re-runs its lost calls
                 scheduling_strategy=_strategy(slot, group),
-            ).remote(h, dataset_ref, model_cfg, algorithm, backend_cfg, init_seed, compression)
+            ).remote(h, model_cfg, algorithm, backend_cfg, init_seed, compression)
             for h, slot in enumerate(layout.hosts)
         ]
         self.shards = [
-            shard_cls.options(num_cpus=slot.num_cpus, scheduling_strategy=_strategy(slot, group)).remote(
-                s, [n for n, k in self.shard_of.items() if k == s], algorithm.reducer
-            )
+            shard_cls.options(
+                num_cpus=slot.num_cpus, max_restarts=-1, scheduling_strategy=_strategy(slot, group)
+            ).remote(s, self._names[s], algorithm.reducer)
             for s, slot in enumerate(layout.shards)
         ]
-        _wait_ready([*self.hosts, *self.shards], layout, backend_cfg)
+        refs = [h.ready.remote(self._dataset_arg) for h in self.hosts] + [s.ready.remote() for s in self.shards]
+        _wait_ready([*self.hosts, *self.shards], refs, layout, backend_cfg)
 
     def train_and_reduce(self, tasks: Sequence[TrainTask], params: Params) -> tuple[Aggregate, list[ClientOutcome]]:
         self.shard_of, names = shard_plan(self.shard_of, params, self.num_shards, self.shards)
-        if names is not None:
-            ray.get([shard.set_names.remote(own) for shard, own in zip(self.shards, names, strict=True)])
+        if names is not None:  # every reduce call names its shard's tensors (a restarted shard knows only the first)
+            self._names = names
+        if tasks:
+            self.recovery.begin_round(tasks[0].round_idx)
         params_ref = ray.put(to_numpy(params))
-        per_shard: list[list[Any]] = [[] for _ in range(self.num_shards)]
-        outcome_refs = []
         keep = keeps_state(self.algorithm, tasks)
-        for host, host_tasks in zip(self.hosts, tasks_by_host(tasks, self.sizes, self.num_hosts), strict=True):
-            if not host_tasks:
-                continue
-            held = self.memories.handles_for(host_tasks) if keep else []
-            refs = host.run_round.options(num_returns=self.num_shards + 1 + len(held)).remote(
-                host_tasks, params_ref, self.shard_of, self.num_shards, *held
+        groups = {h: g for h, g in enumerate(tasks_by_host(tasks, self.sizes, self.num_hosts)) if g}
+        # the driver fetches each host's outcomes (return ``num_shards``); its partial sums go straight to the shards
+        steps = {
+            h: Step(
+                f"client host {h}",
+                partial(self._run_round, h, g, params_ref, keep),
+                _ready_call(self.hosts[h], self._dataset_arg),
+                probe=self.num_shards,
             )
-            outcome_refs.append(refs[self.num_shards])
-            for s, ref in enumerate(refs[: self.num_shards]):
-                per_shard[s].append(ref)
-            if keep:  # each client's next memory stays in the object store, referenced from here
-                self.memories.update(host_tasks, refs[self.num_shards + 1 :])
-        result_refs = [shard.reduce.remote(params_ref, *per_shard[s]) for s, shard in enumerate(self.shards)]
-        outcomes = sorted((o for batch in ray.get(outcome_refs) for o in batch), key=lambda o: o.client_id)
-        return assemble_aggregate(ray.get(result_refs), outcomes), outcomes
+            for h, g in groups.items()
+        }
+        while True:
+            # Shards are called once every host's call has finished (its outcomes fetched): a shard never waits on
+            # the partial sums of a host that died, and a host's re-run is all that a host's death costs.
+            ran: dict[int, list[Any]] = {}
+            outcome_lists = self.recovery.gather(steps, ran)
+            try:
+                results = self.recovery.gather(self._reduce_steps(params_ref, ran))
+            except InputsLost:  # finished partial sums lost with their node: the round's hosts run again
+                continue
+            break
+        if keep:  # each client's next memory stays in the object store, referenced from here
+            for h, host_tasks in groups.items():
+                self.memories.update(host_tasks, ran[h][self.num_shards + 1 :])
+        outcomes = sorted((o for h in sorted(outcome_lists) for o in outcome_lists[h]), key=lambda o: o.client_id)
+        return assemble_aggregate([results[s] for s in range(self.num_shards)], outcomes), outcomes
+
+    def _run_round(self, h: int, tasks: list[TrainTask], params_ref: Any, keep: bool) -> list[Any]:
+        """Submit host ``h``'s share of a round (again, after a death: the same tasks and the same memories, which
+        the store still references until the round succeeds)."""
+        held = self.memories.handles_for(tasks) if keep else []
+        return list(
+            self.hosts[h]
+            .run_round_on.options(num_returns=self.num_shards + 1 + len(held))
+            .remote(self._dataset_arg, tasks, params_ref, self.shard_of, self.num_shards, *held)
+        )
+
+    def _reduce_steps(self, params_ref: Any, ran: dict[int, list[Any]]) -> dict[int, Step]:
+        """Shard ``s`` reduces the hosts' partials for it, in host-id order."""
+
+        def submit(s: int) -> list[Any]:
+            parts = [ran[h][s] for h in sorted(ran)]
+            return [self.shards[s].reduce.remote(params_ref, *parts, names=self._names[s])]
+
+        return {
+            s: Step(f"parameter-server shard {s}", partial(submit, s), _ready_call(shard), recompute_inputs=True)
+            for s, shard in enumerate(self.shards)
+        }
 
     def evaluate(
         self, params: Params, units: tuple[int, ...] | None = None, model_config: ModelConfig | None = None
     ) -> EvalResult:
         params_ref = ray.put(to_numpy(params))
         batches = eval_batches(self.num_test, self.eval_batch_size, self.num_hosts)
-        refs = [
-            h.evaluate.remote(params_ref, b, self.eval_batch_size, units, model_config)
-            for h, b in zip(self.hosts, batches, strict=True)
+
+        def submit(h: int, ids: list[int]) -> list[Any]:
+            args = (params_ref, ids, self.eval_batch_size, units, model_config)
+            return [self.hosts[h].evaluate_on.remote(self._dataset_arg, *args)]
+
+        steps = {
+            h: Step(f"client host {h}", partial(submit, h, b), _ready_call(self.hosts[h], self._dataset_arg))
+            for h, b in enumerate(batches)
             if b
-        ]
-        return combine_eval(ray.get(refs))
+        }
+        stats = self.recovery.gather(steps)
+        return combine_eval([stats[h] for h in sorted(stats)])
+
+    def take_faults(self) -> int:
+        """Actor failures survived since the last call (``RoundRecord.faults``)."""
+        return self.recovery.take_faults()
 
     def client_states(self) -> dict[int, object]:
         """Every client's memory by client id (fetched from the object store), for checkpoints."""

@@ -65,6 +65,8 @@ class RoundRecord:
     # the mean over all devices of the accuracy of the model each uses (``Algorithm.device_evals``: FedHeN's simple
     # devices on the simple model, complex devices on the complex one); NaN in a round without evaluation
     device_acc: float = math.nan
+    # Ray actors (client hosts, parameter-server shards) that died during the round and whose work was re-run
+    faults: int = 0
 
 
 @dataclass(frozen=True)
