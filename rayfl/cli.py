@@ -1,6 +1,7 @@
 """``rayfl`` command line: parse, build, run. No logic beyond wiring.
 
 rayfl run [FILE] [key=value ...]      run an experiment (no FILE: the embedded default)
+rayfl run --resume RUN_DIR [k=v ...]  continue a stopped run from its newest checkpoint
 rayfl validate FILE [key=value ...]   check a config without running it
 rayfl search FILE [key=value ...]     search-only run: assign models to budgets for the rounds, no training
 rayfl sweep [--check] FILE [key=value]  a Ray Tune sweep (key=value: sweep fields; base.KEY=V: the base experiment)
@@ -39,30 +40,72 @@ def _load(path: str | None, overrides: list[str]):  # type: ignore[no-untyped-de
     return load_config(path, overrides)
 
 
+# exit codes of ``rayfl run`` besides 0 (finished with a finite model) and 2 (bad input): a non-finite final model or a
+# run stopped by the non-finite guard; a run stopped by a signal exits 128 + the signal number (130 SIGINT, 143 SIGTERM)
+EXIT_NOT_FINITE = 3
+
+
 def _cmd_run(ns: argparse.Namespace) -> int:
     from rayfl.engine.driver import run_experiment
+    from rayfl.engine.guard import NonFiniteError
     from rayfl.engine.progress import ProgressLine
+    from rayfl.engine.stop import RunInterrupted
     from rayfl.report import report
 
-    path, overrides = _split(ns.args)
-    cfg = _load(path, overrides)
+    resume = Path(ns.resume) if ns.resume else None
+    cfg = _load_resumed(resume, ns.args) if resume is not None else _load(*_split(ns.args))
     print(
-        f"rayfl: running {cfg.name!r}: {cfg.algorithm_label} on {cfg.data.name}, {cfg.rounds} rounds, "
-        f"{cfg.clients_per_round} clients per round, backend {cfg.backend.kind}",
+        f"rayfl: {'resuming' if resume else 'running'} {cfg.name!r}: {cfg.algorithm_label} on {cfg.data.name}, "
+        f"{cfg.rounds} rounds, {cfg.clients_per_round} clients per round, backend {cfg.backend.kind}",
         flush=True,
     )
-    result = run_experiment(cfg, callbacks=[ProgressLine(sys.stdout, cfg.rounds)])
+    try:
+        result = run_experiment(cfg, callbacks=[ProgressLine(sys.stdout, cfg.rounds)], resume=resume)
+    except RunInterrupted as stop:
+        print(f"rayfl: {stop}", file=sys.stderr)
+        print(f"results: {stop.run_dir} (records complete up to round {stop.rounds_done})")
+        return 128 + stop.signum
+    except NonFiniteError as err:
+        print(f"rayfl: error: {err}", file=sys.stderr)
+        return EXIT_NOT_FINITE
     acc, base = result.final_eval.accuracy, result.baseline_acc
     print(
         f"final test accuracy {100 * acc:.2f}% (most-frequent-label baseline {100 * base:.2f}%) "
         f"on {result.final_eval.num_samples} test samples"
     )
+    failed = [r for r in result.records if r.clients_sampled > 0 and r.clients_failed == r.clients_sampled]
+    if failed:
+        print(
+            f"rayfl: warning: every sampled client failed in {len(failed)} of {len(result.records)} rounds (the model "
+            "did not change in them): see the failure columns of clients.csv",
+            file=sys.stderr,
+        )
     if result.run_dir is not None:
         _, pngs = report([result.run_dir], result.run_dir)
         print(f"results: {result.run_dir}")
         for png in pngs:
             print(f"plot: {png}")
-    return 0 if math.isfinite(acc) else 1
+    if not result.model_finite or not math.isfinite(acc):
+        print("rayfl: error: the final model is not finite (or scores NaN)", file=sys.stderr)
+        return EXIT_NOT_FINITE
+    return 0
+
+
+def _load_resumed(run_dir: Path, args: list[str]):  # type: ignore[no-untyped-def]
+    """A run directory's own config with ``key=value`` overrides (checked against it when the run starts)."""
+    from rayfl.config_loader import ConfigError
+
+    path, overrides = _split(args)
+    if path is not None:
+        raise ConfigError(
+            f"--resume reads the run's own config.yaml, so {path!r} is not needed: give only key=value overrides "
+            "(backend.*, checkpoint.*)",
+            file=str(run_dir),
+        )
+    config = run_dir / "config.yaml"
+    if not config.is_file():
+        raise ConfigError("not a run directory (no config.yaml): give the directory a run wrote", file=str(run_dir))
+    return _load(str(config), overrides)
 
 
 def _cmd_validate(ns: argparse.Namespace) -> int:
@@ -145,6 +188,12 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run an experiment")
     run.add_argument("args", nargs="*", metavar="FILE | key=value")
+    run.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
+        default=None,
+        help="continue a stopped run in its directory from its newest checkpoint (key=value: backend.*, checkpoint.*)",
+    )
     run.set_defaults(func=_cmd_run)
     val = sub.add_parser("validate", help="check a config without running it")
     val.add_argument("args", nargs="+", metavar="FILE | key=value")
