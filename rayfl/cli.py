@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import signal
 import sys
 from importlib import resources
 from pathlib import Path
@@ -277,6 +278,9 @@ def main(argv: list[str] | None = None) -> int:
         # errors a user can cause (config, data, caches, traces, cluster address): one line, no traceback
         print(f"rayfl: error: {' '.join(str(err).split())}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # a second Ctrl-C: stopped at once (a run's records are completed all the same)
+        print("rayfl: interrupted", file=sys.stderr)
+        return 128 + signal.SIGINT
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from rayfl.config import (
     ALGORITHM_CONFIGS,
     CheckpointConfig,
     CNNConfig,
+    DataConfig,
     DistillConfig,
     ExperimentConfig,
     FedAvgConfig,
@@ -70,14 +71,16 @@ SPECIAL: dict[str, Any] = {
     "model_search": ModelSearchConfig(epsilon=0.3, t_max=3, distill=DISTILL),
 }
 PHASED = ("fedoras", "fedoras_search")
+SYNTHETIC = DataConfig(name="synthetic", partition="iid", num_clients=8, synthetic_samples=16)
 
 
 def case_names() -> list[str]:
     return sorted(ALGORITHMS)
 
 
-def case(name: str, data: FederatedDataset, rounds: int = 4) -> ExperimentConfig:
-    """A tiny, written, checkpointed run of algorithm ``name`` (every round checkpointed, all checkpoints kept)."""
+def case(name: str, data: FederatedDataset | None, rounds: int = 4) -> ExperimentConfig:
+    """A tiny, written, checkpointed run of algorithm ``name`` (every round checkpointed, all checkpoints kept); with
+    ``data`` None its data is the config's own synthetic set (for runs started from a YAML file)."""
     checkpoint = CheckpointConfig(every=1, keep=1000)
     if name in PHASED:  # supernet 2 rounds, search 3, supernet 2
         phased = fedoras_tiny_config(kind="local", num_hosts=2)
@@ -91,11 +94,13 @@ def case(name: str, data: FederatedDataset, rounds: int = 4) -> ExperimentConfig
         algorithm=algorithm,
         checkpoint=checkpoint,
     )
+    if data is None:
+        cfg = dataclasses.replace(cfg, data=SYNTHETIC)
     links = LINKS if name in NESTED else LinkConfig()
     return dataclasses.replace(cfg, system=_budgets(cfg, data, links))
 
 
-def _budgets(cfg: ExperimentConfig, data: FederatedDataset, links: LinkConfig) -> SystemConfig:
+def _budgets(cfg: ExperimentConfig, data: FederatedDataset | None, links: LinkConfig) -> SystemConfig:
     oracle = build_clock(cfg, build_setup(cfg, data)).oracle
     assert oracle.family is not None and oracle.elastic is not None
     space = oracle.family.space
@@ -117,6 +122,7 @@ def assert_same_run(a: Path, b: Path, a_result: RunResult | None = None, b_resul
     x_summary, y_summary = (json.loads((d / "summary.json").read_text()) for d in (a, b))
     for summary in (x_summary, y_summary):
         summary.pop("wall_time_s")
+        summary.pop("name")
     assert x_summary == y_summary  # phases' results included (FedorAS's search)
     if a_result is not None and b_result is not None:
         assert_same_state(a_result.state.params, b_result.state.params)

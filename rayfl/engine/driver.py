@@ -185,9 +185,10 @@ def run_experiment(
                     rolled_back=int(rolled_back),
                 )
                 run.next_round = round_idx + 1
+                stopping = stop.requested  # decided here, so that a stopping round always writes its checkpoint
                 with stop.critical():
                     pending = None
-                    if run.store is not None and _checkpoint_due(cfg, round_idx, stop.requested):
+                    if run.store is not None and _checkpoint_due(cfg, round_idx, stopping):
                         snapshot = take_snapshot(run, clock, backend, schedule, record.wall_time_s)
                         pending = run.store.write_state(snapshot)
                         record = dataclasses.replace(
@@ -204,7 +205,7 @@ def run_experiment(
                 for callback in callbacks:
                     callback(record)
                 run.guard.raise_if_exhausted(round_idx)
-                if stop.requested:
+                if stopping:
                     status = "interrupted"
                     break
         except NonFiniteError:
