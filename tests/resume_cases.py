@@ -36,12 +36,21 @@ from rayfl.config import (
 )
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine.build import build_clock, build_setup
+from rayfl.engine.checkpoint import CheckpointStore
 from rayfl.engine.driver import RunResult
 from rayfl.models.elastic.spec import SubModelSpec
 from tests.helpers import tiny_config
 from tests.helpers_fedoras import fedoras_tiny_config
 
-__all__ = ["WALL_CLOCK_COLUMNS", "assert_same_run", "case", "case_names"]
+__all__ = [
+    "WALL_CLOCK_COLUMNS",
+    "assert_records_agree",
+    "assert_same_run",
+    "assert_same_state",
+    "case",
+    "case_names",
+    "keep_checkpoints_up_to",
+]
 
 # Columns measured on the host's clock (and the checkpoint columns, which differ where a stop wrote an extra
 # checkpoint): everything else in the records is deterministic.
@@ -153,3 +162,12 @@ def assert_records_agree(run_dir: Path) -> dict[str, Any]:
     rounds = pd.read_parquet(run_dir / "rounds.parquet")
     assert summary["rounds"] == len(rounds) and list(rounds["round_idx"]) == list(range(len(rounds)))
     return summary
+
+
+def keep_checkpoints_up_to(run_dir: Path, rounds_done: int) -> None:
+    """Drop the checkpoints after ``rounds_done``, as if the run had stopped there (its records go on further)."""
+    store = CheckpointStore(run_dir, keep=1)
+    for manifest in store.manifests():
+        if int(manifest.stem.removeprefix("round-")) > rounds_done:
+            manifest.unlink()
+            (manifest.parent / f"{manifest.stem}.state").unlink()

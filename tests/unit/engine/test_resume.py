@@ -10,10 +10,9 @@ from pathlib import Path
 import pytest
 
 from rayfl.data.federated import FederatedDataset
-from rayfl.engine.checkpoint import CheckpointStore
 from rayfl.engine.driver import run_experiment
 from tests.helpers import tiny_image_dataset
-from tests.resume_cases import assert_same_run, case, case_names
+from tests.resume_cases import assert_same_run, case, case_names, keep_checkpoints_up_to
 
 # where the resumed copy starts: mid-run; the phased FedorAS run (supernet 2 rounds, search 3, supernet 2) once inside
 # the search (its populations in the state) and once after it (its result, taken at the hand-over, in the checkpoint)
@@ -23,15 +22,6 @@ RESUME_AFTER = {"fedoras": 3, "fedoras_search": 6}
 @pytest.fixture(scope="module")
 def data() -> FederatedDataset:
     return tiny_image_dataset()
-
-
-def keep_checkpoints_up_to(run_dir: Path, rounds_done: int) -> None:
-    """Drop the checkpoints after ``rounds_done``, as if the run had stopped there (its records go on further)."""
-    store = CheckpointStore(run_dir, keep=1)
-    for manifest in store.manifests():
-        if int(manifest.stem.removeprefix("round-")) > rounds_done:
-            manifest.unlink()
-            (manifest.parent / f"{manifest.stem}.state").unlink()
 
 
 @pytest.mark.parametrize("name", case_names())
