@@ -5,6 +5,7 @@ rayfl run --resume RUN_DIR [k=v ...]  continue a stopped run from its newest che
 rayfl validate FILE [key=value ...]   check a config without running it
 rayfl search FILE [key=value ...]     search-only run: assign models to budgets for the rounds, no training
 rayfl sweep [--check] FILE [key=value]  a Ray Tune sweep (key=value: sweep fields; base.KEY=V: the base experiment)
+rayfl sweep --resume SWEEP_DIR        continue an interrupted sweep (finished trials kept, others resumed)
 rayfl data prepare shakespeare        build the embedded default data set into the cache
 rayfl report RUN_DIR [RUN_DIR ...]    markdown table and accuracy plot of finished runs (--paper: paper 000's layouts)
 rayfl traces record|show|import|synth resource traces: record this machine, inspect, convert, generate
@@ -143,9 +144,20 @@ def _percent(value: float) -> str:
 
 
 def _cmd_sweep(ns: argparse.Namespace) -> int:
+    from rayfl.config_loader import ConfigError
     from rayfl.tune import load_sweep, run_sweep
 
-    sweep = load_sweep(ns.file, ns.overrides)
+    resume = Path(ns.resume) if ns.resume else None
+    if resume is not None:
+        from rayfl.tune.sweep import load_resumed_sweep
+
+        if ns.file is not None or ns.overrides:
+            raise ConfigError("--resume runs the sweep as it was started: give no file or overrides", file=ns.resume)
+        sweep, overrides = load_resumed_sweep(resume)
+    elif ns.file is None:
+        raise ConfigError("give a sweep file (or --resume SWEEP_DIR)", file="rayfl sweep")
+    else:
+        sweep, overrides = load_sweep(ns.file, ns.overrides), list(ns.overrides)
     print(
         f"rayfl: sweep {sweep.name!r} ({sweep.config.mode}): {len(sweep.params)} swept keys, search "
         f"{sweep.config.search}, {sweep.config.num_samples} sample(s); {len(sweep.checked)} trial configs checked",
@@ -153,11 +165,18 @@ def _cmd_sweep(ns: argparse.Namespace) -> int:
     )
     if ns.check:
         return 0
-    result = run_sweep(sweep, overrides=ns.overrides, verbose=1 if ns.verbose else 0)
+    result = run_sweep(sweep, overrides=overrides, verbose=1 if ns.verbose else 0, resume=resume)
     print(result.markdown)
     print(f"results: {result.sweep_dir} ({result.wall_s:.1f} s)")
     for path in result.files:
         print(f"wrote: {path}")
+    if result.unfinished:
+        print(
+            f"rayfl: sweep interrupted with {result.unfinished} trial(s) unfinished; resume with: rayfl sweep --resume "
+            f"{result.sweep_dir}",
+            file=sys.stderr,
+        )
+        return 128 + signal.SIGINT
     return 0 if not (result.table["status"] == "error").any() else 1
 
 
@@ -203,9 +222,15 @@ def _parser() -> argparse.ArgumentParser:
     search.add_argument("args", nargs="+", metavar="FILE | key=value")
     search.set_defaults(func=_cmd_search)
     sweep = sub.add_parser("sweep", help="run a Ray Tune sweep file")
-    sweep.add_argument("file", metavar="FILE")
+    sweep.add_argument("file", metavar="FILE", nargs="?")
     sweep.add_argument("overrides", nargs="*", metavar="key=value", help="sweep fields; base.KEY=V for the base")
     sweep.add_argument("--check", action="store_true", help="check the sweep file and every trial's config, then stop")
+    sweep.add_argument(
+        "--resume",
+        metavar="SWEEP_DIR",
+        default=None,
+        help="continue an interrupted sweep in its folder (Tune's restore; trials continue from their checkpoints)",
+    )
     sweep.set_defaults(func=_cmd_sweep)
     data = sub.add_parser("data", help="data sets")
     data_sub = data.add_subparsers(dest="data_command", required=True)
