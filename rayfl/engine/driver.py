@@ -81,12 +81,12 @@ def run_experiment(
     ``RunInterrupted`` (``engine/stop.py``); too many non-finite rounds in a row raise ``NonFiniteError``
     (``engine/guard.py``). However the run ends, its record files and ``summary.json`` agree."""
     start = time.perf_counter()
+    point = load_resume_point(cfg, resume) if resume is not None else None  # refused before anything starts
     setup = build_setup(cfg, dataset, cache_dir)
     ds, algorithm = setup.dataset, setup.algorithm
     check_clients_per_round(cfg, ds.num_clients)
     clock = build_clock(cfg, setup)
     bind_algorithm(cfg, setup, clock)
-    point = load_resume_point(cfg, resume) if resume is not None else None  # refused before anything starts
     backend = build_backend(cfg, setup)
     schedule = PhaseSchedule(algorithm, cfg.rounds)  # one phase unless cfg.phases (engine/phases.py)
     pool = build_task_pool(cfg.backend)

@@ -126,7 +126,10 @@ def resume_progress(
     """Put the checkpoint back: the clock, the clients' memories and the phases' results in place, the record files
     cut back to the checkpoint; returns the progress the run continues from."""
     snap = point.snapshot
-    writer = RunWriter.reopen(point.run_dir, point.manifest.record_sizes)
+    try:
+        writer = RunWriter.reopen(point.run_dir, point.manifest.record_sizes)
+    except (OSError, ValueError, KeyError) as err:
+        raise ConfigError(f"its record files do not match its checkpoint ({err})", file=str(point.run_dir)) from err
     clock.now = snap.sim_time_s
     backend.load_client_states(dict(snap.client_states))
     schedule.results = dict(snap.phase_results)
