@@ -189,11 +189,11 @@ def run_experiment(
                 with stop.critical():
                     pending = None
                     if run.store is not None and _checkpoint_due(cfg, round_idx, stopping):
+                        began = time.perf_counter()  # gathering the snapshot (client memories) counts too
                         snapshot = take_snapshot(run, clock, backend, schedule, record.wall_time_s)
                         pending = run.store.write_state(snapshot)
-                        record = dataclasses.replace(
-                            record, checkpoint_bytes=pending.state_bytes, checkpoint_s=pending.write_s
-                        )
+                        spent = time.perf_counter() - began
+                        record = dataclasses.replace(record, checkpoint_bytes=pending.state_bytes, checkpoint_s=spent)
                     records.append(record)
                     eval_records.extend(structure_evals)
                     if writer is not None:
@@ -205,7 +205,7 @@ def run_experiment(
                 for callback in callbacks:
                     callback(record)
                 run.guard.raise_if_exhausted(round_idx)
-                if stopping:
+                if stopping and run.next_round < cfg.rounds:  # a stop asked for in the last round changes nothing
                     status = "interrupted"
                     break
         except NonFiniteError:
@@ -220,7 +220,8 @@ def run_experiment(
         finally:
             backend.close()
             if writer is not None:
-                writer.finish(_summary(cfg, schedule, records, run, baseline, status))
+                with stop.critical():  # the Parquet files and summary.json are written whole, whatever arrives
+                    writer.finish(_summary(cfg, schedule, records, run, baseline, status))
     if stop.signum is not None and status == "interrupted":
         saved = run.store.manifests()[-1] if run.store is not None and run.store.manifests() else None
         raise RunInterrupted(stop.signum, run.next_round, writer.run_dir if writer else None, saved)

@@ -71,7 +71,7 @@ class RoundRecord:
     # before it (engine/guard.py); the round's simulated time and client failures stand
     rolled_back: int = 0
     # the checkpoint written after this round (engine/checkpoint.py): bytes of its state file and wall seconds spent
-    # writing it (0 and NaN in rounds without one)
+    # gathering and writing it (its small manifest follows the record); 0 and NaN in rounds without one
     checkpoint_bytes: int = 0
     checkpoint_s: float = math.nan
 

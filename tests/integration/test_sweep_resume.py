@@ -23,7 +23,7 @@ SWEEP = """\
 # rayfl sweep {path}
 base:
   name: tiny
-  rounds: 6
+  rounds: 8
   clients_per_round: 4
   data: {{name: synthetic, partition: iid, num_clients: 8, synthetic_samples: 16}}
   train: {{lr: 0.05, batch_size: 8, eval_batch_size: 250}}
@@ -63,13 +63,15 @@ def test_an_interrupted_sweep_resumes_its_trials_mid_run(tmp_path: Path) -> None
         env=env,
         cwd=ROOT,
     )
-    manifest = _wait_for("out/sweep/trials/*/checkpoints/round-*.json", tmp_path, proc)  # the trial's first
+    # Tune holds the first trial's second checkpoint (round 4): its first is surely in Tune's experiment state, so
+    # the trial cannot start over
+    _wait_for("out/sweep/tune/00000_*/checkpoint_000001/rayfl.json", tmp_path, proc)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=240)
     sweep_dir = tmp_path / "out" / "sweep"  # named after the sweep file
     assert proc.returncode == 130, out + err
     assert f"rayfl sweep --resume {sweep_dir}" in err
-    first = manifest.parents[1]
+    first = sorted((sweep_dir / "trials").iterdir())[0]
     head = (first / "rounds.csv").read_text().splitlines()[:3]  # header and rounds 0-1, wall times included
     assert main(["sweep", "--resume", str(sweep_dir)]) == 0
     trials = sorted((sweep_dir / "trials").iterdir())
