@@ -288,7 +288,7 @@ class DistillConfig:
     subnets: int = bounded(0, ge=0)
     iterations: int = bounded(100, ge=0)
     batch_size: int = bounded(64, ge=1)
-    lr: float = bounded(1e-3, gt=0.0, le=FLOAT32_MAX)
+    lr: float = bounded(1e-3, gt=0.0)
     temperature: float = bounded(1.0, gt=0.0)
     ratios: tuple[float, ...] = ()
 
@@ -584,7 +584,7 @@ class TrainConfig:
     max_steps: int = bounded(0, ge=0)  # 0 = no cap; otherwise stop after this many batches
     batch_size: int = bounded(10, ge=1)
     optimizer: Literal["sgd", "adam"] = "sgd"
-    lr: float = bounded(0.8, gt=0.0, le=FLOAT32_MAX)  # torch's optimizers refuse a step beyond float32
+    lr: float = bounded(0.8, gt=0.0)  # at most FLOAT32_MAX (config_loader): torch refuses a larger step
     momentum: float = bounded(0.0, ge=0.0, lt=1.0)
     weight_decay: float = bounded(0.0, ge=0.0)
     grad_clip_norm: float = bounded(0.0, ge=0.0)  # 0 = no clipping

@@ -59,6 +59,19 @@ def test_server_lr_1e300_is_rolled_back_and_stops_the_run_with_exit_3(
     assert summary["final_model_finite"] is True and 0.0 <= summary["final_test_acc"] <= 1.0
 
 
+def test_a_client_learning_rate_beyond_float32_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # finite, so it passed validate, and torch's optimizer raised mid-run with a traceback and a half-written run
+    assert main(["run", str(_yaml(tmp_path)), "train.lr=1e300"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"rayfl: error: {tmp_path / 'nan.yaml'}: override 'train.lr=1e300': train.lr: must be at most 3.403e+38 "
+        "(float32's largest value), got 1e+300"
+    ]
+    assert not (tmp_path / "runs").exists()
+
+
 def test_rolled_back_rounds_keep_the_previous_model_and_the_limit_stops_the_run(
     data: FederatedDataset, tmp_path: Path
 ) -> None:
