@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 __all__ = [
     "ALGORITHM_CONFIGS",
+    "FLOAT32_MAX",
     "MODEL_CONFIGS",
     "SUPERNET_OPS",
     "AlgorithmConfig",
@@ -24,6 +25,7 @@ __all__ = [
     "CharBertConfig",
     "CharLSTMConfig",
     "CharTransformerConfig",
+    "CheckpointConfig",
     "CompressionConfig",
     "CustomModelConfig",
     "DataConfig",
@@ -71,6 +73,10 @@ def bounded(
     """A dataclass field with numeric bounds (and, for strings, an existence check) that the loader enforces."""
     meta = {k: v for k, v in {"ge": ge, "gt": gt, "le": le, "lt": lt, "path": path}.items() if v is not None}
     return field(default=default, metadata=meta)
+
+
+# The largest float32: a client learning rate above it cannot scale float32 parameters (torch's optimizers raise).
+FLOAT32_MAX = 3.4028234663852886e38
 
 
 # ----------------------------------------------------------------------------------------------------- data
@@ -578,7 +584,7 @@ class TrainConfig:
     max_steps: int = bounded(0, ge=0)  # 0 = no cap; otherwise stop after this many batches
     batch_size: int = bounded(10, ge=1)
     optimizer: Literal["sgd", "adam"] = "sgd"
-    lr: float = bounded(0.8, gt=0.0)
+    lr: float = bounded(0.8, gt=0.0)  # at most FLOAT32_MAX (config_loader): torch refuses a larger step
     momentum: float = bounded(0.0, ge=0.0, lt=1.0)
     weight_decay: float = bounded(0.0, ge=0.0)
     grad_clip_norm: float = bounded(0.0, ge=0.0)  # 0 = no clipping
@@ -720,6 +726,17 @@ class BackendConfig:
     max_actor_failures: int = bounded(3, ge=0)
 
 
+# ------------------------------------------------------------------------------------------- checkpoints
+@dataclass(frozen=True, kw_only=True)
+class CheckpointConfig:
+    """Checkpoints of a written run (``rayfl/engine/checkpoint.py``), for ``rayfl run --resume RUN_DIR``: every
+    ``every`` rounds, after the last round and when SIGINT/SIGTERM stops the run; the last ``keep`` are kept.
+    ``every: 0`` writes none (and a stopped run cannot be resumed)."""
+
+    every: int = bounded(10, ge=0)
+    keep: int = bounded(2, ge=1)
+
+
 # ---------------------------------------------------------------------------------------------- experiment
 @dataclass(frozen=True, kw_only=True)
 class PhaseConfig:
@@ -755,6 +772,10 @@ class ExperimentConfig:
     # Several phases, run one after another on one clock and one set of records; when given, they replace
     # ``algorithm`` and their rounds add up to ``rounds`` (``rayfl/engine/phases.py``).
     phases: tuple[PhaseConfig, ...] = ()
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    # a round whose aggregate or server step is not finite is rolled back (the global model stays); this many such
+    # rounds in a row stop the run with an error (engine/guard.py)
+    max_nonfinite_rounds: int = bounded(3, ge=1)
 
     @property
     def algorithm_label(self) -> str:

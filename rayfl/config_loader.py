@@ -30,7 +30,14 @@ from typing import Any, Literal, Union
 
 import yaml
 
-from rayfl.config import SUPERNET_OPS, ExperimentConfig, FedorASConfig, FedorASSearchConfig, SupernetConfig
+from rayfl.config import (
+    FLOAT32_MAX,
+    SUPERNET_OPS,
+    ExperimentConfig,
+    FedorASConfig,
+    FedorASSearchConfig,
+    SupernetConfig,
+)
 
 __all__ = [
     "DATA_INPUTS",
@@ -593,7 +600,7 @@ def _mark(origins: dict[KeyPath, Origin], path: KeyPath, value: Any, text: str) 
 
 # ------------------------------------------------------------------------------------------------- semantics
 def _semantic_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:
-    problems: list[tuple[KeyPath, str]] = []
+    problems: list[tuple[KeyPath, str]] = _learning_rate_problems(cfg)
     if cfg.backend.num_shards > MAX_SHARDS:
         problems.append((("backend", "num_shards"), f"must be <= {MAX_SHARDS}, got {cfg.backend.num_shards}"))
     if cfg.backend.kind == "ray" and cfg.backend.device == "cuda" and cfg.backend.gpus_per_host == 0:
@@ -731,6 +738,23 @@ def check_model_input(cfg: ExperimentConfig, input_kind: str) -> None:
     need = MODEL_INPUTS.get(cfg.model.name)
     if need is not None and need != input_kind:
         raise ConfigError(_modality_reason(cfg.model.name, need, cfg.data.name, input_kind), "model.name")
+
+
+def _learning_rate_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:
+    """Learning rates that train float32 parameters stay within float32's range (torch's optimizers raise on a
+    larger step, mid-run)."""
+    rates: list[tuple[KeyPath, float]] = [(("train", "lr"), cfg.train.lr)]
+    sections: list[tuple[KeyPath, Any]] = [(("algorithm",), cfg.algorithm)]
+    sections.extend((("phases", i, "algorithm"), p.algorithm) for i, p in enumerate(cfg.phases))
+    for at, algorithm in sections:
+        distill = getattr(algorithm, "distill", None)
+        if distill is not None:
+            rates.append(((*at, "distill", "lr"), distill.lr))
+    return [
+        (at, f"must be at most {FLOAT32_MAX:.4g} (float32's largest value), got {value!r}")
+        for at, value in rates
+        if value > FLOAT32_MAX
+    ]
 
 
 def _algorithm_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:

@@ -3,7 +3,8 @@
 An algorithm fills a few hooks and keeps no state between them; everything it remembers lives in the
 ``ServerState`` the engine passes in and takes back. Call order, once per round:
 
-1. driver: ``assign(state, round_idx, views)`` → an ``Assignment`` per sampled client;
+1. driver: ``assign(state, round_idx, views)`` → an ``Assignment`` per sampled client (through
+   ``assign_with_state``, which may also return a new state);
 2. each client host, per client: ``local_train(model, x, y, task, ...)`` (the default loop calls ``local_loss``) →
    ``ClientUpdate``;
 3. hosts and parameter-server shards: ``reducer`` (accumulate → merge → finalize) → ``Aggregate``;
@@ -153,6 +154,15 @@ class Algorithm:
     def assign(self, state: ServerState, round_idx: int, views: Sequence[ClientView]) -> dict[int, Assignment]:
         """Which (sub-)model each sampled client trains; the default gives everyone the full model."""
         return {v.client_id: Assignment() for v in views}
+
+    def assign_with_state(
+        self, state: ServerState, round_idx: int, views: Sequence[ClientView]
+    ) -> tuple[dict[int, Assignment], ServerState]:
+        """What the engine calls: ``assign``'s assignments and the state after assigning. The default leaves the state
+        as it is; an algorithm whose assignment grows state that later rounds read (model search's pool) overrides
+        this, so that the state lives in ``ServerState`` (and in checkpoints) even in a round whose server update is
+        skipped because every client failed."""
+        return self.assign(state, round_idx, views), state
 
     def client_weight(self, num_examples: int) -> float:
         """A client's weight in the reducer's mean."""

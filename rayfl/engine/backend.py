@@ -9,6 +9,7 @@ evaluate on fixed-size test batches combined in batch order.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, cast
@@ -105,6 +106,9 @@ def combine_eval(stats: Sequence[EvalStats]) -> EvalResult:
     loss_total = 0.0
     for v in loss:  # sequential float64 sum in batch order (np.sum's pairwise order depends on length)
         loss_total += float(v)
+    if any(s.nonfinite for s in stats):
+        # a model whose logits are not finite has no accuracy: NaN, never "0 %" (argmax of NaN picks a class)
+        return EvalResult(accuracy=math.nan, loss=math.nan, num_samples=total, correct_mask=None)
     return EvalResult(
         accuracy=float(correct.sum()) / max(1, total),
         loss=loss_total / max(1, total),

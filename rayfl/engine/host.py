@@ -61,6 +61,7 @@ class EvalStats:
     correct: np.ndarray
     count: np.ndarray
     correct_mask: tuple[np.ndarray, ...] = ()  # per batch: which samples were predicted right (per-client accuracy)
+    nonfinite: int = 0  # samples whose logits held a NaN or an infinity (the evaluation is then NaN, not 0 %)
 
 
 def as_tensors(params: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:
@@ -389,17 +390,19 @@ class ClientHost:
         n = len(batch_ids)
         loss_sum, correct, count = np.zeros(n), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
         masks: list[np.ndarray] = []
+        nonfinite = 0
         with torch.no_grad():
             for i, b in enumerate(batch_ids):
                 lo, hi = b * batch_size, min((b + 1) * batch_size, len(ds.y_test))
                 logits = model(to_input(ds.x_test[lo:hi], self.input_spec, self.device))
                 labels = torch.from_numpy(np.asarray(ds.y_test[lo:hi], dtype=np.int64)).to(self.device)
                 loss_sum[i] = float(nn.functional.cross_entropy(logits, labels, reduction="sum"))
+                nonfinite += int((~torch.isfinite(logits).all(dim=1)).sum())
                 right = logits.argmax(dim=1) == labels
                 correct[i] = int(right.sum())
                 count[i] = hi - lo
                 masks.append(right.cpu().numpy())
-        return EvalStats(np.asarray(batch_ids, dtype=np.int64), loss_sum, correct, count, tuple(masks))
+        return EvalStats(np.asarray(batch_ids, dtype=np.int64), loss_sum, correct, count, tuple(masks), nonfinite)
 
 
 def _on_cpu(update: ClientUpdate) -> ClientUpdate:

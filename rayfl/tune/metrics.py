@@ -59,6 +59,14 @@ class RoundMetrics:
         self._acc = math.nan
         self._loss = math.nan
 
+    @property
+    def carried(self) -> tuple[float, float]:
+        """The accuracy and loss carried forward (a checkpoint keeps them for a resumed trial)."""
+        return self._acc, self._loss
+
+    def carry(self, acc: float, loss: float) -> None:
+        self._acc, self._loss = acc, loss
+
     def __call__(self, record: RoundRecord) -> dict[str, Any]:
         evaluated = math.isfinite(record.test_acc)
         if evaluated:

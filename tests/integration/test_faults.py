@@ -290,7 +290,7 @@ def test_a_host_that_keeps_dying_ends_the_run_with_one_clear_line(
     instrumented: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """``backend.max_actor_failures=1``: the host training a round-0 client is killed, its replacement re-runs the
-    work and is killed too; ``rayfl run`` stops with one line naming the limit and exit code 3."""
+    work and is killed too; ``rayfl run`` stops with one line naming the limit and exit code 4."""
     from rayfl import cli
 
     args = [
@@ -320,7 +320,7 @@ def test_a_host_that_keeps_dying_ends_the_run_with_one_clear_line(
     code = cli.main(args)
     killed = killer.join()
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 3
+    assert code == 4
     assert [name for name, _ in killed][1] == "a replacement"
     assert len(err) == 1, err
     assert err[0].startswith(

@@ -171,6 +171,8 @@ def test_full_yaml_round_trips_through_dump_config(tmp_path: Path) -> None:
         "system",
         "compression",
         "phases",
+        "checkpoint",
+        "max_nonfinite_rounds",
     ]
     assert list(dumped["train"])[:3] == ["epochs", "max_steps", "batch_size"]
 
