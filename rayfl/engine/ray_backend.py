@@ -214,7 +214,7 @@ class RayBackend:
         ]
         self.shards = [
             shard_cls.options(num_cpus=slot.num_cpus, scheduling_strategy=_strategy(slot, group)).remote(
-                s, [n for n, k in self.shard_of.items() if k == s], algorithm.reducer
+                s, [n for n, k in self.shard_of.items() if k == s]
             )
             for s, slot in enumerate(layout.shards)
         ]
