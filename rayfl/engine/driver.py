@@ -23,7 +23,7 @@ from rayfl.config import ExperimentConfig
 from rayfl.config_loader import check_clients_per_round
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine.backend import EvalResult
-from rayfl.engine.build import bind_algorithm, build_backend, build_clock, build_setup
+from rayfl.engine.build import bind_algorithm, build_backend, build_clock, prepare_run
 from rayfl.engine.multieval import (
     device_accuracy,
     evaluate_models,
@@ -54,6 +54,8 @@ class RunResult:
     final_eval: EvalResult
     baseline_acc: float
     evals: list[EvalRecord] = field(default_factory=list)  # the algorithm's further evaluated structures
+    # wall seconds of start-up: ray_start_s, setup_s (data, algorithm, initial model), put_s, backend_s (actors)
+    startup_s: dict[str, float] = field(default_factory=dict)
 
 
 def run_experiment(
@@ -66,12 +68,14 @@ def run_experiment(
 ) -> RunResult:
     """Run one simulation end to end; with ``write`` the records go to a fresh directory under ``output_dir``."""
     start = time.perf_counter()
-    setup = build_setup(cfg, dataset, cache_dir)
+    setup = prepare_run(cfg, dataset, cache_dir)  # with Ray: started meanwhile, data in the object store
     ds, algorithm = setup.dataset, setup.algorithm
     check_clients_per_round(cfg, ds.num_clients)
     clock = build_clock(cfg, setup)
     bind_algorithm(cfg, setup, clock)
+    backend_start = time.perf_counter()
     backend = build_backend(cfg, setup)
+    startup_s = {**setup.startup_s, "backend_s": time.perf_counter() - backend_start}
     schedule = PhaseSchedule(algorithm, cfg.rounds)  # one phase unless cfg.phases (engine/phases.py)
     pool = build_task_pool(cfg.backend)
     # The run directory appears only once data, traces and backend are ready: bad input leaves nothing behind.
@@ -185,7 +189,8 @@ def run_experiment(
         if cfg.phases:
             summary["phases"] = schedule.summary(records, state)
         writer.finish(summary)
-    return RunResult(records, state, writer.run_dir if writer else None, last_eval, baseline, eval_records)
+    run_dir = writer.run_dir if writer else None
+    return RunResult(records, state, run_dir, last_eval, baseline, eval_records, startup_s)
 
 
 _NOTHING = Aggregate(params={}, coverage={}, num_clients=0)
