@@ -5,9 +5,12 @@ per round, one epoch of batch 32 SGD on a two-conv CNN, or no training at all wi
 engine alone). Each point runs in a fresh Python process (so Ray starts cold and memory is the point's own) and
 reports
 
-* ``ray_start_s`` (``ray.init``; 0 for the local backend), ``setup_s`` (data, model, actors: wall before round 1
-  minus Ray's start), ``first_round_s``, ``steady_updates_per_s`` (rounds after the first, evaluation excluded by
-  ``eval_every``), ``end_to_end_s`` (process-internal wall of the whole run);
+* the start-up breakdown (``RunResult.startup_s``): ``imports_s`` (rayfl, torch), ``ray_start_s`` (``ray.init``, 0
+  for the local backend or a reused Ray) which overlaps ``setup_s`` (data, algorithm, initial model: built in a second
+  thread meanwhile), ``put_s`` (the data set into the object store), ``backend_s`` (client hosts and parameter-server
+  shards started and ready), ``first_round_s``; then ``steady_updates_per_s`` (rounds after the first, evaluation
+  excluded by ``eval_every``) and ``end_to_end_s`` (process-internal wall of the whole run); with ``--repeat 2`` the
+  same run again in the same process (Ray reused) under ``again``;
 * ``peak_pss_mib``: the peak, over samples every 0.2 s, of the proportional set size of each process of the tree
   (the driver and every descendant: Ray's GCS, raylet, workers, client hosts, shards), grouped by role, and of the
   tree's total.
@@ -98,14 +101,17 @@ class PssSampler(threading.Thread):
         self.join()
 
 
-def run_point(n: int, k: int, noop: bool, backend: str, rounds: int, hosts: int) -> dict[str, Any]:
-    """One point, in this process."""
+def run_point(n: int, k: int, noop: bool, backend: str, rounds: int, hosts: int, repeat: int = 1) -> dict[str, Any]:
+    """One point, in this process; with ``repeat`` > 1 the same run again in the same process (Ray reused), whose
+    start-up and end-to-end are reported under ``again``."""
     began = time.perf_counter()
     sampler = PssSampler()
     sampler.start()
     from rayfl.config import BackendConfig, CNNConfig, DataConfig, ExperimentConfig, FedAvgConfig, TrainConfig
     from rayfl.engine.driver import run_experiment
+    from rayfl.engine.ray_backend import shutdown_ray
 
+    imports_s = time.perf_counter() - began
     cfg = ExperimentConfig(
         name="scale",
         rounds=rounds,
@@ -117,23 +123,15 @@ def run_point(n: int, k: int, noop: bool, backend: str, rounds: int, hosts: int)
         train=TrainConfig(epochs=1, batch_size=32, lr=0.05, optimizer="sgd", noop=noop),
         backend=BackendConfig(kind=backend, num_hosts=hosts, num_cpus=hosts),  # type: ignore[arg-type]
     )
-    ray_start_s = 0.0
-    owned = False
-    if backend == "ray":
-        from rayfl.engine.ray_backend import ensure_ray
-
-        t0 = time.perf_counter()
-        owned = ensure_ray(cfg.backend)
-        ray_start_s = time.perf_counter() - t0
-    t_run = time.perf_counter()
-    sampler.sample()  # Ray's own processes before any actor starts
     result = run_experiment(cfg, write=False)
-    run_s = time.perf_counter() - t_run
+    end_to_end_s = time.perf_counter() - began
+    again: dict[str, Any] = {}
+    for _ in range(repeat - 1):
+        t0 = time.perf_counter()
+        second = run_experiment(cfg, write=False)
+        again = {"end_to_end_s": time.perf_counter() - t0, **_startup(second)}
     sampler.stop()
-    if owned:
-        import ray
-
-        ray.shutdown()
+    shutdown_ray()
     walls = [r.round_wall_s for r in result.records]
     steady = walls[1:-1] if len(walls) > 2 else walls[1:]
     return {
@@ -143,28 +141,39 @@ def run_point(n: int, k: int, noop: bool, backend: str, rounds: int, hosts: int)
         "backend": backend,
         "hosts": hosts,
         "rounds": rounds,
-        "ray_start_s": ray_start_s,
-        "setup_s": run_s - sum(walls),
-        "first_round_s": walls[0],
+        "imports_s": imports_s,
+        **_startup(result),
         "steady_updates_per_s": k * len(steady) / sum(steady) if steady and sum(steady) > 0 else float("nan"),
-        "end_to_end_s": time.perf_counter() - began,
+        "end_to_end_s": end_to_end_s,
+        "again": again,
         "peak_pss_mib": {role: round(v, 1) for role, v in sorted(sampler.peak_by_role.items())},
         "processes": dict(sorted(sampler.count_by_role.items())),
         "peak_pss_total_mib": round(sampler.peak_total, 1),
     }
 
 
+def _startup(result: Any) -> dict[str, float]:
+    """The start-up breakdown of a run: Ray start (overlapping the set-up: data, algorithm, model), the data's put,
+    the actors' start, and the first round."""
+    out = {key: float(result.startup_s.get(key, 0.0)) for key in ("ray_start_s", "setup_s", "put_s", "backend_s")}
+    out["first_round_s"] = result.records[0].round_wall_s
+    return out
+
+
 def markdown(rows: list[dict[str, Any]]) -> str:
     head = (
-        "| N | K | mode | backend | updates/s (steady) | end to end s | Ray start s | set-up s | first round s | "
-        "peak PSS total MiB | peak PSS by role MiB |\n|" + " --- |" * 11
+        "| N | K | mode | backend | updates/s (steady) | end to end s | imports s | Ray start s | set-up s (overlaps "
+        "Ray start) | put s | actors s | first round s | again: end to end s | peak PSS total MiB | peak PSS by role "
+        "MiB |\n|" + " --- |" * 15
     )
     lines = [head]
     for r in rows:
         roles = ", ".join(f"{k} {v:.0f}" for k, v in r["peak_pss_mib"].items())
+        again = f"{r['again']['end_to_end_s']:.1f}" if r.get("again") else ""
         lines.append(
             f"| {r['n']} | {r['k']} | {r['mode']} | {r['backend']} | {r['steady_updates_per_s']:.1f} | "
-            f"{r['end_to_end_s']:.1f} | {r['ray_start_s']:.2f} | {r['setup_s']:.2f} | {r['first_round_s']:.2f} | "
+            f"{r['end_to_end_s']:.1f} | {r['imports_s']:.2f} | {r['ray_start_s']:.2f} | {r['setup_s']:.2f} | "
+            f"{r['put_s']:.2f} | {r['backend_s']:.2f} | {r['first_round_s']:.2f} | {again} | "
             f"{r['peak_pss_total_mib']:.0f} | {roles} |"
         )
     return "\n".join(lines)
@@ -178,12 +187,14 @@ def main() -> None:
     parser.add_argument("--backend", choices=["ray", "local"], default="ray")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--hosts", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=1, help="runs per point in one process (2: Ray reused)")
     parser.add_argument("--out", type=Path, default=None, help="JSON file for the rows (default: print only)")
     parser.add_argument("--point", action="store_true", help=argparse.SUPPRESS)  # internal: one point, JSON out
     args = parser.parse_args()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if args.point:
-        row = run_point(args.n[0], args.k[0], args.mode[0] == "noop", args.backend, args.rounds, args.hosts)
+        noop = args.mode[0] == "noop"
+        row = run_point(args.n[0], args.k[0], noop, args.backend, args.rounds, args.hosts, args.repeat)
         print("SCALE-ROW " + json.dumps(row))
         return
     rows: list[dict[str, Any]] = []
@@ -194,6 +205,7 @@ def main() -> None:
             for mode in args.mode:
                 cmd = [sys.executable, __file__, "--point", "--n", str(n), "--k", str(k), "--mode", mode]
                 cmd += ["--backend", args.backend, "--rounds", str(args.rounds), "--hosts", str(args.hosts)]
+                cmd += ["--repeat", str(args.repeat)]
                 out = subprocess.run(cmd, capture_output=True, text=True, check=False)
                 found = [ln for ln in out.stdout.splitlines() if ln.startswith("SCALE-ROW ")]
                 if out.returncode != 0 or not found:
