@@ -101,9 +101,13 @@ class PssSampler(threading.Thread):
         self.join()
 
 
-def run_point(n: int, k: int, noop: bool, backend: str, rounds: int, hosts: int, repeat: int = 1) -> dict[str, Any]:
+def run_point(
+    n: int, k: int, noop: bool, backend: str, rounds: int, hosts: int, repeat: int = 1, reference: bool = False
+) -> dict[str, Any]:
     """One point, in this process; with ``repeat`` > 1 the same run again in the same process (Ray reused), whose
-    start-up and end-to-end are reported under ``again``."""
+    start-up and end-to-end are reported under ``again``; with ``reference`` (training only) the bare training loop
+    timed right after, in this process (``engine_overhead.pure_compute_s``), and the ratio of the steady rate to
+    ``hosts`` such loops: a figure that load on the machine inflates on both sides alike."""
     began = time.perf_counter()
     sampler = PssSampler()
     sampler.start()
@@ -134,6 +138,13 @@ def run_point(n: int, k: int, noop: bool, backend: str, rounds: int, hosts: int,
     shutdown_ray()
     walls = [r.round_wall_s for r in result.records]
     steady = walls[1:-1] if len(walls) > 2 else walls[1:]
+    steady_rate = k * len(steady) / sum(steady) if steady and sum(steady) > 0 else float("nan")
+    loops: dict[str, float] = {}
+    if reference and not noop:
+        from engine_overhead import pure_compute_s  # this folder is on sys.path when run as a script
+
+        loop_rate = 2 * k / pure_compute_s(cfg, 2)
+        loops = {"one_loop_updates_per_s": loop_rate, "ratio_to_loops": steady_rate / (hosts * loop_rate)}
     return {
         "n": n,
         "k": k,
@@ -143,7 +154,8 @@ def run_point(n: int, k: int, noop: bool, backend: str, rounds: int, hosts: int,
         "rounds": rounds,
         "imports_s": imports_s,
         **_startup(result),
-        "steady_updates_per_s": k * len(steady) / sum(steady) if steady and sum(steady) > 0 else float("nan"),
+        "steady_updates_per_s": steady_rate,
+        **loops,
         "end_to_end_s": end_to_end_s,
         "again": again,
         "peak_pss_mib": {role: round(v, 1) for role, v in sorted(sampler.peak_by_role.items())},
@@ -170,8 +182,9 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         roles = ", ".join(f"{k} {v:.0f}" for k, v in r["peak_pss_mib"].items())
         again = f"{r['again']['end_to_end_s']:.1f}" if r.get("again") else ""
+        ratio = f" ({r['ratio_to_loops']:.2f} x {r['hosts']} loops)" if "ratio_to_loops" in r else ""
         lines.append(
-            f"| {r['n']} | {r['k']} | {r['mode']} | {r['backend']} | {r['steady_updates_per_s']:.1f} | "
+            f"| {r['n']} | {r['k']} | {r['mode']} | {r['backend']} | {r['steady_updates_per_s']:.1f}{ratio} | "
             f"{r['end_to_end_s']:.1f} | {r['imports_s']:.2f} | {r['ray_start_s']:.2f} | {r['setup_s']:.2f} | "
             f"{r['put_s']:.2f} | {r['backend_s']:.2f} | {r['first_round_s']:.2f} | {again} | "
             f"{r['peak_pss_total_mib']:.0f} | {roles} |"
@@ -188,13 +201,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--hosts", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=1, help="runs per point in one process (2: Ray reused)")
+    parser.add_argument("--reference", action="store_true", help="time the bare training loop too (see run_point)")
     parser.add_argument("--out", type=Path, default=None, help="JSON file for the rows (default: print only)")
     parser.add_argument("--point", action="store_true", help=argparse.SUPPRESS)  # internal: one point, JSON out
     args = parser.parse_args()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if args.point:
         noop = args.mode[0] == "noop"
-        row = run_point(args.n[0], args.k[0], noop, args.backend, args.rounds, args.hosts, args.repeat)
+        row = run_point(args.n[0], args.k[0], noop, args.backend, args.rounds, args.hosts, args.repeat, args.reference)
         print("SCALE-ROW " + json.dumps(row))
         return
     rows: list[dict[str, Any]] = []
@@ -205,7 +219,7 @@ def main() -> None:
             for mode in args.mode:
                 cmd = [sys.executable, __file__, "--point", "--n", str(n), "--k", str(k), "--mode", mode]
                 cmd += ["--backend", args.backend, "--rounds", str(args.rounds), "--hosts", str(args.hosts)]
-                cmd += ["--repeat", str(args.repeat)]
+                cmd += ["--repeat", str(args.repeat)] + (["--reference"] if args.reference else [])
                 out = subprocess.run(cmd, capture_output=True, text=True, check=False)
                 found = [ln for ln in out.stdout.splitlines() if ln.startswith("SCALE-ROW ")]
                 if out.returncode != 0 or not found:
