@@ -11,6 +11,9 @@ reports
   shards started and ready), ``first_round_s``; then ``steady_updates_per_s`` (rounds after the first, evaluation
   excluded by ``eval_every``) and ``end_to_end_s`` (process-internal wall of the whole run); with ``--repeat 2`` the
   same run again in the same process (Ray reused) under ``again``;
+* ``steady_host_cpu_share`` (Ray): the client hosts' CPU seconds over the steady rounds divided by wall seconds
+  times hosts, i.e. how much of their cores they got; on a busy machine it explains a low rate without any
+  profile of the engine (``--reference`` adds the bare single-thread training loop's rate, timed in this process);
 * ``peak_pss_mib``: the peak, over samples every 0.2 s, of the proportional set size of each process of the tree
   (the driver and every descendant: Ray's GCS, raylet, workers, client hosts, shards), grouped by role, and of the
   tree's total.
@@ -91,6 +94,19 @@ class PssSampler(threading.Thread):
             self.count_by_role[role] = max(self.count_by_role.get(role, 0), counts[role])
         self.peak_total = max(self.peak_total, sum(by_role.values()))
 
+    def cpu_s(self, role: str) -> float:
+        """CPU seconds (user + system) used so far by the live processes of ``role``."""
+        root = psutil.Process(os.getpid())
+        total = 0.0
+        for proc in [root, *root.children(recursive=True)]:
+            try:
+                if _role(proc, root.pid) == role:
+                    times = proc.cpu_times()
+                    total += times.user + times.system
+            except psutil.Error:
+                continue
+        return total
+
     def run(self) -> None:
         while not self._halt.is_set():
             self.sample()
@@ -127,8 +143,21 @@ def run_point(
         train=TrainConfig(epochs=1, batch_size=32, lr=0.05, optimizer="sgd", noop=noop),
         backend=BackendConfig(kind=backend, num_hosts=hosts, num_cpus=hosts),  # type: ignore[arg-type]
     )
-    result = run_experiment(cfg, write=False)
+    # the hosts' CPU over the steady rounds (after the first, before the evaluated last): how much of ``hosts`` cores
+    # they got, which tells a busy machine (share well below 1) from engine overhead (share near 1, rate low)
+    marks: dict[int, tuple[float, float]] = {}
+    last_steady = rounds - 2 if rounds > 2 else rounds - 1
+
+    def mark(record: Any) -> None:
+        if record.round_idx in (0, last_steady):
+            marks[record.round_idx] = (time.perf_counter(), sampler.cpu_s("client_host"))
+
+    result = run_experiment(cfg, write=False, callbacks=[mark] if backend == "ray" else [])
     end_to_end_s = time.perf_counter() - began
+    host_share: dict[str, float] = {}
+    if 0 in marks and last_steady in marks and last_steady > 0:
+        (t0, c0), (t1, c1) = marks[0], marks[last_steady]
+        host_share = {"steady_host_cpu_share": (c1 - c0) / ((t1 - t0) * hosts)}
     again: dict[str, Any] = {}
     for _ in range(repeat - 1):
         t0 = time.perf_counter()
@@ -156,6 +185,7 @@ def run_point(
         **_startup(result),
         "steady_updates_per_s": steady_rate,
         **loops,
+        **host_share,
         "end_to_end_s": end_to_end_s,
         "again": again,
         "peak_pss_mib": {role: round(v, 1) for role, v in sorted(sampler.peak_by_role.items())},
@@ -183,6 +213,8 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         roles = ", ".join(f"{k} {v:.0f}" for k, v in r["peak_pss_mib"].items())
         again = f"{r['again']['end_to_end_s']:.1f}" if r.get("again") else ""
         ratio = f" ({r['ratio_to_loops']:.2f} x {r['hosts']} loops)" if "ratio_to_loops" in r else ""
+        if "steady_host_cpu_share" in r:
+            ratio += f" [hosts had {r['steady_host_cpu_share']:.2f} of their cores]"
         lines.append(
             f"| {r['n']} | {r['k']} | {r['mode']} | {r['backend']} | {r['steady_updates_per_s']:.1f}{ratio} | "
             f"{r['end_to_end_s']:.1f} | {r['imports_s']:.2f} | {r['ray_start_s']:.2f} | {r['setup_s']:.2f} | "

@@ -204,6 +204,7 @@ class RayBackend:
         self.sizes = dataset.client_sizes()
         self.shard_of = plan_shards(shapes, self.num_shards)
         self.hosts: list[Any] = []
+        self.dataset_ref: Any = None
         self.shards: list[Any] = []
         self._group: Any = None
         self._own_group = False
@@ -239,6 +240,7 @@ class RayBackend:
         group = self._group
         if dataset_ref is None:  # not placed by ``build.prepare_run``
             dataset_ref = ray.put(dataset)
+        self.dataset_ref = dataset_ref  # what every host maps (a replacement host needs the same)
         host_cls, shard_cls = ray.remote(ClientHost), ray.remote(ParamServerShard)
         self.hosts = [
             host_cls.options(
