@@ -125,7 +125,21 @@ def test_numpy_shard_side_equals_the_torch_reducer_bit_for_bit() -> None:
         assert got[k].tobytes() == v.numpy().tobytes(), k
 
 
-def test_a_parameter_server_shard_imports_no_torch() -> None:
-    """What a shard process loads (its module and the partials it receives) pulls in numpy, not torch."""
-    code = "import sys, rayfl.engine.param_server, rayfl.partials; sys.exit('torch' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+def test_process_roles_import_only_what_they_need() -> None:
+    """A parameter-server shard's process (its module and the numpy partials it receives) loads no torch; a client's
+    training loads torch but not torch._dynamo, which torch.optim imports on first use (82 MiB and seconds)."""
+    code = (
+        "import sys\n"
+        "import rayfl.engine.param_server, rayfl.partials\n"
+        "assert 'torch' not in sys.modules, 'a shard imports torch'\n"
+        "import torch\n"
+        "from torch import nn\n"
+        "from rayfl.algorithms.optim import client_optimizer\n"
+        "m = nn.Linear(3, 2)\n"
+        "for kind in ('sgd', 'adam'):\n"
+        "    opt = client_optimizer(kind, list(m.parameters()), 0.1, momentum=0.9, weight_decay=1e-4)\n"
+        "    opt.zero_grad(); m(torch.randn(4, 3)).sum().backward(); opt.step()\n"
+        "assert 'torch._dynamo' not in sys.modules, 'client training imports torch._dynamo'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
