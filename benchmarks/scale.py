@@ -13,7 +13,9 @@ reports
   same run again in the same process (Ray reused) under ``again``;
 * ``steady_host_cpu_share`` (Ray): the client hosts' CPU seconds over the steady rounds divided by wall seconds
   times hosts, i.e. how much of their cores they got; on a busy machine it explains a low rate without any
-  profile of the engine (``--reference`` adds the bare single-thread training loop's rate, timed in this process);
+  profile of the engine; ``host_cpu_ms_per_update``: the hosts' CPU per client update over those rounds
+  (``--reference`` adds the bare single-thread training loop's rate and ``loop_cpu_ms_per_update``, timed in this
+  process: the two CPU figures compare the engine's per-client cost with the bare loop's whatever the load);
 * ``peak_pss_mib``: the peak, over samples every 0.2 s, of the proportional set size of each process of the tree
   (the driver and every descendant: Ray's GCS, raylet, workers, client hosts, shards), grouped by role, and of the
   tree's total.
@@ -157,7 +159,12 @@ def run_point(
     host_share: dict[str, float] = {}
     if 0 in marks and last_steady in marks and last_steady > 0:
         (t0, c0), (t1, c1) = marks[0], marks[last_steady]
-        host_share = {"steady_host_cpu_share": (c1 - c0) / ((t1 - t0) * hosts)}
+        host_share = {
+            "steady_host_cpu_share": (c1 - c0) / ((t1 - t0) * hosts),
+            # CPU per client update in the hosts: beside loop_cpu_ms_per_update, the engine's own cost per client
+            # on the hosts, whatever the machine's load
+            "host_cpu_ms_per_update": 1000 * (c1 - c0) / (k * (last_steady)),
+        }
     again: dict[str, Any] = {}
     for _ in range(repeat - 1):
         t0 = time.perf_counter()
@@ -173,7 +180,12 @@ def run_point(
         from engine_overhead import pure_compute_s  # this folder is on sys.path when run as a script
 
         loop_rate = 2 * k / pure_compute_s(cfg, 2)
-        loops = {"one_loop_updates_per_s": loop_rate, "ratio_to_loops": steady_rate / (hosts * loop_rate)}
+        loop_cpu_ms = 1000 * pure_compute_s(cfg, 2, clock=time.process_time) / (2 * k)
+        loops = {
+            "one_loop_updates_per_s": loop_rate,
+            "ratio_to_loops": steady_rate / (hosts * loop_rate),
+            "loop_cpu_ms_per_update": loop_cpu_ms,
+        }
     return {
         "n": n,
         "k": k,
@@ -214,7 +226,9 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         again = f"{r['again']['end_to_end_s']:.1f}" if r.get("again") else ""
         ratio = f" ({r['ratio_to_loops']:.2f} x {r['hosts']} loops)" if "ratio_to_loops" in r else ""
         if "steady_host_cpu_share" in r:
-            ratio += f" [hosts had {r['steady_host_cpu_share']:.2f} of their cores]"
+            ratio += f" [hosts had {r['steady_host_cpu_share']:.2f} of their cores"
+            ratio += f", {r['host_cpu_ms_per_update']:.1f} CPU ms/update"
+            ratio += f" vs {r['loop_cpu_ms_per_update']:.1f} bare]" if "loop_cpu_ms_per_update" in r else "]"
         lines.append(
             f"| {r['n']} | {r['k']} | {r['mode']} | {r['backend']} | {r['steady_updates_per_s']:.1f}{ratio} | "
             f"{r['end_to_end_s']:.1f} | {r['imports_s']:.2f} | {r['ray_start_s']:.2f} | {r['setup_s']:.2f} | "

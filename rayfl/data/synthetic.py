@@ -102,13 +102,18 @@ def _label(x: npt.NDArray[np.uint8], seed: int) -> npt.NDArray[np.int64]:
 def _raw_bytes(state: Any, index: npt.NDArray[np.int64], per_item: int) -> npt.NDArray[np.uint8]:
     """The bytes of items ``index`` of the stream a PCG64 in ``state`` fills ``per_item`` 64-bit outputs per item
     with (see the module docstring), ``uint8[len(index), 8 * per_item]``; one jump per run of consecutive items."""
-    out = np.empty((len(index), 8 * per_item), dtype=np.uint8)
     if len(index) == 0:
-        return out
+        return np.empty((0, 8 * per_item), dtype=np.uint8)
     breaks = np.flatnonzero(np.diff(index) != 1) + 1
+    bits = np.random.PCG64()
+    if len(breaks) == 0:  # one run (a client's rows, a labelling chunk): the generator's own array, no copy
+        bits.state = state
+        bits.advance(int(index[0]) * per_item)
+        raw = bits.random_raw(len(index) * per_item).astype("<u8", copy=False)
+        return raw.view(np.uint8).reshape(len(index), -1)
+    out = np.empty((len(index), 8 * per_item), dtype=np.uint8)
     starts = np.concatenate([[0], breaks]).tolist()
     ends = [*breaks.tolist(), len(index)]
-    bits = np.random.PCG64()
     for lo, hi in zip(starts, ends, strict=True):
         bits.state = state
         bits.advance(int(index[lo]) * per_item)
