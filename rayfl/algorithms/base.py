@@ -32,6 +32,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from rayfl.algorithms.optim import ClientOptimizer, client_optimizer
 from rayfl.algorithms.payloads import (
     Aggregate,
     Assignment,
@@ -229,11 +230,11 @@ class Algorithm:
             return nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
         return nn.functional.cross_entropy(model(x), y)
 
-    def make_optimizer(self, params: Sequence[nn.Parameter], lr: float) -> torch.optim.Optimizer:
-        """A fresh optimizer per client and round (clients keep no optimizer state, as in HeteroFL and FedAvg)."""
-        if self.train.optimizer == "adam":
-            return torch.optim.Adam(params, lr=lr, weight_decay=self.train.weight_decay)
-        return torch.optim.SGD(params, lr=lr, momentum=self.train.momentum, weight_decay=self.train.weight_decay)
+    def make_optimizer(self, params: Sequence[nn.Parameter], lr: float) -> ClientOptimizer:
+        """A fresh optimizer per client and round (clients keep no optimizer state, as in HeteroFL and FedAvg):
+        torch.optim's SGD or Adam, computed without importing torch._dynamo (``rayfl/algorithms/optim.py``)."""
+        cfg = self.train
+        return client_optimizer(cfg.optimizer, params, lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
 
     def backward_step(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, task: TrainTask) -> torch.Tensor:
         """One batch of ``local_train``: compute the loss, back-propagate it and return it (for the reported mean).
@@ -248,7 +249,7 @@ class Algorithm:
         x: torch.Tensor,
         y: torch.Tensor,
         task: TrainTask,
-        optimizer: torch.optim.Optimizer,
+        optimizer: ClientOptimizer,
         params: Sequence[nn.Parameter],
     ) -> torch.Tensor:
         """Everything ``local_train`` does with one batch, returning the loss it reports: by default one step of

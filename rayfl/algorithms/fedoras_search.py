@@ -43,6 +43,7 @@ from rayfl.algorithms.fedoras_nsga2 import (
 from rayfl.algorithms.fedoras_sampling import OpTables, path_flops, sample_path
 from rayfl.algorithms.payloads import Assignment, ClientView, Params, ServerState
 from rayfl.config import FedorASSearchConfig, TrainConfig
+from rayfl.data.federated import Rows
 from rayfl.models.inputs import InputSpec, to_input
 
 if TYPE_CHECKING:  # the elastic package imports rayfl.algorithms; the engine imports the algorithms
@@ -83,7 +84,7 @@ class SearchState:
 def evaluate_paths(
     family: SupernetFamily,
     params: dict[str, np.ndarray],
-    x: np.ndarray,
+    x: Rows,
     y: np.ndarray,
     spec: InputSpec,
     batch_size: int,

@@ -45,6 +45,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
+from rayfl.algorithms.optim import ClientOptimizer
 from rayfl.algorithms.payloads import Assignment, ClientUpdate, ClientView, ServerState, TensorSlice, TrainTask
 from rayfl.algorithms.submodel import SubModelAlgorithm, WidthModels, sorted_ratios
 from rayfl.config import TrainConfig
@@ -215,7 +216,7 @@ class FedResCuE(NestedWidthAlgorithm):
         x: torch.Tensor,
         y: torch.Tensor,
         task: TrainTask,
-        optimizer: torch.optim.Optimizer,
+        optimizer: ClientOptimizer,
         params: Sequence[nn.Parameter],
     ) -> torch.Tensor:
         """Algorithm 1 on one batch: a step per sampled ratio on its new columns, then one step on the whole model."""
@@ -242,7 +243,7 @@ class FedResCuE(NestedWidthAlgorithm):
         previous: tuple[int, ...] | None,
         teacher: torch.Tensor | None,
         alpha: float,
-        optimizer: torch.optim.Optimizer,
+        optimizer: ClientOptimizer,
         params: Sequence[nn.Parameter],
     ) -> None:
         """One step of ``J_i`` (Eq. 3) that moves only the columns ``units`` adds to ``previous``."""

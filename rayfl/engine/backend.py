@@ -19,12 +19,12 @@ import torch
 
 from rayfl.algorithms.base import Algorithm
 from rayfl.algorithms.payloads import Aggregate, ClientOutcome, Params, TrainTask
-from rayfl.algorithms.reducers import Partial
 from rayfl.config import BackendConfig, CompressionConfig, ModelConfig
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine.client_state import ClientMemory, ClientStateStore, keeps_state
 from rayfl.engine.host import ClientHost, EvalStats, NumpyParams
 from rayfl.engine.param_server import ParamServerShard, plan_shards
+from rayfl.partials import ArrayPartial
 
 __all__ = [
     "Backend",
@@ -166,8 +166,7 @@ class LocalBackend:
             for h in range(self.num_hosts)
         ]
         self.shards = [
-            ParamServerShard(s, [n for n, k in self.shard_of.items() if k == s], algorithm.reducer)
-            for s in range(self.num_shards)
+            ParamServerShard(s, [n for n, k in self.shard_of.items() if k == s]) for s in range(self.num_shards)
         ]
         self._threads = torch.get_num_threads()
         self.algorithm = algorithm
@@ -179,7 +178,7 @@ class LocalBackend:
             for shard, own in zip(self.shards, names, strict=True):
                 shard.set_names(own)
         arrays = to_numpy(params)
-        per_shard: list[list[Partial]] = [[] for _ in range(self.num_shards)]
+        per_shard: list[list[ArrayPartial]] = [[] for _ in range(self.num_shards)]
         outcomes: list[ClientOutcome] = []
         keep = keeps_state(self.algorithm, tasks)
         for host, host_tasks in zip(self.hosts, tasks_by_host(tasks, self.sizes, self.num_hosts), strict=True):
@@ -190,7 +189,7 @@ class LocalBackend:
                 host_tasks, arrays, self.shard_of, self.num_shards, *cast(list[ClientMemory | None], held)
             )
             for s, p in enumerate(out[: self.num_shards]):
-                per_shard[s].append(cast(Partial, p))
+                per_shard[s].append(cast(ArrayPartial, p))
             outcomes.extend(cast(list[ClientOutcome], out[self.num_shards]))
             if keep:
                 self.memories.update(host_tasks, out[self.num_shards + 1 :])

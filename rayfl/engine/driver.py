@@ -23,7 +23,7 @@ from rayfl.config import ExperimentConfig
 from rayfl.config_loader import check_clients_per_round
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine.backend import Backend, EvalResult
-from rayfl.engine.build import bind_algorithm, build_backend, build_clock, build_setup
+from rayfl.engine.build import bind_algorithm, build_backend, build_clock, prepare_run
 from rayfl.engine.checkpoint import CheckpointStore
 from rayfl.engine.guard import NonFiniteError, NonFiniteGuard, all_finite
 from rayfl.engine.multieval import (
@@ -58,6 +58,8 @@ class RunResult:
     final_eval: EvalResult
     baseline_acc: float
     evals: list[EvalRecord] = field(default_factory=list)  # the algorithm's further evaluated structures
+    # wall seconds of start-up: ray_start_s, setup_s (data, algorithm, initial model), put_s, backend_s (actors)
+    startup_s: dict[str, float] = field(default_factory=dict)
 
     @property
     def model_finite(self) -> bool:
@@ -82,12 +84,14 @@ def run_experiment(
     (``engine/guard.py``). However the run ends, its record files and ``summary.json`` agree."""
     start = time.perf_counter()
     point = load_resume_point(cfg, resume) if resume is not None else None  # refused before anything starts
-    setup = build_setup(cfg, dataset, cache_dir)
+    setup = prepare_run(cfg, dataset, cache_dir)  # with Ray: started meanwhile, data in the object store
     ds, algorithm = setup.dataset, setup.algorithm
     check_clients_per_round(cfg, ds.num_clients)
     clock = build_clock(cfg, setup)
     bind_algorithm(cfg, setup, clock)
+    backend_start = time.perf_counter()
     backend = build_backend(cfg, setup)
+    startup_s = {**setup.startup_s, "backend_s": time.perf_counter() - backend_start}
     schedule = PhaseSchedule(algorithm, cfg.rounds)  # one phase unless cfg.phases (engine/phases.py)
     pool = build_task_pool(cfg.backend)
     # The run directory appears only once data, traces and backend are ready: bad input leaves nothing behind.
@@ -227,7 +231,7 @@ def run_experiment(
         saved = run.store.manifests()[-1] if run.store is not None and run.store.manifests() else None
         raise RunInterrupted(stop.signum, run.next_round, writer.run_dir if writer else None, saved)
     run_dir = writer.run_dir if writer else None
-    return RunResult(records, run.state, run_dir, run.last_eval, baseline, eval_records)
+    return RunResult(records, run.state, run_dir, run.last_eval, baseline, eval_records, startup_s)
 
 
 def _checkpoint_due(cfg: ExperimentConfig, round_idx: int, stopping: bool) -> bool:

@@ -3,10 +3,11 @@
 Per run, the data set is put in the object store once and every host maps it zero-copy. Per round, the global
 parameters are put once; each host gets one call with its clients' tasks and that reference, and returns one partial
 sum per shard (``num_returns = shards + 1``) which goes straight to the shards without passing through the driver.
-Shards reduce the partials in host-id order. rayfl starts a local Ray instance only if none is running and shuts
-down only what it started, so it can run inside Tune trials and users' sessions. Where the actors go (a Tune trial's
-placement group, spread over the cluster's nodes, or packed) is decided in ``placement.py``. A host or shard that
-dies is restarted by Ray and its lost work re-run by the driver (``recovery.py``).
+Shards reduce the partials in host-id order. rayfl starts a local Ray instance only if none is running, reuses a
+running one for later runs in the process, and shuts down only what it started (``shutdown_ray``), so it can run
+inside Tune trials and users' sessions. Where the actors go (a Tune trial's placement group, spread over the
+cluster's nodes, or packed) is decided in ``placement.py``. A host or shard that dies is restarted by Ray and its lost
+work re-run by the driver (``recovery.py``).
 """
 
 from __future__ import annotations
@@ -42,16 +43,30 @@ from rayfl.engine.param_server import ParamServerShard, plan_shards
 from rayfl.engine.placement import ActorSlot, PoolLayout, layout_in_group, pack_layout, spread_layout
 from rayfl.engine.recovery import InputsLost, Recovery, Step
 
-__all__ = ["RayBackend", "ensure_ray"]
+__all__ = ["RayBackend", "ensure_ray", "share", "shutdown_ray"]
 
 log = logging.getLogger(__name__)
 
 
+_started_gcs: str | None = None  # the GCS address of the Ray instance rayfl started in this process, if any
+
+
+def _gcs_address() -> str:
+    return str(ray.get_runtime_context().gcs_address)
+
+
 def ensure_ray(cfg: BackendConfig) -> bool:
-    """Connect to (or start) Ray; returns True when this call started it, so the caller knows to shut it down."""
+    """Connect to (or start) Ray; returns True when this call started it.
+
+    A running Ray is reused, whoever started it: runs in one process (a sweep's trials, a notebook calling
+    ``run_experiment`` twice) pay Ray's start once. Backends never shut Ray down; one rayfl started stays up until
+    ``shutdown_ray`` or the end of the process (Ray's own exit hook), and one rayfl did not start is never shut down.
+    """
+    global _started_gcs
     if cfg.address:  # an address named in the config must answer, even when some Ray is connected already
         _probe_address(cfg.address, cfg.start_timeout_s)
     if ray.is_initialized():
+        log.debug("reusing the running Ray instance (backend.num_cpus and object_store_mb apply to a new one only)")
         return False
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": True}
@@ -63,7 +78,26 @@ def ensure_ray(cfg: BackendConfig) -> bool:
         if cfg.object_store_mb:
             kwargs["object_store_memory"] = cfg.object_store_mb << 20
     ray.init(**kwargs)
+    _started_gcs = None if cfg.address else _gcs_address()
     return True
+
+
+def shutdown_ray() -> bool:
+    """Shut down the Ray instance rayfl started in this process, if it still runs; returns whether it did. A Ray
+    instance rayfl connected to but did not start is left alone."""
+    global _started_gcs
+    if _started_gcs is None or not ray.is_initialized() or _gcs_address() != _started_gcs:
+        return False
+    ray.shutdown()
+    _started_gcs = None
+    return True
+
+
+def share(dataset: FederatedDataset) -> tuple[Any, FederatedDataset]:
+    """Put ``dataset`` in the object store; returns its reference and the store's zero-copy view of it, which the
+    caller keeps instead of its own copy (read-only arrays, shared with the hosts on this node)."""
+    ref = ray.put(dataset)
+    return ref, ray.get(ref)
 
 
 def _probe_address(address: str, timeout_s: float) -> None:
@@ -204,8 +238,9 @@ class RayBackend:
         eval_batch_size: int,
         init_seed: int,
         compression: CompressionConfig | None = None,
+        dataset_ref: Any = None,
     ) -> None:
-        self._started = ensure_ray(backend_cfg)
+        ensure_ray(backend_cfg)
         self.num_hosts = backend_cfg.num_hosts
         self.num_shards = backend_cfg.num_shards
         self.eval_batch_size = eval_batch_size
@@ -213,6 +248,7 @@ class RayBackend:
         self.sizes = dataset.client_sizes()
         self.shard_of = plan_shards(shapes, self.num_shards)
         self.hosts: list[Any] = []
+        self.dataset_ref: Any = None
         self.shards: list[Any] = []
         self._group: Any = None
         self._own_group = False
@@ -224,7 +260,7 @@ class RayBackend:
         self._dataset_arg: list[Any] = []
         self._names = [[n for n, k in self.shard_of.items() if k == s] for s in range(self.num_shards)]
         try:
-            self._start_actors(dataset, model_cfg, algorithm, backend_cfg, init_seed, compression)
+            self._start_actors(dataset, model_cfg, algorithm, backend_cfg, init_seed, compression, dataset_ref)
         except BaseException:
             self.close()
             raise
@@ -244,13 +280,17 @@ class RayBackend:
         backend_cfg: BackendConfig,
         init_seed: int,
         compression: CompressionConfig | None,
+        dataset_ref: Any = None,
     ) -> None:
         layout, self._group, self._own_group = _plan_placement(backend_cfg)
         if self._own_group:
             _wait_group(self._group, backend_cfg.start_timeout_s)
         group = self._group
+        if dataset_ref is None:  # not placed by ``build.prepare_run``
+            dataset_ref = ray.put(dataset)
+        self.dataset_ref = dataset_ref  # what every host maps (a replacement host needs the same)
         # the data set's reference, carried by every host call (RayClientHost): a restarted host rebuilds from it
-        self._dataset_arg = [ray.put(dataset)]
+        self._dataset_arg = [dataset_ref]
         host_cls, shard_cls = ray.remote(RayClientHost), ray.remote(ParamServerShard)
         self.hosts = [
             host_cls.options(
@@ -264,7 +304,7 @@ class RayBackend:
         self.shards = [
             shard_cls.options(
                 num_cpus=slot.num_cpus, max_restarts=-1, scheduling_strategy=_strategy(slot, group)
-            ).remote(s, self._names[s], algorithm.reducer)
+            ).remote(s, self._names[s])
             for s, slot in enumerate(layout.shards)
         ]
         refs = [h.ready.remote(self._dataset_arg) for h in self.hosts] + [s.ready.remote() for s in self.shards]
@@ -363,9 +403,8 @@ class RayBackend:
         )
 
     def close(self) -> None:
+        """Release the actors and placement group; Ray itself stays up for the next run (``ensure_ray``)."""
         self._release()
-        if self._started:
-            ray.shutdown()
 
     def _release(self) -> None:
         """Kill the actors and give back a placement group this backend reserved (never a Tune trial's)."""

@@ -2,7 +2,7 @@
 mid-run, and the run completes with the same records (every deterministic column), evaluations and final weights as
 an undisturbed run, with the failures counted in ``faults``; a host that keeps dying ends the run with one clear line.
 
-Timing is made deterministic without touching the engine: the test's algorithm (or reducer) calls ``Pause.at`` at
+Timing is made deterministic without touching the engine: the test's algorithm (or shard class) calls ``Pause.at`` at
 one chosen point (a client's training in a round, a host's first evaluation, a shard's second reduction); the first
 process to get there writes its pid to a file and waits; the test reads that pid, checks it is one of the backend's
 actor processes (their pids asked from the actors at start-up), and SIGKILLs it while the call is in flight. The
@@ -20,7 +20,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,16 +33,18 @@ from torch import nn
 from rayfl.algorithms import FedAvg
 from rayfl.algorithms.fedrescue import FedResCuE
 from rayfl.algorithms.payloads import ClientUpdate, TrainTask
-from rayfl.algorithms.reducers import MaskedWeightedMean, Partial
 from rayfl.config import ExperimentConfig
 from rayfl.config_loader import load_config
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine import build as build_module
 from rayfl.engine import driver as driver_module
+from rayfl.engine import ray_backend as ray_backend_module
 from rayfl.engine.driver import RunResult, run_experiment
+from rayfl.engine.param_server import ParamServerShard
 from rayfl.engine.records import RoundRecord
 from rayfl.engine.sampling import sample_clients
 from rayfl.models.inputs import InputSpec
+from rayfl.partials import ArrayPartial, NumpyParams
 from tests.helpers import tiny_config, tiny_image_dataset
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_local")]
@@ -96,19 +98,22 @@ class PausingFedAvg(FedAvg):
         return super().eval_model()
 
 
-class PausingReducer(MaskedWeightedMean):
-    """The default reducer; a shard's ``on_call``-th merge (counted per process) pauses."""
+def pausing_shard(pause: Pause, on_call: int) -> type[ParamServerShard]:
+    """A parameter-server shard whose ``on_call``-th reduction (counted per process) pauses. Made in a function so
+    that Ray ships the class by value, with its pause."""
 
-    def __init__(self, pause: Pause, on_call: int) -> None:
-        self.pause = pause
-        self.on_call = on_call
-        self.calls = 0
+    class PausingShard(ParamServerShard):
+        calls = 0
 
-    def merge(self, partials: Iterable[Partial]) -> Partial:
-        self.calls += 1
-        if self.calls == self.on_call:
-            self.pause.at()
-        return super().merge(partials)
+        def reduce(
+            self, previous: NumpyParams, *partials: ArrayPartial, names: Sequence[str] | None = None
+        ) -> tuple[NumpyParams, dict[str, float]]:
+            self.calls += 1
+            if self.calls == on_call:
+                pause.at()
+            return super().reduce(previous, *partials, names=names)
+
+    return PausingShard
 
 
 class PausingFedResCuE(FedResCuE):
@@ -264,16 +269,15 @@ def test_a_killed_client_host_is_replaced_and_the_run_is_unchanged(
 
 
 def test_a_killed_parameter_server_shard_is_replaced_and_the_run_is_unchanged(
-    instrumented: dict[str, Any], tmp_path: Path, caplog: pytest.LogCaptureFixture
+    instrumented: dict[str, Any], tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Two shards; one is killed while it reduces round 1. Its replacement (constructed with the first shard plan)
     is given its tensors again and reduces the same partial sums: the same run, one fault in round 1."""
     cfg = _tiny(num_hosts=1, num_shards=2)
     data = tiny_image_dataset()
     want = _local(cfg, data)
-    algorithm = FedAvg(cfg.algorithm, cfg.train)
-    algorithm.reducer = PausingReducer(Pause(str(tmp_path), "reduce"), on_call=2)  # each shard merges once a round
-    instrumented["algorithm"] = algorithm
+    # each shard reduces once a round: its second reduction is round 1's
+    monkeypatch.setattr(ray_backend_module, "ParamServerShard", pausing_shard(Pause(str(tmp_path), "reduce"), 2))
     killer = Killer(tmp_path, "reduce", instrumented)
     with caplog.at_level(logging.WARNING, logger="rayfl.engine.recovery"):
         got = _run_ray(cfg, data, instrumented)
