@@ -69,17 +69,24 @@ def _role(proc: psutil.Process, root: int) -> str:
 
 
 class PssSampler(threading.Thread):
-    """Peak PSS (MiB) per role and of the whole tree under the current process, sampled every ``period_s``."""
+    """Peak PSS (MiB) per role and of the whole tree under the current process, sampled every ``period_s`` or less
+    often: reading one process's PSS makes the kernel walk its page tables (about 30 ms for a torch process), so the
+    wait after a sample is at least ``1 / max_share - 1`` times what it took, and the sampler uses at most
+    ``max_share`` of one core (at 0.2 s flat it used most of a core, which a 2-core machine's start-up felt)."""
 
-    def __init__(self, period_s: float = 0.2) -> None:
+    def __init__(self, period_s: float = 0.2, max_share: float = 0.15) -> None:
         super().__init__(daemon=True)
         self.period_s = period_s
+        self.max_share = max_share
         self.peak_by_role: dict[str, float] = {}
         self.count_by_role: dict[str, int] = {}
         self.peak_total = 0.0
+        self.own_cpu_s = 0.0  # the sampler thread's own CPU seconds, left out of the driver's (``cpu_by_role``)
         self._halt = threading.Event()
+        self._lock = threading.Lock()
 
     def sample(self) -> None:
+        began = time.thread_time()
         root = psutil.Process(os.getpid())
         by_role: dict[str, float] = {}
         counts: dict[str, int] = {}
@@ -91,49 +98,59 @@ class PssSampler(threading.Thread):
             role = _role(proc, root.pid)
             by_role[role] = by_role.get(role, 0.0) + pss
             counts[role] = counts.get(role, 0) + 1
-        for role, pss in by_role.items():
-            self.peak_by_role[role] = max(self.peak_by_role.get(role, 0.0), pss)
-            self.count_by_role[role] = max(self.count_by_role.get(role, 0), counts[role])
-        self.peak_total = max(self.peak_total, sum(by_role.values()))
+        with self._lock:
+            for role, pss in by_role.items():
+                self.peak_by_role[role] = max(self.peak_by_role.get(role, 0.0), pss)
+                self.count_by_role[role] = max(self.count_by_role.get(role, 0), counts[role])
+            self.peak_total = max(self.peak_total, sum(by_role.values()))
+            self.own_cpu_s += time.thread_time() - began
 
     def cpu_s(self, role: str) -> float:
         """CPU seconds (user + system) used so far by the live processes of ``role``."""
+        return self.cpu_by_role().get(role, 0.0)
+
+    def cpu_by_role(self) -> dict[str, float]:
+        """CPU seconds (user + system) used so far by the live processes of each role."""
         root = psutil.Process(os.getpid())
-        total = 0.0
+        total: dict[str, float] = {}
         for proc in [root, *root.children(recursive=True)]:
             try:
-                if _role(proc, root.pid) == role:
-                    times = proc.cpu_times()
-                    total += times.user + times.system
+                role = _role(proc, root.pid)
+                times = proc.cpu_times()
             except psutil.Error:
                 continue
+            total[role] = total.get(role, 0.0) + times.user + times.system
+        with self._lock:
+            total["driver"] = total.get("driver", 0.0) - self.own_cpu_s
         return total
 
     def run(self) -> None:
         while not self._halt.is_set():
+            began = time.perf_counter()
             self.sample()
-            self._halt.wait(self.period_s)
+            took = time.perf_counter() - began
+            self._halt.wait(max(self.period_s, took * (1 / self.max_share - 1)))
 
     def stop(self) -> None:
         self._halt.set()
         self.join()
+        self.sample()  # the end state too (the run's last round)
 
 
 def run_point(
     n: int, k: int, noop: bool, backend: str, rounds: int, hosts: int, repeat: int = 1, reference: bool = False
 ) -> dict[str, Any]:
-    """One point, in this process; with ``repeat`` > 1 the same run again in the same process (Ray reused), whose
-    start-up and end-to-end are reported under ``again``; with ``reference`` (training only) the bare training loop
-    timed right after, in this process (``engine_overhead.pure_compute_s``), and the ratio of the steady rate to
-    ``hosts`` such loops: a figure that load on the machine inflates on both sides alike."""
+    """One point, in this process, started the way ``rayfl run`` starts (Ray's start overlapping the driver's
+    imports); with ``repeat`` > 1 the same run again in the same process, on the first run's warm actors
+    (``backend.keep_warm``), reported under ``again``; with ``reference`` (training only) the bare training loop timed
+    right after, in this process (``engine_overhead.pure_compute_s``), and the ratio of the steady rate to ``hosts``
+    such loops: a figure that load on the machine inflates on both sides alike."""
     began = time.perf_counter()
     sampler = PssSampler()
     sampler.start()
     from rayfl.config import BackendConfig, CNNConfig, DataConfig, ExperimentConfig, FedAvgConfig, TrainConfig
-    from rayfl.engine.driver import run_experiment
-    from rayfl.engine.ray_backend import shutdown_ray
+    from rayfl.engine.ray_session import ensure_ray_importing, shutdown_ray
 
-    imports_s = time.perf_counter() - began
     cfg = ExperimentConfig(
         name="scale",
         rounds=rounds,
@@ -143,21 +160,37 @@ def run_point(
         model=CNNConfig(channels=(16, 32)),
         algorithm=FedAvgConfig(),
         train=TrainConfig(epochs=1, batch_size=32, lr=0.05, optimizer="sgd", noop=noop),
-        backend=BackendConfig(kind=backend, num_hosts=hosts, num_cpus=hosts),  # type: ignore[arg-type]
+        backend=BackendConfig(
+            kind=backend,  # type: ignore[arg-type]
+            num_hosts=hosts,
+            num_cpus=hosts,
+            keep_warm=repeat > 1,
+        ),
     )
+    early: dict[str, float] = {}
+    if backend == "ray":  # as ``rayfl run``: Ray starts in the main thread while the driver's modules are imported
+        t0 = time.perf_counter()
+        _, early["driver_import_s"] = ensure_ray_importing(cfg.backend, "rayfl.engine.driver")
+        early["ray_start_s"] = time.perf_counter() - t0
+    from rayfl.engine.driver import run_experiment
+
+    imports_s = time.perf_counter() - began - early.get("ray_start_s", 0.0)
     # the hosts' CPU over the steady rounds (after the first, before the evaluated last): how much of ``hosts`` cores
     # they got, which tells a busy machine (share well below 1) from engine overhead (share near 1, rate low)
     marks: dict[int, tuple[float, float]] = {}
     last_steady = rounds - 2 if rounds > 2 else rounds - 1
+    startup_cpu: dict[str, float] = {}
 
     def mark(record: Any) -> None:
+        if record.round_idx == 0:  # every process's CPU seconds since it started: the cold start's CPU by role
+            startup_cpu.update(sampler.cpu_by_role())
         if record.round_idx in (0, last_steady):
             marks[record.round_idx] = (time.perf_counter(), sampler.cpu_s("client_host"))
 
-    result = run_experiment(cfg, write=False, callbacks=[mark] if backend == "ray" else [])
+    result = run_experiment(cfg, write=False, callbacks=[mark])
     end_to_end_s = time.perf_counter() - began
     host_share: dict[str, float] = {}
-    if 0 in marks and last_steady in marks and last_steady > 0:
+    if backend == "ray" and 0 in marks and last_steady in marks and last_steady > 0:
         (t0, c0), (t1, c1) = marks[0], marks[last_steady]
         host_share = {
             "steady_host_cpu_share": (c1 - c0) / ((t1 - t0) * hosts),
@@ -195,11 +228,13 @@ def run_point(
         "rounds": rounds,
         "imports_s": imports_s,
         **_startup(result),
+        **early,
         "steady_updates_per_s": steady_rate,
         **loops,
         **host_share,
         "end_to_end_s": end_to_end_s,
         "again": again,
+        "startup_cpu_s": {role: round(v, 2) for role, v in sorted(startup_cpu.items())},
         "peak_pss_mib": {role: round(v, 1) for role, v in sorted(sampler.peak_by_role.items())},
         "processes": dict(sorted(sampler.count_by_role.items())),
         "peak_pss_total_mib": round(sampler.peak_total, 1),
@@ -209,7 +244,8 @@ def run_point(
 def _startup(result: Any) -> dict[str, float]:
     """The start-up breakdown of a run: Ray start (overlapping the set-up: data, algorithm, model), the data's put,
     the actors' start, and the first round."""
-    out = {key: float(result.startup_s.get(key, 0.0)) for key in ("ray_start_s", "setup_s", "put_s", "backend_s")}
+    keys = ("ray_start_s", "setup_s", "pool_s", "put_s", "backend_s")
+    out = {key: float(result.startup_s.get(key, 0.0)) for key in keys}
     out["first_round_s"] = result.records[0].round_wall_s
     return out
 

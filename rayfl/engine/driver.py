@@ -86,11 +86,16 @@ def run_experiment(
     point = load_resume_point(cfg, resume) if resume is not None else None  # refused before anything starts
     setup = prepare_run(cfg, dataset, cache_dir)  # with Ray: started meanwhile, data in the object store
     ds, algorithm = setup.dataset, setup.algorithm
-    check_clients_per_round(cfg, ds.num_clients)
-    clock = build_clock(cfg, setup)
-    bind_algorithm(cfg, setup, clock)
-    backend_start = time.perf_counter()
-    backend = build_backend(cfg, setup)
+    try:
+        check_clients_per_round(cfg, ds.num_clients)
+        clock = build_clock(cfg, setup)
+        bind_algorithm(cfg, setup, clock)
+        backend_start = time.perf_counter()
+        backend = build_backend(cfg, setup)
+    except BaseException:
+        if setup.pool is not None:  # the Ray actors prepare_run started (build_backend releases them itself)
+            setup.pool.release()
+        raise
     startup_s = {**setup.startup_s, "backend_s": time.perf_counter() - backend_start}
     schedule = PhaseSchedule(algorithm, cfg.rounds)  # one phase unless cfg.phases (engine/phases.py)
     pool = build_task_pool(cfg.backend)
