@@ -82,6 +82,7 @@ class PssSampler(threading.Thread):
         self.count_by_role: dict[str, int] = {}
         self.peak_total = 0.0
         self.own_cpu_s = 0.0  # the sampler thread's own CPU seconds, left out of the driver's (``cpu_by_role``)
+        self.last_by_role: dict[str, float] = {}  # PSS per role at the last sample (the end of the run)
         self._halt = threading.Event()
         self._lock = threading.Lock()
 
@@ -99,6 +100,7 @@ class PssSampler(threading.Thread):
             by_role[role] = by_role.get(role, 0.0) + pss
             counts[role] = counts.get(role, 0) + 1
         with self._lock:
+            self.last_by_role = by_role
             for role, pss in by_role.items():
                 self.peak_by_role[role] = max(self.peak_by_role.get(role, 0.0), pss)
                 self.count_by_role[role] = max(self.count_by_role.get(role, 0), counts[role])
@@ -134,7 +136,6 @@ class PssSampler(threading.Thread):
     def stop(self) -> None:
         self._halt.set()
         self.join()
-        self.sample()  # the end state too (the run's last round)
 
 
 def run_point(
@@ -149,7 +150,7 @@ def run_point(
     sampler = PssSampler()
     sampler.start()
     from rayfl.config import BackendConfig, CNNConfig, DataConfig, ExperimentConfig, FedAvgConfig, TrainConfig
-    from rayfl.engine.ray_session import ensure_ray_importing, shutdown_ray
+    from rayfl.engine.ray_session import prestart, shutdown_ray
 
     cfg = ExperimentConfig(
         name="scale",
@@ -168,27 +169,38 @@ def run_point(
         ),
     )
     early: dict[str, float] = {}
-    if backend == "ray":  # as ``rayfl run``: Ray starts in the main thread while the driver's modules are imported
+    data = []
+    if backend == "ray":  # as ``rayfl run``: Ray starts while the driver's modules are imported and the data loaded
         t0 = time.perf_counter()
-        _, early["driver_import_s"] = ensure_ray_importing(cfg.backend, "rayfl.engine.driver")
-        early["ray_start_s"] = time.perf_counter() - t0
+        started = prestart(cfg, ("rayfl.engine.driver",))
+        data.append(started.dataset)
+        early = {"prestart_s": time.perf_counter() - t0, **{f"prestart_{k}": v for k, v in started.startup_s.items()}}
+        del started
     from rayfl.engine.driver import run_experiment
 
-    imports_s = time.perf_counter() - began - early.get("ray_start_s", 0.0)
+    imports_s = time.perf_counter() - began - early.get("prestart_s", 0.0)
     # the hosts' CPU over the steady rounds (after the first, before the evaluated last): how much of ``hosts`` cores
     # they got, which tells a busy machine (share well below 1) from engine overhead (share near 1, rate low)
     marks: dict[int, tuple[float, float]] = {}
     last_steady = rounds - 2 if rounds > 2 else rounds - 1
     startup_cpu: dict[str, float] = {}
+    end_pss: dict[str, float] = {}
+
+    sampled_s = [0.0]
 
     def mark(record: Any) -> None:
         if record.round_idx == 0:  # every process's CPU seconds since it started: the cold start's CPU by role
             startup_cpu.update(sampler.cpu_by_role())
         if record.round_idx in (0, last_steady):
             marks[record.round_idx] = (time.perf_counter(), sampler.cpu_s("client_host"))
+        if record.round_idx == rounds - 1:  # every process at the end of the run, before the actors go
+            t0 = time.perf_counter()
+            sampler.sample()
+            end_pss.update(sampler.last_by_role)
+            sampled_s[0] = time.perf_counter() - t0  # left out of end_to_end_s
 
-    result = run_experiment(cfg, write=False, callbacks=[mark])
-    end_to_end_s = time.perf_counter() - began
+    result = run_experiment(cfg, write=False, callbacks=[mark], dataset=data.pop() if data else None)
+    end_to_end_s = time.perf_counter() - began - sampled_s[0]
     host_share: dict[str, float] = {}
     if backend == "ray" and 0 in marks and last_steady in marks and last_steady > 0:
         (t0, c0), (t1, c1) = marks[0], marks[last_steady]
@@ -236,6 +248,7 @@ def run_point(
         "again": again,
         "startup_cpu_s": {role: round(v, 2) for role, v in sorted(startup_cpu.items())},
         "peak_pss_mib": {role: round(v, 1) for role, v in sorted(sampler.peak_by_role.items())},
+        "end_pss_mib": {role: round(v, 1) for role, v in sorted(end_pss.items())},
         "processes": dict(sorted(sampler.count_by_role.items())),
         "peak_pss_total_mib": round(sampler.peak_total, 1),
     }

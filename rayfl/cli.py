@@ -61,10 +61,12 @@ def _cmd_run(ns: argparse.Namespace) -> int:
         f"{cfg.rounds} rounds, {cfg.clients_per_round} clients per round, backend {cfg.backend.kind}",
         flush=True,
     )
+    data = []
     if cfg.backend.kind == "ray" and resume is None:  # a resume is checked before anything starts
-        from rayfl.engine.ray_session import ensure_ray_importing
+        from rayfl.engine.ray_session import prestart
 
-        ensure_ray_importing(cfg.backend, *_RUN_MODULES)  # Ray's start waits on its processes: import meanwhile
+        # Ray's start waits on its processes: import and load the data meanwhile, and start the actors once it is up
+        data.append(prestart(cfg, _RUN_MODULES).dataset)
     from rayfl.engine.driver import run_experiment
     from rayfl.engine.guard import NonFiniteError
     from rayfl.engine.progress import ProgressLine
@@ -72,7 +74,12 @@ def _cmd_run(ns: argparse.Namespace) -> int:
     from rayfl.report import report
 
     try:
-        result = run_experiment(cfg, callbacks=[ProgressLine(sys.stdout, cfg.rounds)], resume=resume)
+        result = run_experiment(
+            cfg,
+            callbacks=[ProgressLine(sys.stdout, cfg.rounds)],
+            resume=resume,
+            dataset=data.pop() if data else None,  # popped: the run keeps only the object store's view of it
+        )
     except RunInterrupted as stop:
         print(f"rayfl: {stop}", file=sys.stderr)
         print(f"results: {stop.run_dir} (records complete up to round {stop.rounds_done})")

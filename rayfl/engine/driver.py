@@ -85,6 +85,7 @@ def run_experiment(
     start = time.perf_counter()
     point = load_resume_point(cfg, resume) if resume is not None else None  # refused before anything starts
     setup = prepare_run(cfg, dataset, cache_dir)  # with Ray: started meanwhile, data in the object store
+    dataset = None  # on Ray the run keeps the object store's view (setup.dataset), not a copy given here
     ds, algorithm = setup.dataset, setup.algorithm
     try:
         check_clients_per_round(cfg, ds.num_clients)

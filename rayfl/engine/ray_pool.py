@@ -36,7 +36,7 @@ from rayfl.engine.param_server import ParamServerShard
 from rayfl.engine.placement import ActorSlot, PoolLayout, layout_in_group, pack_layout, spread_layout
 from rayfl.engine.ray_session import gcs_address
 
-__all__ = ["ActorPool", "RayClientHost", "host_cpu_share", "release_warm_pool", "take_pool"]
+__all__ = ["ActorPool", "RayClientHost", "host_cpu_share", "prestart_pool", "release_warm_pool", "take_pool"]
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +103,7 @@ class ActorPool:
     group: Any  # the placement group the actors are pinned in, or None (SPREAD)
     own_group: bool  # the group was reserved for this pool (``placement: pack``) and goes with it
     key: tuple[Any, ...]  # the Ray instance, actor classes, layout and own bundles (``_pool_key``)
+    fresh: bool = False  # started for the next run (``prestart_pool``) and not yet taken: nothing to check
 
     def ready(self, run: list[Any], cfg: BackendConfig) -> None:
         """Wait until every host is built from ``run`` and every shard answers."""
@@ -156,6 +157,16 @@ def release_warm_pool() -> bool:
     return True
 
 
+def prestart_pool(cfg: BackendConfig) -> None:
+    """Create the actors of a run that is about to start and park them for its ``take_pool`` (``ray_session.
+    prestart``): they start while the caller loads the data. The run releases them at its end unless it keeps them
+    warm."""
+    global _warm
+    pool = take_pool(cfg)
+    pool.fresh = True
+    _warm = pool
+
+
 def take_pool(cfg: BackendConfig) -> ActorPool:
     """The parked pool when it matches this run's layout (and all its actors answer), else a new pool whose actors
     are being created: they start and import while the caller goes on; ``ActorPool.ready`` waits for them."""
@@ -164,8 +175,10 @@ def take_pool(cfg: BackendConfig) -> ActorPool:
     key = _pool_key(layout, bundles)
     warm, _warm = _warm, None
     if warm is not None:
-        if group is None and warm.key == key and warm.alive(cfg.start_timeout_s):
-            log.info("reusing the last run's %d warm client hosts and %d shards", len(warm.hosts), len(warm.shards))
+        if group is None and warm.key == key and (warm.fresh or warm.alive(cfg.start_timeout_s)):
+            if not warm.fresh:
+                log.info("reusing the last run's %d client hosts and %d shards", len(warm.hosts), len(warm.shards))
+            warm.fresh = False
             return warm
         warm.release()
     own_group = False

@@ -1,10 +1,10 @@
 """The Ray instance rayfl runs on: connect to one or start one, and shut down only the one rayfl started.
 
 This module imports Ray and rayfl's config only (no torch), so that the CLI can start Ray before it imports the
-driver: ``ensure_ray_importing`` runs ``ray.init`` in the main thread (Ray's driver installs signal handlers there)
-while a second thread imports the driver's modules. ``ray.init`` spends most of its seconds waiting for the processes
-it spawned to register (its own process is idle meanwhile), and torch's import is the driver's largest start-up cost,
-so the two overlap on any machine with a second core.
+driver: ``prestart`` runs ``ray.init`` in the main thread (Ray's driver installs signal handlers there) while a second
+thread imports the driver's modules and loads the data. ``ray.init`` spends most of its seconds waiting for the
+processes it spawned to register (its own process is idle meanwhile), and torch's import is the driver's largest
+start-up cost, so the two overlap on any machine with a second core.
 """
 
 from __future__ import annotations
@@ -14,16 +14,22 @@ import logging
 import os
 import socket
 import sys
+import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import ray
 
-from rayfl.config import BackendConfig
+from rayfl.config import BackendConfig, ExperimentConfig
 from rayfl.config_loader import ConfigError
 
-__all__ = ["ensure_ray", "ensure_ray_importing", "gcs_address", "shutdown_ray"]
+if TYPE_CHECKING:
+    from rayfl.data.federated import FederatedDataset
+
+__all__ = ["Prestarted", "ensure_ray", "gcs_address", "prestart", "shutdown_ray"]
 
 log = logging.getLogger(__name__)
 
@@ -62,20 +68,56 @@ def ensure_ray(cfg: BackendConfig) -> bool:
     return True
 
 
-def ensure_ray_importing(cfg: BackendConfig, *modules: str) -> tuple[bool, float]:
-    """``ensure_ray`` while a second thread imports ``modules``; returns whether Ray was started here and the
-    import's wall seconds. An import error is raised after Ray is up (which then stays for the next run)."""
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rayfl-import") as pool:
-        importing = pool.submit(_import_all, modules)
-        started = ensure_ray(cfg)
-        return started, importing.result()
+@dataclass
+class Prestarted:
+    """What ``prestart`` made: the data set, and the wall seconds of its steps: ``ray_start_s`` (main thread) beside
+    ``import_s`` then ``load_s`` (second thread), and ``pool_s`` (creating the actors once Ray was up)."""
+
+    dataset: FederatedDataset | None
+    startup_s: dict[str, float] = field(default_factory=dict)
 
 
-def _import_all(modules: tuple[str, ...]) -> float:
-    began = time.perf_counter()
-    for name in modules:
-        importlib.import_module(name)
-    return time.perf_counter() - began
+def prestart(cfg: ExperimentConfig, modules: Sequence[str] = ()) -> Prestarted:
+    """``rayfl run``'s start on the Ray backend, before the driver exists: Ray starts in this (main) thread while a
+    second thread imports ``modules`` (and the actors' module) and then loads the data set; as soon as Ray is up and
+    the imports are done, the run's actors are created and parked for the run to take (``ray_pool.prestart_pool``),
+    so they start while the data is still loading. The data set is for ``run_experiment(dataset=...)`` (hand it over
+    without keeping a reference: the run keeps only the object store's view of it). A load error is raised once Ray
+    is up (which then stays for the next run), after the actors are released."""
+    imported = threading.Event()
+    timed: dict[str, float] = {}
+
+    def work() -> FederatedDataset:
+        began = time.perf_counter()
+        for name in (*modules, "rayfl.engine.ray_pool"):
+            importlib.import_module(name)
+        imported.set()
+        timed["import_s"] = time.perf_counter() - began
+        from rayfl.data import build_federated_dataset
+
+        began = time.perf_counter()
+        dataset = build_federated_dataset(cfg.data, cfg.seed)
+        timed["load_s"] = time.perf_counter() - began
+        return dataset
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rayfl-prestart") as threads:
+        loading = threads.submit(work)
+        began = time.perf_counter()
+        ensure_ray(cfg.backend)
+        timed["ray_start_s"] = time.perf_counter() - began
+        while not imported.wait(0.05):  # the main thread imports nothing the other one is importing
+            if loading.done():
+                loading.result()  # an import error
+        from rayfl.engine.ray_pool import prestart_pool, release_warm_pool
+
+        began = time.perf_counter()
+        prestart_pool(cfg.backend)
+        timed["pool_s"] = time.perf_counter() - began
+        try:
+            return Prestarted(loading.result(), timed)
+        except BaseException:
+            release_warm_pool()
+            raise
 
 
 def shutdown_ray() -> bool:

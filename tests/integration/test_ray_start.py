@@ -1,27 +1,32 @@
-"""The Ray backend's actors start before the data exists and, with ``backend.keep_warm``, serve the next run.
+"""The Ray backend's start: actors created before the data exists, and kept warm across runs on request.
 
 A run's hosts and shards are created as soon as Ray is up, so their processes start while the data set is still
-being built; with ``keep_warm`` a finished run parks them, the next run with the same layout takes them (the same
-processes) and its hosts rebuild themselves from that run's data and recipe, so its records are a cold run's, bit for
-bit; another layout gets new actors, and ``release_warm_pool`` gives the parked ones back.
+being built (by ``prepare_run``, or by ``prestart`` before ``rayfl run`` imports the driver); with ``keep_warm`` a
+finished run parks them, the next run with the same layout takes them (the same processes) and its hosts rebuild
+themselves from that run's data and recipe, so its records are a cold run's, bit for bit; another layout gets new
+actors, and ``release_warm_pool`` gives the parked ones back.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import gc
 import os
 import threading
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import ray
 
-from rayfl.config import ExperimentConfig, HeteroFLConfig
+import rayfl.data
+from rayfl.config import DataConfig, ExperimentConfig, HeteroFLConfig
 from rayfl.engine import build as build_module
 from rayfl.engine import ray_pool
 from rayfl.engine.driver import RunResult, run_experiment
 from rayfl.engine.ray_backend import release_warm_pool
+from rayfl.engine.ray_session import prestart
 from tests.helpers import tiny_config, tiny_image_dataset
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_local")]
@@ -142,3 +147,38 @@ def test_hosts_start_while_the_data_is_being_prepared(monkeypatch: pytest.Monkey
     result = run_experiment(_cold(_cfg()), write=False, dataset=tiny_image_dataset())
     assert seen["created_first"] and seen["answered"] == [0, 1]
     assert len(result.records) == 2
+
+
+def test_prestart_starts_the_actors_before_the_data_and_the_run_keeps_no_copy_of_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``rayfl run``'s start: the data set's loading waits until the prestarted hosts answer (it could not finish if
+    they were created after it), the run takes those very actors and releases them at its end, and once the data set
+    is in the object store the driver holds no reference to the loaded one."""
+    seen: dict[str, Any] = {}
+    load = rayfl.data.build_federated_dataset
+
+    def slow_load(*args: Any) -> Any:
+        for _ in range(1200):  # the actors are created once Ray is up and the imports are done
+            if ray_pool._warm is not None:
+                break
+            threading.Event().wait(0.1)
+        seen["hosts"] = list(ray_pool._warm.hosts) if ray_pool._warm is not None else []
+        seen["answered"] = ray.get([h.ready.remote() for h in seen["hosts"]], timeout=120)
+        return load(*args)
+
+    monkeypatch.setattr(rayfl.data, "build_federated_dataset", slow_load)
+    cfg = _cold(_cfg(data=DataConfig(name="synthetic", num_clients=8, synthetic_samples=16)))
+    data = [prestart(cfg).dataset]
+    assert seen["answered"] == [0, 1] and ray_pool._warm is not None and ray_pool._warm.hosts == seen["hosts"]
+    loaded = weakref.ref(data[0])
+
+    def check(record: Any) -> None:
+        gc.collect()
+        seen.setdefault("loaded_alive", []).append(loaded() is not None)
+
+    result = run_experiment(cfg, write=False, dataset=data.pop(), callbacks=[check])
+    assert len(result.records) == 2 and seen["loaded_alive"] == [False, False]
+    assert ray_pool._warm is None  # taken by the run and, without keep_warm, released at its end
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(seen["hosts"][0].ready.remote(), timeout=60)
