@@ -644,6 +644,8 @@ def _semantic_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:
     need, given = MODEL_INPUTS.get(cfg.model.name), DATA_INPUTS.get(cfg.data.name)
     if need is not None and given is not None and need != given:
         problems.append((("model", "name"), _modality_reason(cfg.model.name, need, cfg.data.name, given)))
+    elif "image" in (need, given) and cfg.train.sequence_loss == "all":
+        problems.append((("train", "sequence_loss"), _sequence_loss_reason(cfg)))
     if cfg.clients_per_round > cfg.data.num_clients > 0:
         # iid/dirichlet make exactly num_clients clients; natural partitions keep at most that many
         problems.append(
@@ -734,10 +736,21 @@ def check_clients_per_round(cfg: ExperimentConfig, num_clients: int) -> None:
 
 
 def check_model_input(cfg: ExperimentConfig, input_kind: str) -> None:
-    """After loading: the model reads the kind of input the data gives (LEAF's task is detected from its files)."""
+    """After loading: the model reads the kind of input the data gives (LEAF's task is detected from its files), and
+    a loss over every sequence position is asked for only where there are sequences."""
     need = MODEL_INPUTS.get(cfg.model.name)
     if need is not None and need != input_kind:
         raise ConfigError(_modality_reason(cfg.model.name, need, cfg.data.name, input_kind), "model.name")
+    if input_kind == "image" and cfg.train.sequence_loss == "all":
+        raise ConfigError(_sequence_loss_reason(cfg), "train.sequence_loss")
+
+
+def _sequence_loss_reason(cfg: ExperimentConfig) -> str:
+    # the embedded default (Shakespeare) sets 'all', so overriding only data and model reaches this
+    return (
+        f"'all' trains on every position of a character sequence, but model '{cfg.model.name}' on data "
+        f"'{cfg.data.name}' classifies images: set train.sequence_loss=last"
+    )
 
 
 def _learning_rate_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:

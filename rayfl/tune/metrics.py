@@ -2,7 +2,8 @@
 
 Per round (``RoundMetrics``): the round, the simulated time (``sim_time_s``, the time axis schedulers such as ASHA use),
 the test accuracy and loss carried forward from the last evaluated round (NaN before the first evaluation), the
-training loss, clients run and failed, memory and bandwidth utilisation and, for model search, the search's numbers.
+training loss, clients run and failed, dead actors replaced and whether the round was rolled back, memory and
+bandwidth utilisation and, for model search, the search's numbers.
 Nothing here imports Ray; ``trainable.py`` hands these dicts to ``tune.report``.
 """
 
@@ -27,6 +28,8 @@ REPORTED_METRICS: tuple[str, ...] = (
     "clients_sampled",
     "clients_run",
     "clients_failed",
+    "faults",
+    "rolled_back",
     "memory_util",
     "bandwidth_util",
     "search_s",
@@ -82,6 +85,8 @@ class RoundMetrics:
             "clients_sampled": record.clients_sampled,
             "clients_run": record.clients_run,
             "clients_failed": record.clients_failed,
+            "faults": record.faults,  # Ray actors that died in the round and were replaced (engine/recovery.py)
+            "rolled_back": record.rolled_back,  # the round's non-finite update was refused (engine/guard.py)
             "memory_util": record.memory_util,
             "bandwidth_util": record.bandwidth_util,
             "search_s": record.search_s,

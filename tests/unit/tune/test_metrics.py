@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from rayfl.engine.records import RoundRecord
@@ -39,4 +40,6 @@ def test_accuracy_and_loss_are_carried_until_the_next_evaluation() -> None:
     assert (third["test_acc"], third["test_loss"], third["evaluated"]) == (0.4, 2.0, False)
     assert third["sim_time_s"] == 30.0 and third["rounds_done"] == 3
     assert (third["clients_run"], third["clients_failed"], third["memory_util"], third["hit_rate"]) == (3, 1, 0.5, 0.25)
+    fourth = metrics(dataclasses.replace(record(3, math.nan, math.nan), faults=2, rolled_back=1))
+    assert (third["faults"], third["rolled_back"], fourth["faults"], fourth["rolled_back"]) == (0, 0, 2, 1)
     assert set(third) == set(REPORTED_METRICS)
