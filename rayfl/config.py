@@ -21,6 +21,7 @@ __all__ = [
     "AnyCostFLConfig",
     "BackendConfig",
     "CNNConfig",
+    "CellNetConfig",
     "CharBertConfig",
     "CharLSTMConfig",
     "CharTransformerConfig",
@@ -230,6 +231,27 @@ class SupernetConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class CellNetConfig:
+    """A transformable network whose every conv and linear layer is a cell (FedTrans, paper 002; rayfl/models/cellnet).
+
+    ``base``: ``cnn`` (HeteroFL's conv net, ``channels`` = conv widths, default 16-32-64), ``resnet`` (a small
+    ResNet-18: ``channels`` = stage widths, default 16-32-64-128, ``blocks`` per stage) or ``mobilenet_v3_small``
+    (torchvision's layer table; ``channels``, ``blocks`` and ``norm`` unused). ``transforms``: the transformation log
+    applied to the base in order, each ``widen CELL FACTOR``, ``deepen CELL`` or ``reset`` (FedTrans writes it; a
+    model FedTrans produced can be trained by any method by copying its log). ``scaler``: HeteroFL's
+    divide-by-width-rate after every cell of a sub-model.
+    """
+
+    name: Literal["cellnet"] = "cellnet"
+    base: Literal["cnn", "resnet", "mobilenet_v3_small"] = "cnn"
+    channels: tuple[int, ...] = ()
+    blocks: tuple[int, ...] = (2, 2, 2, 2)
+    norm: Literal["batch", "group", "none"] = "batch"
+    scaler: bool = False
+    transforms: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
 class CustomModelConfig:
     """A user's own fixed model: ``factory`` ("package.module:function") returns an ``nn.Module`` whose forward maps a
     batch to logits ``[batch, num_classes]``; it is called with ``kwargs`` (plus ``num_classes`` and ``input_shape``
@@ -249,6 +271,7 @@ ModelConfig = (
     | CharBertConfig
     | FemnistCNNConfig
     | SupernetConfig
+    | CellNetConfig
     | CustomModelConfig
 )
 MODEL_CONFIGS: dict[str, type[Any]] = {
@@ -260,6 +283,7 @@ MODEL_CONFIGS: dict[str, type[Any]] = {
     "char_bert": CharBertConfig,
     "femnist_cnn": FemnistCNNConfig,
     "supernet": SupernetConfig,
+    "cellnet": CellNetConfig,
     "custom": CustomModelConfig,
 }
 

@@ -697,6 +697,7 @@ MODEL_INPUTS: dict[str, str] = {
     "vit": "image",
     "femnist_cnn": "image",
     "supernet": "image",
+    "cellnet": "image",
 }
 DATA_INPUTS: dict[str, str] = {"shakespeare": "tokens", "cifar10": "image", "synthetic": "image"}
 
