@@ -700,7 +700,8 @@ class SystemConfig:
     """System heterogeneity: per-client budgets and the simulated clock (paper 000 Sec. 4.1.2, Appendix D).
 
     A client fits a round when its model's peak training memory fits its memory at the round's start and its
-    download plus upload fit in ``comm_limit_s`` at its current bandwidths. The clock integrates the bandwidth traces
+    download plus upload fit in ``comm_limit_s`` at its current bandwidths (and, with ``compute_limit_s``, its round's
+    training FLOPs fit what its compute speed does within that limit: paper 002's hardware capacity). The clock integrates the bandwidth traces
     over the transfers, models compute time from FLOPs and ``compute`` speed (or measured training time x
     ``measured_time_scale``), and fails a client whose memory drops below its need while it trains or that becomes
     unavailable. Round time = slowest surviving client (+ measured server time with ``server_time: measured``).
@@ -712,6 +713,9 @@ class SystemConfig:
     compute: ResourceConfig = field(default_factory=lambda: ResourceConfig(source="constant", low=1000.0))
     availability: ResourceConfig = field(default_factory=ResourceConfig)
     comm_limit_s: float = bounded(60.0, gt=0.0)  # the communication time limit that defines bandwidth budgets
+    # the compute time limit that defines compute budgets (0: none): a client's budget is the training FLOPs it can do
+    # within it at its compute speed; a model needing more fails it ("compute") and sub-model methods pick ones that fit
+    compute_limit_s: float = bounded(0.0, ge=0.0)
     deadline_s: float = bounded(0.0, ge=0.0)  # 0: no deadline; else clients that would finish later are not run
     compute_time: Literal["modelled", "measured"] = "modelled"
     measured_time_scale: float = bounded(1.0, gt=0.0)

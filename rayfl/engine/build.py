@@ -84,6 +84,7 @@ def bind_algorithm(cfg: ExperimentConfig, setup: Setup, clock: SimClock) -> None
             cost=clock.oracle.elastic,
             dataset=setup.dataset,
             model=cfg.model,
+            oracle=clock.oracle,
         )
     )
 

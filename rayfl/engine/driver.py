@@ -25,6 +25,7 @@ from rayfl.data.federated import FederatedDataset
 from rayfl.engine.backend import EvalResult
 from rayfl.engine.build import bind_algorithm, build_backend, build_clock, build_setup
 from rayfl.engine.multieval import (
+    client_accuracies,
     device_accuracy,
     evaluate_models,
     model_fields,
@@ -32,7 +33,7 @@ from rayfl.engine.multieval import (
     width_structures,
 )
 from rayfl.engine.phases import PhaseSchedule
-from rayfl.engine.records import ClientRecord, EvalRecord, RoundRecord, RunWriter, make_run_dir
+from rayfl.engine.records import ClientAccRecord, ClientRecord, EvalRecord, RoundRecord, RunWriter, make_run_dir
 from rayfl.engine.sampling import sample_clients
 from rayfl.engine.server_tasks import build_task_pool
 from rayfl.system.clock import ClientPlan
@@ -120,6 +121,7 @@ def run_experiment(
             structure_evals: list[EvalRecord] = []
             evals = None
             device_acc = math.nan
+            client_accs: list[ClientAccRecord] = []
             if evaluated:
                 eval_params = algorithm.eval_params(state)
                 last_eval = backend.evaluate(eval_params, algorithm.eval_units(state))
@@ -137,6 +139,7 @@ def run_experiment(
                 everyone = np.arange(ds.num_clients)
                 census = clock.check_in(round_idx, everyone, [ds.num_examples(int(c)) for c in everyone])
                 device_acc = device_accuracy(accs, algorithm, state, census)
+                client_accs = client_accuracies(ds, evals, algorithm, state, census, round_idx)
             now = time.perf_counter()
             # 7. Records.
             ok = [o for o in outcomes if o.failure is None]
@@ -164,13 +167,15 @@ def run_experiment(
                 **system_fields(plan.memory_util[plan.runs], plan.bandwidth_util[plan.runs], clients, stats),
                 server_train_s=stats.server_train_s,
                 phase=schedule.phase_at(round_idx).name,
-                **model_fields(ds, evals, algorithm, state, outcomes),
+                **model_fields(evals, state, outcomes, client_accs),
                 device_acc=device_acc,
+                train_macs=float(plan.train_flops[plan.runs].sum()) / 2.0 if len(plan.train_flops) else 0.0,
             )
             records.append(record)
             eval_records.extend(structure_evals)
             if writer is not None:
                 writer.append_evals(structure_evals)
+                writer.append_client_accs(client_accs)
                 writer.append_clients(clients)
                 writer.append(record)
             for callback in callbacks:
@@ -244,6 +249,7 @@ def client_records(
             p_down=links.get(int(c), (math.nan, math.nan))[0],
             p_up=links.get(int(c), (math.nan, math.nan))[1],
             model_id=assignments[int(c)].model_id,
+            train_macs=float(plan.train_flops[i]) / 2.0 if plan.failure[i] is None and len(plan.train_flops) else 0.0,
         )
         for i, c in enumerate(plan.client_id)
     ]

@@ -3,7 +3,8 @@
 ``RoundRecord`` is one row; ``RunWriter`` owns a run directory: the resolved config (``config.yaml``), one CSV row
 appended and flushed per round (so an interrupted run keeps every finished round), ``rounds.parquet`` rewritten as
 rounds finish, and ``summary.json`` at the end. ``evals.csv`` holds the further structures an algorithm has
-evaluated per round (``EvalRecord``: one row per round and name).
+evaluated per round (``EvalRecord``: one row per round and name); ``client_accs.csv`` (data with per-client test
+sets) each client's accuracy per evaluated round (``ClientAccRecord``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,15 @@ from typing import Any, TextIO
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-__all__ = ["ClientRecord", "EvalRecord", "RoundRecord", "RunWriter", "check_run_name", "make_run_dir"]
+__all__ = [
+    "ClientAccRecord",
+    "ClientRecord",
+    "EvalRecord",
+    "RoundRecord",
+    "RunWriter",
+    "check_run_name",
+    "make_run_dir",
+]
 
 
 @dataclass(frozen=True)
@@ -65,6 +74,9 @@ class RoundRecord:
     # the mean over all devices of the accuracy of the model each uses (``Algorithm.device_evals``: FedHeN's simple
     # devices on the simple model, complex devices on the complex one); NaN in a round without evaluation
     device_acc: float = math.nan
+    # multiply-accumulates of the round's local training over the clients that ran (3 x forward MACs x samples
+    # processed, paper 002's training cost)
+    train_macs: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -88,6 +100,19 @@ class ClientRecord:
     p_down: float = math.nan  # unstable links: width ratio of the model that arrived (NaN: perfect links, not run)
     p_up: float = math.nan  # and of the update that reached the server
     model_id: int = 0  # which global model it was assigned
+    train_macs: float = 0.0  # multiply-accumulates of its round's local training (planned; 0 when it did not run)
+
+
+@dataclass(frozen=True)
+class ClientAccRecord:
+    """One client's test accuracy in an evaluated round, on the model it would be assigned (data with per-client test
+    sets only): the average client accuracy's parts, and paper 002's per-client box plot."""
+
+    round_idx: int
+    client_id: int
+    model_id: int
+    test_acc: float
+    num_test: int
 
 
 @dataclass(frozen=True)
@@ -109,6 +134,7 @@ def _schema(cls: type) -> pa.Schema:
 _SCHEMA = _schema(RoundRecord)
 _CLIENT_SCHEMA = _schema(ClientRecord)
 _EVAL_SCHEMA = _schema(EvalRecord)
+_CLIENT_ACC_SCHEMA = _schema(ClientAccRecord)
 
 
 def check_run_name(name: str) -> str:
@@ -155,6 +181,20 @@ class RunWriter:
         self._evals_csv: TextIO = (run_dir / "evals.csv").open("w", newline="")
         self._evals_writer = csv.DictWriter(self._evals_csv, fieldnames=[f.name for f in fields(EvalRecord)])
         self._evals_writer.writeheader()
+        self.client_acc_rows: list[ClientAccRecord] = []
+        self._client_accs_csv: TextIO | None = None  # opened with the first rows (per-client test data only)
+
+    def append_client_accs(self, records: list[ClientAccRecord]) -> None:
+        if not records:
+            return
+        if self._client_accs_csv is None:
+            self._client_accs_csv = (self.run_dir / "client_accs.csv").open("w", newline="")
+            names = [f.name for f in fields(ClientAccRecord)]
+            self._client_accs_writer = csv.DictWriter(self._client_accs_csv, fieldnames=names)
+            self._client_accs_writer.writeheader()
+        self.client_acc_rows.extend(records)
+        self._client_accs_writer.writerows(asdict(r) for r in records)
+        self._client_accs_csv.flush()
 
     def append_evals(self, records: list[EvalRecord]) -> None:
         self.eval_rows.extend(records)
@@ -178,7 +218,10 @@ class RunWriter:
             ("rounds", self.rows, _SCHEMA),
             ("clients", self.client_rows, _CLIENT_SCHEMA),
             ("evals", self.eval_rows, _EVAL_SCHEMA),
+            ("client_accs", self.client_acc_rows, _CLIENT_ACC_SCHEMA),
         ):
+            if name == "client_accs" and not rows:
+                continue
             table = pa.Table.from_pylist([asdict(r) for r in rows], schema=schema)
             tmp = self.run_dir / f"{name}.parquet.tmp"
             pq.write_table(table, tmp)
@@ -191,8 +234,8 @@ class RunWriter:
         _atomic_write(self.run_dir / "summary.json", json.dumps(clean, indent=2) + "\n")
 
     def close(self) -> None:
-        for f in (self._csv, self._clients_csv, self._evals_csv):
-            if not f.closed:
+        for f in (self._csv, self._clients_csv, self._evals_csv, self._client_accs_csv):
+            if f is not None and not f.closed:
                 f.close()
 
 
