@@ -39,6 +39,7 @@ __all__ = [
     "FedRushConfig",
     "FedSeqConfig",
     "FedSlimConfig",
+    "FedTransConfig",
     "FedorASConfig",
     "FedorASSearchConfig",
     "FemnistCNNConfig",
@@ -542,6 +543,40 @@ class IndependentConfig:
     weighting: Literal["samples", "uniform"] = "samples"
 
 
+@dataclass(frozen=True, kw_only=True)
+class FedTransConfig:
+    """FedTrans (paper 002): a family of models grown from ``model`` (a ``cellnet``) during the run, utility-based
+    soft assignment and soft aggregation (``rayfl/algorithms/fedtrans.py``).
+
+    A transformation fires after a round in which the newest model's degree of convergence (Eq. 1: the mean of its
+    last ``gamma`` training-loss slopes of step ``doc_step`` rounds) is at most ``beta``, or at a round of
+    ``force_rounds``; it selects the newest model's cells whose activeness (the clients' ``|mean grad| / |w|`` over
+    the last ``activeness_rounds`` rounds it trained) is at least ``alpha`` x the largest, widens each by
+    ``widen_factor`` (copies get ``noise`` x the tensor's standard deviation of Gaussian noise) or deepens it if it was
+    widened last time, and adds the result as a new model. ``eta``: Eq. 5's decay per round the receiving model has
+    trained. Ablations: ``soft_aggregation: false`` (each model averages its own clients only), ``share_large_to_small``
+    (the paper's "l2s"), ``layer_selection: random``, ``warmup: false`` (new models start from fresh weights).
+    A client is compatible with a model when its round's training FLOPs fit its compute budget
+    (``system.compute_limit_s``); every model is compatible without one.
+    """
+
+    name: Literal["fedtrans"] = "fedtrans"
+    alpha: float = bounded(0.9, ge=0.0, le=1.0)
+    beta: float = 0.003
+    gamma: int = bounded(10, ge=1)
+    doc_step: int = bounded(5, ge=1)
+    widen_factor: int = bounded(2, ge=2)
+    noise: float = bounded(0.05, ge=0.0)
+    eta: float = bounded(0.9, gt=0.0, le=1.0)
+    soft_aggregation: bool = True
+    share_large_to_small: bool = False
+    layer_selection: Literal["activeness", "random"] = "activeness"
+    warmup: bool = True
+    activeness_rounds: int = bounded(5, ge=1)
+    force_rounds: tuple[int, ...] = ()
+    max_models: int = bounded(8, ge=1)
+
+
 AlgorithmConfig = (
     FedAvgConfig
     | HeteroFLConfig
@@ -560,6 +595,7 @@ AlgorithmConfig = (
     | NoSideConfig
     | DecoupleConfig
     | IndependentConfig
+    | FedTransConfig
 )
 ALGORITHM_CONFIGS: dict[str, type[Any]] = {
     "fedavg": FedAvgConfig,
@@ -579,6 +615,7 @@ ALGORITHM_CONFIGS: dict[str, type[Any]] = {
     "noside": NoSideConfig,
     "decouple": DecoupleConfig,
     "independent": IndependentConfig,
+    "fedtrans": FedTransConfig,
 }
 
 
@@ -701,8 +738,9 @@ class SystemConfig:
 
     A client fits a round when its model's peak training memory fits its memory at the round's start and its
     download plus upload fit in ``comm_limit_s`` at its current bandwidths (and, with ``compute_limit_s``, its round's
-    training FLOPs fit what its compute speed does within that limit: paper 002's hardware capacity). The clock integrates the bandwidth traces
-    over the transfers, models compute time from FLOPs and ``compute`` speed (or measured training time x
+    training FLOPs fit what its compute speed does within that limit: paper 002's hardware capacity). The clock
+    integrates the bandwidth traces over the transfers, models compute time from FLOPs and ``compute`` speed (or
+    measured training time x
     ``measured_time_scale``), and fails a client whose memory drops below its need while it trains or that becomes
     unavailable. Round time = slowest surviving client (+ measured server time with ``server_time: measured``).
     """

@@ -149,6 +149,11 @@ class Algorithm:
         """The algorithm's numbers for the round just finished (read after ``server_update``)."""
         return RoundStats()
 
+    def run_summary(self, state: ServerState) -> dict[str, object]:
+        """What the algorithm adds to ``summary.json`` under its name at the end of a run (JSON-serialisable; the
+        default adds nothing). FedTrans: the models it made and how."""
+        return {}
+
     # ------------------------------------------------------------------------------------------ server side
     def init_state(self, params: Params) -> ServerState:
         """The state before round 0, from freshly initialised global parameters."""

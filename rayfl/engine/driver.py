@@ -189,6 +189,9 @@ def run_experiment(
         summary = _summary(cfg, records, last_eval, baseline)
         if cfg.phases:
             summary["phases"] = schedule.summary(records, state)
+        extra = algorithm.run_summary(state)
+        if extra:
+            summary[algorithm.name] = extra
         writer.finish(summary)
     return RunResult(records, state, writer.run_dir if writer else None, last_eval, baseline, eval_records)
 

@@ -3,8 +3,9 @@
 Each model is scored on the whole test set (its test accuracy), and, where the data set splits its test set by client,
 every client's test rows are scored on the model the algorithm would assign it (``Algorithm.client_model``, which
 sees the client's budgets at the evaluated round's end); the mean of those per-client accuracies is paper 002's
-"average client accuracy", and each client's own figure is recorded (``client_accs.csv``, the report's box plot). Single-model runs get the average client
-accuracy too (on the one evaluated model) and keep every other column as before.
+"average client accuracy", and each client's own figure is recorded (``client_accs.csv``, the report's box plot).
+Single-model runs get the average client accuracy too (on the one evaluated model) and keep every other column as
+before.
 
 The device average (``device_accuracy``) needs no per-client test data: every device of the run is scored by the
 whole-test-set accuracy of the evaluation that scores its model (``Algorithm.device_evals``), so a model counts as

@@ -7,8 +7,9 @@ Per client in round ``r`` starting at simulated time ``T`` (all times in simulat
    upload sizes, i.e. ``L x rate`` when both rates are equal).
 2. *Fit*: the assignment's peak training memory must fit the memory budget and ``down/rate_down + up/rate_up`` must
    fit ``comm_limit_s`` (failure ``memory`` or ``bandwidth``); with ``compute_limit_s``, the round's training FLOPs
-   must fit what the client's compute speed does within that limit (failure ``compute``); an unavailable client fails ``unavailable``, and so does
-   one whose download or upload rate is zero at ``T`` (no network: a zero-bandwidth span or an all-zero trace).
+   must fit what the client's compute speed does within that limit (failure ``compute``); an unavailable client
+   fails ``unavailable``, and so does one whose download or upload rate is zero at ``T`` (no network: a
+   zero-bandwidth span or an all-zero trace).
 3. *Timeline*: the download starts at ``T`` and takes the exact integral of the bandwidth log; compute takes
    ``train FLOPs / compute speed`` (modelled) from the end of the download; the upload follows. A client whose memory
    value drops below its need during its compute window fails ``memory_dip`` (paper 000, Appendix D.2.2), one that
