@@ -97,6 +97,10 @@ class DataConfig:
     min_samples: int = bounded(64, ge=1)  # natural users with fewer training samples are dropped (LEAF-style)
     max_samples_per_client: int = bounded(0, ge=0)  # 0 = no cap; a cap keeps CPU-sized runs small
     test_fraction: float = bounded(0.1, gt=0.0, lt=1.0)  # per-client test split for natural data
+    # data without per-client test sets (iid/dirichlet splits, synthetic): hold out this fraction of every client's
+    # samples as its own test set (0 = none); the global test set becomes their union. Gives the average client
+    # accuracy (paper 002) on data split by a partitioner
+    client_test_fraction: float = bounded(0.0, ge=0.0, lt=1.0)
     seq_len: int = bounded(80, ge=2)  # Shakespeare window (LEAF uses 80)
     edition: Literal["modern", "folio", "both"] = "modern"  # which Shakespeare files are parsed
     synthetic_samples: int = bounded(64, ge=1)  # 'synthetic': samples per client (benchmarks, tests)

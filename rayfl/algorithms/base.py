@@ -75,6 +75,7 @@ class ServerContext:
     # the clock's costs of any architecture under the run's training set-up (``for_model``): what a method that
     # creates models (FedTrans) prices them with, exactly as the clock will
     oracle: CostOracle | None = None
+    eval_widths: tuple[float, ...] = ()  # the x p sub-models the engine evaluates (``eval_widths``), named ``x{p:g}``
 
 
 @dataclass(frozen=True)

@@ -65,11 +65,11 @@ from rayfl.algorithms.payloads import (
     TrainTask,
 )
 from rayfl.config import CellNetConfig, FedTransConfig, ModelConfig
-from rayfl.models.cellnet import CLASSES, IMAGE, RESET, CellNet, Graph, build_graph, deepen_step, widen_step
-from rayfl.models.cellnet.transform import transform_params
+from rayfl.models.cellnet.graph import CLASSES, IMAGE, Graph, build_graph
+from rayfl.models.cellnet.transform import RESET, deepen_step, transform_params, widen_step
 from rayfl.models.inputs import InputSpec
 from rayfl.rng import derive_rng, derive_seed
-from rayfl.system.costs import samples_per_round
+from rayfl.system.work import samples_per_round
 
 __all__ = ["ACTIVENESS_PREFIX", "FedTrans", "FedTransState", "Transformation"]
 
@@ -180,6 +180,8 @@ class FedTrans(Algorithm):
         self, model: nn.Module, x: np.ndarray, y: np.ndarray, task: TrainTask, input_spec: InputSpec
     ) -> ClientUpdate:
         """The default local training, reporting each cell's ``|mean gradient| / |weight|`` (the weight as received)."""
+        from rayfl.models.cellnet.module import CellNet  # the elastic families import this package
+
         if not isinstance(model, CellNet):
             return super().local_train(model, x, y, task, input_spec)
         weights = {op.name: cast(nn.Parameter, model.layers[op.name].weight) for op in model.graph.cells}

@@ -27,7 +27,8 @@ import numpy as np
 import torch
 
 from rayfl.algorithms.payloads import Params
-from rayfl.models.cellnet import RESET, Graph, Op
+from rayfl.models.cellnet.graph import Graph, Op
+from rayfl.models.cellnet.transform import RESET
 
 __all__ = [
     "cell_params",

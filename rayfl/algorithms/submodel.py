@@ -32,7 +32,7 @@ from rayfl.algorithms.base import Algorithm, RoundStats
 from rayfl.algorithms.payloads import Aggregate, Assignment, ClientView, ServerState, TensorSlice
 from rayfl.config import TrainConfig
 from rayfl.models.elastic.spec import Selection, SubModelSpec  # a submodule: the package imports rayfl.algorithms
-from rayfl.system.costs import TRAIN_FLOPS_PER_FORWARD, samples_per_round
+from rayfl.system.work import TRAIN_FLOPS_PER_FORWARD, samples_per_round
 
 if TYPE_CHECKING:
     from rayfl.models.elastic.cost import CostModel

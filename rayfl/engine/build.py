@@ -85,6 +85,7 @@ def bind_algorithm(cfg: ExperimentConfig, setup: Setup, clock: SimClock) -> None
             dataset=setup.dataset,
             model=cfg.model,
             oracle=clock.oracle,
+            eval_widths=cfg.eval_widths,
         )
     )
 

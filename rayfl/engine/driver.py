@@ -29,7 +29,7 @@ from rayfl.engine.multieval import (
     device_accuracy,
     evaluate_models,
     model_fields,
-    named_accuracies,
+    named_evaluations,
     width_structures,
 )
 from rayfl.engine.phases import PhaseSchedule
@@ -132,14 +132,15 @@ def run_experiment(
                         raise ValueError(f"eval_widths: {name!r} is also a structure {algorithm.name} evaluates")
                     wanted = {**wanted, name: units}
                 structures = {name: backend.evaluate(eval_params, units) for name, units in wanted.items()}
-                accs = named_accuracies(algorithm, state, evals, structures)
+                named_evals = named_evaluations(algorithm, state, evals, structures)
+                accs = {name: e.accuracy for name, e in named_evals.items()}
                 named = [*structures.items(), *zip(algorithm.model_names(state)[1:], evals[1:], strict=True)]
                 structure_evals = [EvalRecord(round_idx, n, e.accuracy, e.loss) for n, e in named]
                 # every device of the run, with its budgets now, for the average over devices' models
                 everyone = np.arange(ds.num_clients)
                 census = clock.check_in(round_idx, everyone, [ds.num_examples(int(c)) for c in everyone])
                 device_acc = device_accuracy(accs, algorithm, state, census)
-                client_accs = client_accuracies(ds, evals, algorithm, state, census, round_idx)
+                client_accs = client_accuracies(ds, named_evals, algorithm, state, census, round_idx)
             now = time.perf_counter()
             # 7. Records.
             ok = [o for o in outcomes if o.failure is None]

@@ -37,6 +37,7 @@ __all__ = [
     "evaluate_models",
     "model_fields",
     "named_accuracies",
+    "named_evaluations",
     "width_structures",
 ]
 
@@ -64,19 +65,24 @@ def width_structures(family: ElasticFamily | None, widths: Sequence[float]) -> d
     return {f"x{p:g}": space.units(SubModelSpec.uniform(space, float(p)).ratios) for p in widths}
 
 
-def named_accuracies(
+def named_evaluations(
     algorithm: Algorithm, state: ServerState, evals: Sequence[EvalResult], structures: Mapping[str, EvalResult]
-) -> dict[str, float]:
+) -> dict[str, EvalResult]:
     """Every evaluation of a round by name: the main one (``MAIN_EVAL``), each structure of ``eval_structures`` and
     each global model after the first (``model_names``)."""
-    accs = {MAIN_EVAL: evals[0].accuracy}
-    accs.update({name: e.accuracy for name, e in structures.items()})
+    named = {MAIN_EVAL: evals[0], **structures}
     names = algorithm.model_names(state)
     if len(names) != len(evals):
         raise ValueError(f"{algorithm.name}: model_names gives {len(names)} names for {len(evals)} global models")
-    for name, e in zip(names[1:], evals[1:], strict=True):
-        accs[name] = e.accuracy
-    return accs
+    named.update(zip(names[1:], evals[1:], strict=True))
+    return named
+
+
+def named_accuracies(
+    algorithm: Algorithm, state: ServerState, evals: Sequence[EvalResult], structures: Mapping[str, EvalResult]
+) -> dict[str, float]:
+    """The accuracy of every evaluation of ``named_evaluations``."""
+    return {name: e.accuracy for name, e in named_evaluations(algorithm, state, evals, structures).items()}
 
 
 def device_accuracy(
@@ -94,27 +100,31 @@ def device_accuracy(
 
 def client_accuracies(
     dataset: FederatedDataset,
-    evals: Sequence[EvalResult],
+    named: Mapping[str, EvalResult],
     algorithm: Algorithm,
     state: ServerState,
     views: Sequence[ClientView],
     round_idx: int,
 ) -> list[ClientAccRecord]:
     """Each client with test data (``views``: every client of the run, in id order, with its budgets now): the accuracy
-    of its test rows on the model it would be assigned (``Algorithm.client_model``). Empty when the test set is not
-    split by client or an evaluation carries no per-sample results."""
+    of its test rows on the model it uses, the evaluation of ``named`` that ``Algorithm.device_evals`` gives it (by
+    default the global model ``Algorithm.client_model`` picks). Empty when the test set is not split by client or an
+    evaluation carries no per-sample results."""
     offsets = dataset.test_offsets
-    if offsets is None or any(e.correct_mask is None for e in evals):
+    if offsets is None:
+        return []
+    names = algorithm.device_evals(state, views)
+    if any(named[name].correct_mask is None for name in set(names)):
         return []
     rows: list[ClientAccRecord] = []
-    for view in views:
+    for view, name in zip(views, names, strict=True):
         lo, hi = int(offsets[view.client_id]), int(offsets[view.client_id + 1])
         if hi == lo:
             continue
-        model_id = algorithm.client_model(state, view)
-        mask = evals[model_id].correct_mask
+        mask = named[name].correct_mask
         assert mask is not None
-        rows.append(ClientAccRecord(round_idx, view.client_id, model_id, float(np.mean(mask[lo:hi])), hi - lo))
+        model_id = algorithm.client_model(state, view)
+        rows.append(ClientAccRecord(round_idx, view.client_id, model_id, name, float(np.mean(mask[lo:hi])), hi - lo))
     return rows
 
 

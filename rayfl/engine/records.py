@@ -111,6 +111,7 @@ class ClientAccRecord:
     round_idx: int
     client_id: int
     model_id: int
+    evaluation: str  # the evaluation that scored it (``Algorithm.device_evals``: main, a model's or a structure's name)
     test_acc: float
     num_test: int
 

@@ -27,22 +27,9 @@ from rayfl.config import CompressionConfig, ModelConfig, TrainConfig
 from rayfl.models import InputSpec, build_model
 from rayfl.models.elastic.cost import CostModel, optimizer_slots, saved_tensors
 from rayfl.models.elastic.family import ElasticFamily
+from rayfl.system.work import TRAIN_FLOPS_PER_FORWARD, samples_per_round
 
 __all__ = ["TRAIN_FLOPS_PER_FORWARD", "AssignmentCosts", "CostOracle", "samples_per_round"]
-
-TRAIN_FLOPS_PER_FORWARD = 3.0  # forward + backward (about twice the forward) per sample
-
-
-def samples_per_round(train: TrainConfig, num_examples: int) -> int:
-    """Samples a client processes in one round's local training: ``epochs`` passes over its data, capped by
-    ``max_steps`` batches."""
-    steps_per_epoch = -(-num_examples // train.batch_size)
-    total = train.epochs * num_examples
-    if train.max_steps:
-        full_epochs, extra = divmod(train.max_steps, max(steps_per_epoch, 1))
-        if full_epochs < train.epochs:
-            total = full_epochs * num_examples + min(extra * train.batch_size, num_examples)
-    return total
 
 
 @dataclass(frozen=True)

@@ -61,7 +61,7 @@ def test_models_are_added_during_the_run_and_recorded(local_run: RunResult, tmp_
     assert summary["fedtrans"]["models"] == [list(t) for t in logs]
     assert [t["child"] for t in summary["fedtrans"]["transformations"]] == list(range(1, len(models)))
     rows = (written.run_dir / "client_accs.csv").read_text().splitlines()
-    assert rows[0] == "round_idx,client_id,model_id,test_acc,num_test" and len(rows) == 1 + 3 * 12
+    assert rows[0] == "round_idx,client_id,model_id,evaluation,test_acc,num_test" and len(rows) == 1 + 3 * 12
 
 
 def test_hosts_and_shards_do_not_change_results(local_run: RunResult) -> None:

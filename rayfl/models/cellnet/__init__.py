@@ -1,10 +1,11 @@
 """Transformable networks for FedTrans (paper 002): architectures as graphs of cells, their widening and deepening,
-and the module and elastic family that run them. ``model.name: cellnet`` (``CellNetConfig``)."""
+and the module and elastic family that run them (``rayfl.models.cellnet.module``: ``CellNet``, ``CellNetFamily``,
+not imported here, so algorithms can use the graphs without importing the elastic families). ``model.name:
+cellnet`` (``CellNetConfig``)."""
 
 from __future__ import annotations
 
 from rayfl.models.cellnet.graph import CLASSES, IMAGE, Graph, Op, base_graph, build_graph
-from rayfl.models.cellnet.module import CellNet, CellNetFamily
 from rayfl.models.cellnet.transform import (
     RESET,
     apply_step,
@@ -20,8 +21,6 @@ __all__ = [
     "CLASSES",
     "IMAGE",
     "RESET",
-    "CellNet",
-    "CellNetFamily",
     "Graph",
     "Op",
     "apply_step",

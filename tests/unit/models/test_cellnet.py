@@ -16,7 +16,6 @@ from torch import nn
 from rayfl.config import CellNetConfig
 from rayfl.models import InputSpec
 from rayfl.models.cellnet import (
-    CellNet,
     apply_step,
     build_graph,
     deepen_step,
@@ -25,6 +24,7 @@ from rayfl.models.cellnet import (
     transform_params,
     widen_step,
 )
+from rayfl.models.cellnet.module import CellNet
 from rayfl.models.elastic import CostModel, build_family
 from rayfl.models.elastic.cost import saved_tensors
 
@@ -175,3 +175,23 @@ def test_family_costs_equal_the_measured_forward_flops() -> None:
     sub = family.build(tuple(int(u) for u in half))
     names = {k for k, v in sub.state_dict().items() if v.is_floating_point()}
     assert names == set(family.space.layouts)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("model: {name: cellnet, transforms: ['widen zz 2']}", r"model.transforms\[0\]: transform: no cell named 'zz'"),
+        ("model: {name: cellnet, transforms: ['deepen c1', 'grow c1']}", r"model.transforms\[1\]: transform step"),
+        ("model: {name: cellnet, base: resnet, channels: [4, 8]}", r"model.blocks: needs one block count per stage"),
+        ("model: {name: cnn}\nalgorithm: {name: fedtrans}", r"algorithm.name: 'fedtrans' transforms cells"),
+    ],
+)
+def test_bad_cellnet_configs_are_one_line_errors(tmp_path: object, text: str, message: str) -> None:
+    from pathlib import Path
+
+    from rayfl.config_loader import ConfigError, load_config
+
+    path = Path(str(tmp_path)) / "bad.yaml"
+    path.write_text(text + "\ndata: {name: synthetic}\n")
+    with pytest.raises(ConfigError, match=message):
+        load_config(path)
