@@ -244,7 +244,9 @@ class CellNetConfig:
     (torchvision's layer table; ``channels``, ``blocks`` and ``norm`` unused). ``transforms``: the transformation log
     applied to the base in order, each ``widen CELL FACTOR``, ``deepen CELL`` or ``reset`` (FedTrans writes it; a
     model FedTrans produced can be trained by any method by copying its log). ``scaler``: HeteroFL's
-    divide-by-width-rate after every cell of a sub-model.
+    divide-by-width-rate after every cell of a sub-model. ``head_pool``: the classifier reads the features averaged
+    to ``head_pool`` x ``head_pool`` (1 = global pooling, HeteroFL's; more keeps where things are, which rayfl's
+    synthetic images label by).
     """
 
     name: Literal["cellnet"] = "cellnet"
@@ -253,6 +255,7 @@ class CellNetConfig:
     blocks: tuple[int, ...] = (2, 2, 2, 2)
     norm: Literal["batch", "group", "none"] = "batch"
     scaler: bool = False
+    head_pool: int = bounded(1, ge=1)  # cnn/resnet: average-pool to head_pool x head_pool before the classifier
     transforms: tuple[str, ...] = ()
 
 
@@ -579,6 +582,7 @@ class FedTransConfig:
     activeness_rounds: int = bounded(5, ge=1)
     force_rounds: tuple[int, ...] = ()
     max_models: int = bounded(8, ge=1)
+    transform_classifier: bool = False  # the classifier may be picked (deepened: its width is the classes)
 
 
 AlgorithmConfig = (

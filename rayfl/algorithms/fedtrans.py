@@ -20,8 +20,9 @@ global models, ``algorithms/multimodel.py``); the equations are in ``fedtrans_ma
 3. **Utilities** (Eq. 4) from the round's standardised training losses and the models' similarity.
 4. **Transformation** (Sec. 4.1, Eq. 1). The newest model's per-round training loss gives its DoC; when
    ``DoC <= beta`` (or at a forced round) the newest model's cells with activeness >= ``alpha`` x the largest
-   (averaged over its last ``activeness_rounds`` rounds) are widened by ``widen_factor``, or deepened if they were
-   widened by the previous transformation (the author code's alternation), and the copy of the newest model with
+   (averaged over its last ``activeness_rounds`` rounds; the classifier is not a candidate unless
+   ``transform_classifier``) are widened by ``widen_factor``, or deepened if their own last transformation was a
+   widening (the author code's alternation per cell), and the copy of the newest model with
    those transformations (``models/cellnet/transform.py``: function preserving, noise on widened copies) is added;
    its utility column is the parent's. At most ``max_models`` models.
 
@@ -65,7 +66,7 @@ from rayfl.algorithms.payloads import (
     TrainTask,
 )
 from rayfl.config import CellNetConfig, FedTransConfig, ModelConfig
-from rayfl.models.cellnet.graph import CLASSES, IMAGE, Graph, build_graph
+from rayfl.models.cellnet.graph import CLASSES, Graph, build_graph
 from rayfl.models.cellnet.transform import RESET, deepen_step, transform_params, widen_step
 from rayfl.models.inputs import InputSpec
 from rayfl.rng import derive_rng, derive_seed
@@ -98,7 +99,7 @@ class FedTransState:
     similarity: np.ndarray  # (models, models): sim(M_i, M_j)
     losses: tuple[float, ...] = ()  # the newest model's training loss per round it trained, since it was made
     activeness: tuple[tuple[tuple[str, float], ...], ...] = ()  # the newest model's cell activeness, last rounds
-    widened: frozenset[str] = frozenset()  # cells the last transformation widened: deepened when picked next
+    widened: frozenset[str] = frozenset()  # cells whose last transformation was a widening: deepened when picked
     trained_rounds: tuple[int, ...] = (0,)  # per model: rounds it aggregated (the t of Eq. 5's decay)
     doc: float = math.nan  # the newest model's DoC after the last round
     log: tuple[Transformation, ...] = ()
@@ -252,7 +253,10 @@ class FedTrans(Algorithm):
         parent = len(state.models) - 1
         parent_cfg = cast(CellNetConfig, state.models[parent])
         graph = self._graph(parent_cfg)
-        order = [op.name for op in graph.cells]
+        # the classifier writes the classes: it cannot be widened, and a layer inserted after it is a classes x
+        # classes map; the author code cannot transform it either (widening the last layer fails, deepening a linear
+        # layer does nothing), so it is not a candidate unless ``transform_classifier``
+        order = [op.name for op in graph.cells if op.dim != CLASSES or cfg.transform_classifier]
         activeness = {name: float(np.mean([dict(r).get(name, 0.0) for r in fs.activeness])) for name in order}
         chosen = select_cells(activeness, cfg.alpha)
         if cfg.layer_selection == "random":
@@ -290,22 +294,24 @@ class FedTrans(Algorithm):
         return dataclasses.replace(new, algo_state=fs)
 
     def _steps(
-        self, graph: Graph, chosen: Sequence[str], last: frozenset[str]
+        self, graph: Graph, chosen: Sequence[str], widened: frozenset[str]
     ) -> tuple[tuple[str, ...], frozenset[str]]:
-        """Widen each chosen cell unless the last transformation widened it or its output is fixed (then deepen);
-        a dimension is widened once however many of its cells were chosen."""
+        """Each chosen cell is widened, unless its own last transformation was a widening (then it is deepened: the
+        author code's ``last_scaled_layer``, which keeps a widened cell until it is deepened); a dimension is widened
+        once however many of its cells were chosen. Returns the steps and the cells whose last step is a widening."""
         steps: list[str] = []
         dims: set[str] = set()
-        widened: set[str] = set()
+        after = set(widened)
         for name in chosen:
             op = graph.op(name)
-            if op.dim in (IMAGE, CLASSES) or name in last:
+            if name in widened:
                 steps.append(deepen_step(name))
+                after.discard(name)
             elif op.dim not in dims:
                 steps.append(widen_step(name, self.config.widen_factor))
                 dims.add(op.dim)
-                widened.add(name)
-        return tuple(steps), frozenset(widened)
+                after.add(name)
+        return tuple(steps), frozenset(after)
 
     def run_summary(self, state: ServerState) -> dict[str, object]:
         """The family: each model's transformation log and training FLOPs per sample, and every transformation."""

@@ -99,7 +99,7 @@ def cell_params(graph: Graph, op: Op) -> int:
     if op.kind == "dwconv":
         weight = c * op.kernel * op.kernel
     elif op.kind == "linear":
-        weight = c * graph.size(op.in_dim)
+        weight = c * graph.size(op.in_dim) * op.group
     else:
         weight = c * graph.size(op.in_dim) * op.kernel * op.kernel
     return weight + (c if op.bias else 0)

@@ -52,9 +52,10 @@ class Op:
     """One operation. ``dim`` is the channel dimension of its output; cells also name their input dimension.
 
     ``conv``: ``kernel`` x ``kernel``, padding ``kernel // 2``, ``stride``; ``dwconv``: the same with one filter per
-    channel (``in_dim == dim``); ``linear`` reads 2-D features. ``norm`` is ``norm_kind`` (batch or group, with
-    ``groups``) over ``dim``; ``act`` applies ``act``; ``gap`` averages over space keeping a 1 x 1 map; ``add`` and
-    ``mul`` combine their two inputs (``mul`` scales the first by the second, a squeeze-and-excitation gate)."""
+    channel (``in_dim == dim``); ``linear`` reads 2-D features, ``group`` of them per channel of ``in_dim`` (a
+    flattened ``p x p`` map: ``p * p``, channel-major). ``norm`` is ``norm_kind`` (batch or group, with ``groups``)
+    over ``dim``; ``act`` applies ``act``; ``gap`` averages over space down to a ``kernel`` x ``kernel`` map; ``add``
+    and ``mul`` combine their two inputs (``mul`` scales the first by the second, a squeeze-and-excitation gate)."""
 
     name: str
     kind: OpKind
@@ -70,6 +71,7 @@ class Op:
     eps: float = 1e-5
     momentum: float = 0.1
     p: float = 0.0
+    group: int = 1
 
     @property
     def is_cell(self) -> bool:
@@ -120,7 +122,7 @@ class Graph:
             elif op.kind == "maxpool":
                 r //= 2
             elif op.kind == "gap":
-                r = 1
+                r = op.kernel
             elif op.kind == "flatten":
                 r = 0
             res[op.name] = r
@@ -158,8 +160,8 @@ class _Builder:
         d = self.dim_of[x]
         return self._add(Op(name, "dwconv", (x,), d, d, kernel, stride, bias))
 
-    def linear(self, name: str, x: str, dim: str) -> str:
-        return self._add(Op(name, "linear", (x,), dim, self.dim_of[x]))
+    def linear(self, name: str, x: str, dim: str, group: int = 1) -> str:
+        return self._add(Op(name, "linear", (x,), dim, self.dim_of[x], group=group))
 
     def norm(self, name: str, x: str, kind: str, eps: float = 1e-5, momentum: float = 0.1) -> str:
         d = self.dim_of[x]
@@ -181,10 +183,11 @@ class _Builder:
             y = self.norm(f"{prefix}_n", y, norm, **bn)
         return self.unary(f"{prefix}_a", y, "act", act=act) if act else y
 
-    def head(self, x: str) -> str:
+    def head(self, x: str, pool: int) -> str:
+        """Average pooling to ``pool`` x ``pool`` (1: global), flatten, linear classifier."""
         self.sizes[CLASSES] = self.num_classes
-        pooled = self.unary("gap", x, "gap")
-        return self.linear("head", self.unary("flatten", pooled, "flatten"), CLASSES)
+        pooled = self._add(Op("gap", "gap", (x,), self.dim_of[x], kernel=pool))
+        return self.linear("head", self.unary("flatten", pooled, "flatten"), CLASSES, group=pool * pool)
 
     def graph(self, image_size: int) -> Graph:
         return Graph(tuple(self.ops), tuple(self.sizes.items()), image_size)
@@ -202,7 +205,7 @@ def _cnn(cfg: CellNetConfig, b: _Builder) -> str:
         x = b.unary(f"c{i + 1}_a", x, "act", act="relu")
         if i < len(widths) - 1:
             x = b.unary(f"c{i + 1}_p", x, "maxpool")
-    return b.head(x)
+    return b.head(x, cfg.head_pool)
 
 
 def _resnet(cfg: CellNetConfig, b: _Builder) -> str:
@@ -221,7 +224,7 @@ def _resnet(cfg: CellNetConfig, b: _Builder) -> str:
             short = x if b.dim_of[x] == out and stride == 1 else b.block(f"{p}sc", x, out, 1, stride, cfg.norm, "")
             x = b.unary(f"{p}_a", b.binary(f"{p}_add", h, short, "add"), "act", act="relu")
         stream = out
-    return b.head(x)
+    return b.head(x, cfg.head_pool)
 
 
 # MobileNetV3-small (Howard et al. 2019, Table 2; torchvision's ``mobilenet_v3_small``): per inverted residual block

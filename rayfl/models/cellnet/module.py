@@ -41,7 +41,7 @@ def _layer(op: Op, graph: Graph, track_stats: bool) -> nn.Module | None:
     if op.kind == "dwconv":
         return nn.Conv2d(c, c, op.kernel, op.stride, op.kernel // 2, groups=c, bias=op.bias)
     if op.kind == "linear":
-        return nn.Linear(graph.size(op.in_dim), c, bias=op.bias)
+        return nn.Linear(graph.size(op.in_dim) * op.group, c, bias=op.bias)
     if op.kind == "norm":
         if op.norm_kind == "group":
             return nn.GroupNorm(math.gcd(op.groups, c), c)
@@ -51,7 +51,7 @@ def _layer(op: Op, graph: Graph, track_stats: bool) -> nn.Module | None:
     if op.kind == "maxpool":
         return nn.MaxPool2d(2)
     if op.kind == "gap":
-        return nn.AdaptiveAvgPool2d(1)
+        return nn.AdaptiveAvgPool2d(op.kernel)
     if op.kind == "flatten":
         return nn.Flatten()
     if op.kind == "dropout":
@@ -133,7 +133,9 @@ class CellNetFamily(ElasticFamily):
             return TensorLayout((c, 1, op.kernel, op.kernel), (self._axis(op.dim), None, None, None))
         cin = g.size(op.in_dim)
         if op.kind == "linear":
-            return TensorLayout((c, cin), (self._axis(op.dim), self._axis(op.in_dim)))
+            inputs = self._axis(op.in_dim)
+            grouped = inputs if inputs is None or op.group == 1 else Axis(inputs.dim, group=op.group)
+            return TensorLayout((c, cin * op.group), (self._axis(op.dim), grouped))
         shape = (c, cin, op.kernel, op.kernel)
         return TensorLayout(shape, (self._axis(op.dim), self._axis(op.in_dim), None, None))
 
@@ -161,7 +163,9 @@ class CellNetFamily(ElasticFamily):
             free = tuple(d for d in ends if d not in (IMAGE, CLASSES))
             fixed = tuple(g.size(d) if d in (IMAGE, CLASSES) else None for d in ends)
             r, first = res[op.inputs[0]], op.inputs[0] == INPUT
-            key = ("cellnet", op.kind, op.kernel, op.stride, op.bias, op.act, op.norm_kind, op.p, r, fixed, first)
+            key = (
+                "cellnet", op.kind, op.kernel, op.stride, op.bias, op.act, op.norm_kind, op.p, r, fixed, first, op.group
+            )  # fmt: skip
             units.append(CostUnit(key, tuple(self._index[d] for d in free), None, _piece(op, fixed, r, first)))
         return units
 
@@ -179,7 +183,7 @@ def _piece(
         if op.kind == "conv":
             module = nn.Conv2d(c_in, c_out, op.kernel, op.stride, op.kernel // 2, bias=op.bias)
         elif op.kind == "linear":
-            module = nn.Linear(c_in, c_out, bias=op.bias)
+            module = nn.Linear(c_in * op.group, c_out, bias=op.bias)
         elif op.kind == "norm":
             # measured as a one-group GroupNorm: a batch norm refuses the cost model's one-sample pass at 1 x 1
             # resolution (MobileNet's last stage); both save their input and a few bytes of statistics
@@ -192,7 +196,7 @@ def _piece(
             module = layer
 
         def make_input(batch: int, device: torch.device) -> torch.Tensor:
-            shape = (batch, c_in, res, res) if res > 0 else (batch, c_in)
+            shape = (batch, c_in, res, res) if res > 0 else (batch, c_in * op.group)
             return torch.randn(shape, device=device, requires_grad=not first)
 
         return module, make_input

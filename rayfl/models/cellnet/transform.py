@@ -148,12 +148,16 @@ def _deepen(graph: Graph, cell: Op) -> Graph:
 
 # ---------------------------------------------------------------------------------------------------- weights
 def _widen_tensor(
-    value: torch.Tensor, axes: list[tuple[int, bool]], mapping: torch.Tensor, factor: int
+    value: torch.Tensor, axes: list[tuple[int, bool]], mapping: torch.Tensor, factor: int, group: int = 1
 ) -> torch.Tensor:
-    """``value`` with each listed axis expanded by ``mapping``; ``True`` marks an input axis (divided by ``factor``)."""
+    """``value`` with each listed axis expanded by ``mapping``; ``True`` marks an input axis (divided by ``factor``),
+    whose positions come in runs of ``group`` per channel (a flattened map)."""
     out = value
     for axis, divide in axes:
-        out = out.index_select(axis, mapping)
+        index = mapping
+        if divide and group > 1:
+            index = (mapping[:, None] * group + torch.arange(group)).reshape(-1)
+        out = out.index_select(axis, index)
         if divide:
             out = out / factor
     return out
@@ -181,7 +185,7 @@ def _widen_params(
                 axes.append((1, True))
             if not axes:
                 continue
-            value = _widen_tensor(params[key], axes, mapping, factor)
+            value = _widen_tensor(params[key], axes, mapping, factor, op.group)
             if producer and tensor == "weight" and noise > 0.0:
                 copies = value[old:]
                 scale = noise * float(params[key].std()) if params[key].numel() > 1 else 0.0

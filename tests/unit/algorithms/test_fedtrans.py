@@ -122,8 +122,10 @@ def test_cells_above_alpha_max_are_picked() -> None:
 def test_a_cell_widened_last_time_is_deepened_and_a_dimension_is_widened_once() -> None:
     algo = FedTrans(FedTransConfig(widen_factor=3), TrainConfig())
     cnn = build_graph(CellNetConfig(channels=(4, 8, 8)), 3, 10, 8)
-    steps, widened = algo._steps(cnn, ["c1", "c2", "head"], frozenset({"c2"}))
-    assert steps == ("widen c1 3", "deepen c2", "deepen head") and widened == {"c1"}  # the classes are fixed
+    steps, widened = algo._steps(cnn, ["c1", "c2"], frozenset({"c2", "c3"}))
+    assert steps == ("widen c1 3", "deepen c2") and widened == {"c1", "c3"}  # c3 stays widened until deepened
+    steps, widened = algo._steps(cnn, ["c1", "c2"], widened)
+    assert steps == ("deepen c1", "widen c2 3") and widened == {"c2", "c3"}  # alternation per cell
     resnet = build_graph(CellNetConfig(base="resnet", channels=(4, 4, 8, 8)), 3, 10, 32)
     steps, widened = algo._steps(resnet, ["s2b1c2", "s2b1sc", "s2b2c2"], frozenset())
     assert steps == ("widen s2b1c2 3",) and widened == {"s2b1c2"}  # all three write stage 2's stream
@@ -144,12 +146,12 @@ def test_a_new_model_copies_its_parents_utilities_and_extends_the_log() -> None:
     fs = dataclasses.replace(
         algo._state(state),
         utilities=np.array([[0.5], [-1.0], [2.0]]),
-        activeness=((("c1", 1.0), ("c2", 0.4), ("head", 0.6)),),
+        activeness=((("c1", 1.0), ("c2", 0.4), ("head", 2.0)),),  # the classifier is no candidate
         doc=0.001,
     )
     new = algo._transform(dataclasses.replace(state, algo_state=fs), round_idx=4, forced=False)
     nfs = algo._state(new)
-    assert [m.transforms for m in new.models] == [(), ("widen c1 2", "deepen head")]  # type: ignore[union-attr]
+    assert [m.transforms for m in new.models] == [(), ("widen c1 2",)]  # type: ignore[union-attr]
     np.testing.assert_array_equal(nfs.utilities, [[0.5, 0.5], [-1.0, -1.0], [2.0, 2.0]])
     assert nfs.trained_rounds == (0, 0) and nfs.losses == () and nfs.activeness == () and nfs.widened == {"c1"}
     event = nfs.log[0]

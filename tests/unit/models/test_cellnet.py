@@ -68,7 +68,7 @@ def _steps(graph: object, cells: list[str]) -> list[str]:
     ("cfg", "cells", "modes"),
     [
         (CellNetConfig(base="cnn", channels=(8, 16, 16)), None, ("eval", "train")),
-        (CellNetConfig(base="cnn", channels=(8, 12), norm="group"), None, ("eval", "train")),
+        (CellNetConfig(base="cnn", channels=(8, 12), norm="group", head_pool=4), None, ("eval", "train")),
         (CellNetConfig(base="resnet", channels=(4, 4, 8, 8)), None, ("eval",)),  # train mode: cnn-batch
         # depthwise, expand, squeeze/excite, projection into a residual stream, hard-swish classifier layer, head
         (
@@ -162,7 +162,8 @@ def test_parse_step() -> None:
 
 
 def test_family_costs_equal_the_measured_forward_flops() -> None:
-    cfg = CellNetConfig(base="cnn", channels=(8, 16), transforms=("widen c2 2", "deepen c2", "deepen head"))
+    steps = ("widen c2 2", "deepen c2", "deepen head")
+    cfg = CellNetConfig(base="cnn", channels=(8, 16), head_pool=2, transforms=steps)
     family = build_family(cfg, SPEC)
     cost = CostModel(family, 10, use_disk_cache=False)
     full = np.array(family.full_units)
