@@ -45,7 +45,12 @@ def _layer(op: Op, graph: Graph, track_stats: bool) -> nn.Module | None:
     if op.kind == "norm":
         if op.norm_kind == "group":
             return nn.GroupNorm(math.gcd(op.groups, c), c)
-        return nn.BatchNorm2d(c, eps=op.eps, momentum=op.momentum, track_running_stats=track_stats)
+        norm = nn.BatchNorm2d(c, eps=op.eps, momentum=op.momentum, track_running_stats=track_stats)
+        if norm.num_batches_tracked is not None:
+            # the running statistics move by ``momentum``, so the batch counter is never read: kept out of the state,
+            # a model's state is floating tensors only, which is all the engine sends, loads and aggregates
+            norm.register_buffer("num_batches_tracked", norm.num_batches_tracked, persistent=False)
+        return norm
     if op.kind == "act":
         return _ACTS[op.act]()
     if op.kind == "maxpool":
@@ -143,10 +148,13 @@ class CellNetFamily(ElasticFamily):
         """The architecture with ``units[d]`` channels in free dimension ``d``."""
         return self.graph.with_sizes({d: int(u) for d, u in zip(self.graph.free_dims, units, strict=True)})
 
-    def build(self, units: Sequence[int], track_stats: bool = True) -> nn.Module:
-        """``track_stats=False``: batch norms use batch statistics only (HeteroFL's static BN on clients)."""
+    def build(self, units: Sequence[int], track_stats: bool | None = None) -> nn.Module:
+        """``track_stats``: whether batch norms keep running statistics; by default the whole model does (the global
+        model FedTrans and FedAvg evaluate with its running statistics) and a sub-model does not (HeteroFL's static
+        BN: clients use batch statistics only; the server's evaluation copy tracks them)."""
         rates = {d: int(u) / self.graph.size(d) for d, u in zip(self.graph.free_dims, units, strict=True)}
-        return CellNet(self.sized(units), rates if self.cfg.scaler else None, track_stats)
+        track = tuple(int(u) for u in units) == self.full_units if track_stats is None else track_stats
+        return CellNet(self.sized(units), rates if self.cfg.scaler else None, track)
 
     def cost_units(self) -> list[CostUnit]:
         """One piece per op (adds and flattens save nothing and count no FLOPs). A cell's widths are its input and
