@@ -12,6 +12,7 @@ import torch
 
 from rayfl.config import CellNetConfig, FedTransConfig
 from rayfl.engine.driver import RunResult, run_experiment
+from rayfl.report import report
 from tests.helpers import tiny_config
 from tests.integration.test_multi_model import split_test_dataset
 
@@ -62,6 +63,11 @@ def test_models_are_added_during_the_run_and_recorded(local_run: RunResult, tmp_
     assert [t["child"] for t in summary["fedtrans"]["transformations"]] == list(range(1, len(models)))
     rows = (written.run_dir / "client_accs.csv").read_text().splitlines()
     assert rows[0] == "round_idx,client_id,model_id,evaluation,test_acc,num_test" and len(rows) == 1 + 3 * 12
+    markdown, pngs = report([written.run_dir], tmp_path / "report")
+    assert "## Client accuracy and training cost (paper 002)" in markdown
+    assert (tmp_path / "report" / "client_accuracy.png") in pngs
+    cost_row = next(line for line in markdown.splitlines() if line.startswith("| tiny |") and "%" in line)
+    assert f"| {len(models)} |" in cost_row
 
 
 def test_hosts_and_shards_do_not_change_results(local_run: RunResult) -> None:

@@ -40,3 +40,16 @@ def test_accuracy_and_loss_are_carried_until_the_next_evaluation() -> None:
     assert third["sim_time_s"] == 30.0 and third["rounds_done"] == 3
     assert (third["clients_run"], third["clients_failed"], third["memory_util"], third["hit_rate"]) == (3, 1, 0.5, 0.25)
     assert set(third) == set(REPORTED_METRICS)
+
+
+def test_client_accuracy_is_carried_and_training_macs_add_up() -> None:
+    import dataclasses
+
+    metrics = RoundMetrics()
+    base = record(0, math.nan, math.nan)
+    first = metrics(dataclasses.replace(base, train_macs=2e9, num_models=1))
+    second = metrics(dataclasses.replace(base, round_idx=1, client_acc=0.6, train_macs=3e9, num_models=2))
+    third = metrics(dataclasses.replace(base, round_idx=2, train_macs=1e9, num_models=2))
+    assert math.isnan(first["client_acc"]) and first["train_gmacs"] == 2.0
+    assert (second["client_acc"], second["train_gmacs"], second["num_models"]) == (0.6, 5.0, 2)
+    assert (third["client_acc"], third["train_gmacs"]) == (0.6, 6.0)
