@@ -1,6 +1,6 @@
 """FedTrans beside HeteroFL and FedAvg at CPU size, with paper 002's protocol and figures (Sec. 5.1-5.2, Table 2).
 
-    PYTHONPATH=$PWD python experiments/fedtrans/run_table.py [--seeds 0 1 2] [--rounds 150]
+    PYTHONPATH=$PWD python experiments/fedtrans/run_table.py [--seeds 0 1 2] [--rounds 150] [--ablations]
 
 Per seed, with the same data, budgets and training set-up (``cpu.yaml``):
 
@@ -11,10 +11,13 @@ Per seed, with the same data, budgets and training set-up (``cpu.yaml``):
   batch norm and label masking; every client is scored on the sub-model it can train (``eval_widths``);
 * **FedAvg** trains the initial model, which every client can train.
 
+With ``--ablations``, the first seed also runs FedTrans without soft aggregation (each model averages its own
+clients: paper Table 3's "-s") and with large-to-small sharing (Table 1's "l2s").
+
 Writes ``results.md`` (per seed and mean over seeds: average client accuracy, its interquartile range, each model's
-accuracy, models, total training MACs, network volume; and Table 2's CIFAR-10 rows), ``client_accuracy.png`` (the
-clients' accuracies at the end, per method, first seed) and ``accuracy_vs_macs.png`` (average client accuracy
-against cumulative training MACs, paper Figure 7). Runs go to ``runs/fedtrans/seed<S>/``.
+accuracy, models, total training MACs, network volume; the ablations; and Table 2's CIFAR-10 rows),
+``client_accuracy.png`` (the clients' accuracies at the end, per method, first seed) and ``accuracy_vs_macs.png``
+(average client accuracy against cumulative training MACs, paper Figure 7). Runs go to ``runs/fedtrans/seed<S>/``.
 """
 
 from __future__ import annotations
@@ -132,6 +135,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=150)
     parser.add_argument("--runs", type=Path, default=Path("runs/fedtrans"))
     parser.add_argument("--out", type=Path, default=HERE)
+    parser.add_argument("--ablations", action="store_true")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("rayfl.engine").setLevel(logging.WARNING)
@@ -153,11 +157,21 @@ def main() -> None:
         sections += [f"- model {k}: `{list(log)}`" for k, log in enumerate(summary["models"])]
         sections += ["", "Transformations:", ""]
         sections += [
-            f"- after round {t['round_idx']}: model {t['child']} from {t['parent']}, DoC {t['doc']:.5f}"
+            f"- after round {t['round_idx']}: model {t['child']} from {t['parent']}, "
+            + ("forced" if t["doc"] is None else f"DoC {t['doc']:.5f}")
             for t in summary["transformations"]
         ]
         sections.append("")
     first = seeds[args.seeds[0]]
+    if args.ablations:
+        seed, out = args.seeds[0], args.runs / f"seed{args.seeds[0]}"
+        common = [f"seed={seed}", f"rounds={args.rounds}"]
+        variants = {
+            "fedtrans-s": ["algorithm.soft_aggregation=false"],
+            "fedtrans-l2s": ["algorithm.share_large_to_small=true"],
+        }
+        dirs = [first["fedtrans"], *(_run([*common, f"name={n}", *o], out) for n, o in variants.items())]
+        sections += [f"## Ablations (seed {seed})", "", cost_table([load_run(d) for d in dirs])]
     runs = {m: load_run(first[m]) for m in METHODS}
     plot_client_accuracy(list(runs.values()), args.out / "client_accuracy.png", labels=list(METHODS))
     plot_accuracy_vs_macs(runs, args.out / "accuracy_vs_macs.png")

@@ -319,7 +319,9 @@ class FedTrans(Algorithm):
         return {
             "models": [list(cast(CellNetConfig, c).transforms) for c in state.models],
             "train_flops_per_sample": [self._flops_per_sample(c) for c in state.models],
-            "transformations": [dataclasses.asdict(t) for t in fs.log],
+            "transformations": [
+                {**dataclasses.asdict(t), "doc": t.doc if math.isfinite(t.doc) else None} for t in fs.log
+            ],  # a forced transformation may come before the DoC is known (JSON has no NaN)
         }
 
 

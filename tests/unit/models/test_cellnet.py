@@ -173,9 +173,12 @@ def test_family_costs_equal_the_measured_forward_flops() -> None:
         model = family.build(tuple(int(u) for u in units))
         _, _, measured = saved_tensors(model, torch.randn(2, 3, 32, 32))
         assert flops == pytest.approx(measured / 2, rel=1e-9)
-    sub = family.build(tuple(int(u) for u in half))
+    sub = family.build(tuple(int(u) for u in half))  # a sub-model uses batch statistics (HeteroFL's static BN)
     names = {k for k, v in sub.state_dict().items() if v.is_floating_point()}
-    assert names == set(family.space.layouts)
+    stats = {n for n in family.space.layouts if n.endswith((".running_mean", ".running_var"))}
+    assert stats and names == set(family.space.layouts) - stats
+    whole = family.build(family.full_units)  # the whole model keeps running statistics, and nothing else
+    assert set(whole.state_dict()) == set(family.space.layouts)
 
 
 @pytest.mark.parametrize(
