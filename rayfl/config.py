@@ -22,6 +22,7 @@ __all__ = [
     "AnyCostFLConfig",
     "BackendConfig",
     "CNNConfig",
+    "CellNetConfig",
     "CharBertConfig",
     "CharLSTMConfig",
     "CharTransformerConfig",
@@ -40,6 +41,7 @@ __all__ = [
     "FedRushConfig",
     "FedSeqConfig",
     "FedSlimConfig",
+    "FedTransConfig",
     "FedorASConfig",
     "FedorASSearchConfig",
     "FemnistCNNConfig",
@@ -101,6 +103,10 @@ class DataConfig:
     min_samples: int = bounded(64, ge=1)  # natural users with fewer training samples are dropped (LEAF-style)
     max_samples_per_client: int = bounded(0, ge=0)  # 0 = no cap; a cap keeps CPU-sized runs small
     test_fraction: float = bounded(0.1, gt=0.0, lt=1.0)  # per-client test split for natural data
+    # data without per-client test sets (iid/dirichlet splits, synthetic): hold out this fraction of every client's
+    # samples as its own test set (0 = none); the global test set becomes their union. Gives the average client
+    # accuracy (paper 002) on data split by a partitioner
+    client_test_fraction: float = bounded(0.0, ge=0.0, lt=1.0)
     seq_len: int = bounded(80, ge=2)  # Shakespeare window (LEAF uses 80)
     edition: Literal["modern", "folio", "both"] = "modern"  # which Shakespeare files are parsed
     synthetic_samples: int = bounded(64, ge=1)  # 'synthetic': samples per client (benchmarks, tests)
@@ -236,6 +242,30 @@ class SupernetConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class CellNetConfig:
+    """A transformable network whose every conv and linear layer is a cell (FedTrans, paper 002; rayfl/models/cellnet).
+
+    ``base``: ``cnn`` (HeteroFL's conv net, ``channels`` = conv widths, default 16-32-64), ``resnet`` (a small
+    ResNet-18: ``channels`` = stage widths, default 16-32-64-128, ``blocks`` per stage) or ``mobilenet_v3_small``
+    (torchvision's layer table; ``channels``, ``blocks`` and ``norm`` unused). ``transforms``: the transformation log
+    applied to the base in order, each ``widen CELL FACTOR``, ``deepen CELL`` or ``reset`` (FedTrans writes it; a
+    model FedTrans produced can be trained by any method by copying its log). ``scaler``: HeteroFL's
+    divide-by-width-rate after every cell of a sub-model. ``head_pool``: the classifier reads the features averaged
+    to ``head_pool`` x ``head_pool`` (1 = global pooling, HeteroFL's; more keeps where things are, which rayfl's
+    synthetic images label by).
+    """
+
+    name: Literal["cellnet"] = "cellnet"
+    base: Literal["cnn", "resnet", "mobilenet_v3_small"] = "cnn"
+    channels: tuple[int, ...] = ()
+    blocks: tuple[int, ...] = (2, 2, 2, 2)
+    norm: Literal["batch", "group", "none"] = "batch"
+    scaler: bool = False
+    head_pool: int = bounded(1, ge=1)  # cnn/resnet: average-pool to head_pool x head_pool before the classifier
+    transforms: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
 class CustomModelConfig:
     """A user's own fixed model: ``factory`` ("package.module:function") returns an ``nn.Module`` whose forward maps a
     batch to logits ``[batch, num_classes]``; it is called with ``kwargs`` (plus ``num_classes`` and ``input_shape``
@@ -255,6 +285,7 @@ ModelConfig = (
     | CharBertConfig
     | FemnistCNNConfig
     | SupernetConfig
+    | CellNetConfig
     | CustomModelConfig
 )
 MODEL_CONFIGS: dict[str, type[Any]] = {
@@ -266,6 +297,7 @@ MODEL_CONFIGS: dict[str, type[Any]] = {
     "char_bert": CharBertConfig,
     "femnist_cnn": FemnistCNNConfig,
     "supernet": SupernetConfig,
+    "cellnet": CellNetConfig,
     "custom": CustomModelConfig,
 }
 
@@ -524,6 +556,41 @@ class IndependentConfig:
     weighting: Literal["samples", "uniform"] = "samples"
 
 
+@dataclass(frozen=True, kw_only=True)
+class FedTransConfig:
+    """FedTrans (paper 002): a family of models grown from ``model`` (a ``cellnet``) during the run, utility-based
+    soft assignment and soft aggregation (``rayfl/algorithms/fedtrans.py``).
+
+    A transformation fires after a round in which the newest model's degree of convergence (Eq. 1: the mean of its
+    last ``gamma`` training-loss slopes of step ``doc_step`` rounds) is at most ``beta``, or at a round of
+    ``force_rounds``; it selects the newest model's cells whose activeness (the clients' ``|mean grad| / |w|`` over
+    the last ``activeness_rounds`` rounds it trained) is at least ``alpha`` x the largest, widens each by
+    ``widen_factor`` (copies get ``noise`` x the tensor's standard deviation of Gaussian noise) or deepens it if it was
+    widened last time, and adds the result as a new model. ``eta``: Eq. 5's decay per round the receiving model has
+    trained. Ablations: ``soft_aggregation: false`` (each model averages its own clients only), ``share_large_to_small``
+    (the paper's "l2s"), ``layer_selection: random``, ``warmup: false`` (new models start from fresh weights).
+    A client is compatible with a model when its round's training FLOPs fit its compute budget
+    (``system.compute_limit_s``); every model is compatible without one.
+    """
+
+    name: Literal["fedtrans"] = "fedtrans"
+    alpha: float = bounded(0.9, ge=0.0, le=1.0)
+    beta: float = 0.003
+    gamma: int = bounded(10, ge=1)
+    doc_step: int = bounded(5, ge=1)
+    widen_factor: int = bounded(2, ge=2)
+    noise: float = bounded(0.05, ge=0.0)
+    eta: float = bounded(0.9, gt=0.0, le=1.0)
+    soft_aggregation: bool = True
+    share_large_to_small: bool = False
+    layer_selection: Literal["activeness", "random"] = "activeness"
+    warmup: bool = True
+    activeness_rounds: int = bounded(5, ge=1)
+    force_rounds: tuple[int, ...] = ()
+    max_models: int = bounded(8, ge=1)
+    transform_classifier: bool = False  # the classifier may be picked (deepened: its width is the classes)
+
+
 AlgorithmConfig = (
     FedAvgConfig
     | HeteroFLConfig
@@ -542,6 +609,7 @@ AlgorithmConfig = (
     | NoSideConfig
     | DecoupleConfig
     | IndependentConfig
+    | FedTransConfig
 )
 ALGORITHM_CONFIGS: dict[str, type[Any]] = {
     "fedavg": FedAvgConfig,
@@ -561,6 +629,7 @@ ALGORITHM_CONFIGS: dict[str, type[Any]] = {
     "noside": NoSideConfig,
     "decouple": DecoupleConfig,
     "independent": IndependentConfig,
+    "fedtrans": FedTransConfig,
 }
 
 
@@ -682,8 +751,10 @@ class SystemConfig:
     """System heterogeneity: per-client budgets and the simulated clock (paper 000 Sec. 4.1.2, Appendix D).
 
     A client fits a round when its model's peak training memory fits its memory at the round's start and its
-    download plus upload fit in ``comm_limit_s`` at its current bandwidths. The clock integrates the bandwidth traces
-    over the transfers, models compute time from FLOPs and ``compute`` speed (or measured training time x
+    download plus upload fit in ``comm_limit_s`` at its current bandwidths (and, with ``compute_limit_s``, its round's
+    training FLOPs fit what its compute speed does within that limit: paper 002's hardware capacity). The clock
+    integrates the bandwidth traces over the transfers, models compute time from FLOPs and ``compute`` speed (or
+    measured training time x
     ``measured_time_scale``), and fails a client whose memory drops below its need while it trains or that becomes
     unavailable. Round time = slowest surviving client (+ measured server time with ``server_time: measured``).
     """
@@ -694,6 +765,9 @@ class SystemConfig:
     compute: ResourceConfig = field(default_factory=lambda: ResourceConfig(source="constant", low=1000.0))
     availability: ResourceConfig = field(default_factory=ResourceConfig)
     comm_limit_s: float = bounded(60.0, gt=0.0)  # the communication time limit that defines bandwidth budgets
+    # the compute time limit that defines compute budgets (0: none): a client's budget is the training FLOPs it can do
+    # within it at its compute speed; a model needing more fails it ("compute") and sub-model methods pick ones that fit
+    compute_limit_s: float = bounded(0.0, ge=0.0)
     deadline_s: float = bounded(0.0, ge=0.0)  # 0: no deadline; else clients that would finish later are not run
     compute_time: Literal["modelled", "measured"] = "modelled"
     measured_time_scale: float = bounded(1.0, gt=0.0)

@@ -33,9 +33,11 @@ import yaml
 from rayfl.config import (
     FLOAT32_MAX,
     SUPERNET_OPS,
+    CellNetConfig,
     ExperimentConfig,
     FedorASConfig,
     FedorASSearchConfig,
+    FedTransConfig,
     SupernetConfig,
 )
 
@@ -657,6 +659,52 @@ def _semantic_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:
     problems.extend(_resource_problems(cfg))
     problems.extend(_algorithm_problems(cfg))
     problems.extend(_phase_problems(cfg))
+    problems.extend(_cellnet_problems(cfg))
+    return problems
+
+
+def _transform_problems(model: CellNetConfig) -> list[tuple[KeyPath, str]]:
+    """The first step of a cellnet's log that does not apply (names and kinds of cells do not depend on the data's
+    channels, classes or image size, so any stand-in sizes check them)."""
+    from rayfl.models.cellnet.graph import base_graph  # imports torch: only for cellnet configs
+    from rayfl.models.cellnet.transform import apply_step
+
+    graph = base_graph(model, 3, 10, 32)
+    for i, step in enumerate(model.transforms):
+        try:
+            graph = apply_step(graph, step)
+        except ValueError as err:
+            return [(("model", "transforms", i), str(err))]
+    return []
+
+
+def _cellnet_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:
+    """A cellnet's sizes and transformation log; FedTrans needs a cellnet; per-client test sets are held out only
+    from data that has none."""
+    problems: list[tuple[KeyPath, str]] = []
+    model = cfg.model
+    if isinstance(model, CellNetConfig):
+        if any(c < 1 for c in model.channels):
+            problems.append((("model", "channels"), f"must be positive widths, got {list(model.channels)}"))
+        if model.base == "resnet" and model.channels and len(model.channels) != len(model.blocks):
+            problems.append(
+                (("model", "blocks"), f"needs one block count per stage width ({len(model.channels)}), got "
+                 f"{len(model.blocks)}")
+            )  # fmt: skip
+        if model.base == "resnet" and (not model.blocks or min(model.blocks) < 1):
+            problems.append((("model", "blocks"), "must list at least one block per stage"))
+        if not problems:
+            problems.extend(_transform_problems(model))
+    if isinstance(cfg.algorithm, FedTransConfig) and not isinstance(model, CellNetConfig):
+        problems.append((("algorithm", "name"), f"'fedtrans' transforms cells and needs model.name: cellnet, got "
+                         f"{model.name!r}"))  # fmt: skip
+    if (
+        cfg.data.client_test_fraction > 0
+        and cfg.data.partition == "natural"
+        and cfg.data.name in ("shakespeare", "leaf")
+    ):
+        problems.append((("data", "client_test_fraction"), f"data '{cfg.data.name}' with a natural partition already "
+                         "has a test set per client (data.test_fraction); set it to 0"))  # fmt: skip
     return problems
 
 
@@ -706,6 +754,7 @@ MODEL_INPUTS: dict[str, str] = {
     "vit": "image",
     "femnist_cnn": "image",
     "supernet": "image",
+    "cellnet": "image",
 }
 DATA_INPUTS: dict[str, str] = {"shakespeare": "tokens", "cifar10": "image", "synthetic": "image"}
 

@@ -14,6 +14,7 @@ from rayfl.algorithms.fedoras_search import FedorASSearch
 from rayfl.algorithms.fedrescue import FedResCuE, FedRush, FedSeq
 from rayfl.algorithms.fedrolex import FedRolex
 from rayfl.algorithms.fedslim import FedSlim
+from rayfl.algorithms.fedtrans import FedTrans
 from rayfl.algorithms.fjord import FjORD
 from rayfl.algorithms.heterofl import HeteroFL
 from rayfl.algorithms.independent import IndependentFedAvg
@@ -33,6 +34,7 @@ __all__ = [
     "FedRush",
     "FedSeq",
     "FedSlim",
+    "FedTrans",
     "FedorAS",
     "FedorASSearch",
     "FjORD",
@@ -62,6 +64,7 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
     "noside": NoSide,
     "decouple": Decouple,
     "independent": IndependentFedAvg,
+    "fedtrans": FedTrans,
 }
 
 

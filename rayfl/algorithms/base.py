@@ -50,6 +50,7 @@ from rayfl.rng import derive_torch_generator
 if TYPE_CHECKING:
     from rayfl.data.federated import FederatedDataset
     from rayfl.models.elastic import CostModel, ElasticFamily
+    from rayfl.system.costs import CostOracle
 
 __all__ = ["MAIN_EVAL", "Algorithm", "RoundStats", "ServerContext", "round_lr"]
 
@@ -73,6 +74,10 @@ class ServerContext:
     cost: CostModel | None
     dataset: FederatedDataset
     model: ModelConfig | None = None  # the run's architecture (model 0 of a multi-model run)
+    # the clock's costs of any architecture under the run's training set-up (``for_model``): what a method that
+    # creates models (FedTrans) prices them with, exactly as the clock will
+    oracle: CostOracle | None = None
+    eval_widths: tuple[float, ...] = ()  # the x p sub-models the engine evaluates (``eval_widths``), named ``x{p:g}``
 
 
 @dataclass(frozen=True)
@@ -147,6 +152,11 @@ class Algorithm:
         """The algorithm's numbers for the round just finished (read after ``server_update``)."""
         return RoundStats()
 
+    def run_summary(self, state: ServerState) -> dict[str, object]:
+        """What the algorithm adds to ``summary.json`` under its name at the end of a run (JSON-serialisable; the
+        default adds nothing). FedTrans: the models it made and how."""
+        return {}
+
     # ------------------------------------------------------------------------------------------ server side
     def init_state(self, params: Params) -> ServerState:
         """The state before round 0, from freshly initialised global parameters."""
@@ -199,6 +209,13 @@ class Algorithm:
         it for the average client accuracy (paper 002). The default is model 0 (single-model methods)."""
         return 0
 
+    def client_model(self, state: ServerState, view: ClientView) -> int:
+        """``client_model_id`` for a client whose budgets are known (``view``: a device at an evaluated round's end).
+        The engine scores each client on this model for the average client accuracy and the device average; the
+        default ignores the budgets. Methods whose choice depends on them override it (FedTrans: the compatible model
+        of highest utility)."""
+        return self.client_model_id(state, view.client_id)
+
     def model_names(self, state: ServerState) -> tuple[str, ...]:
         """A name for every global model in id order (one for a single-model run). Model 0's evaluation is the main one
         (``MAIN_EVAL``, ``test_acc``); each further model's accuracy is also recorded under its name in ``evals.csv``
@@ -210,9 +227,9 @@ class Algorithm:
         the evaluation that scores the model it uses: ``MAIN_EVAL``, a name of ``eval_structures`` or of
         ``model_names``. The engine records the mean over devices of those accuracies (``device_acc``: each model
         weighted by how many devices use it, paper 001's average over devices' models). The default is the model
-        ``client_model_id`` names (the main evaluation in a single-model run)."""
+        ``client_model`` names (the main evaluation in a single-model run)."""
         names = self.model_names(state)
-        return [names[self.client_model_id(state, v.client_id)] for v in views]
+        return [names[self.client_model(state, v)] for v in views]
 
     def eval_model(self) -> nn.Module | None:
         """The module client hosts evaluate ``eval_params`` with, built once per host after ``bind_client``; ``None``

@@ -129,6 +129,8 @@ def bind_algorithm(cfg: ExperimentConfig, setup: Setup, clock: SimClock) -> None
             cost=clock.oracle.elastic,
             dataset=setup.dataset,
             model=cfg.model,
+            oracle=clock.oracle,
+            eval_widths=cfg.eval_widths,
         )
     )
 
