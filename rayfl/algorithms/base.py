@@ -240,16 +240,28 @@ class Algorithm:
         task: TrainTask,
         optimizer: torch.optim.Optimizer,
         params: Sequence[nn.Parameter],
+        batch_idx: int,
     ) -> torch.Tensor:
         """Everything ``local_train`` does with one batch, returning the loss it reports: by default one step of
         ``optimizer`` on ``backward_step``'s gradients (clipped to ``grad_clip_norm``). Methods that take several
-        steps per batch, or update only part of the model in a step (FedResCuE), override this."""
+        steps per batch, update only part of the model in a step (FedResCuE), or draw something per batch (FedorAS's
+        path, keyed on ``batch_idx``: the client's batches this round counted from 0 over all epochs, see
+        ``batch_sizes``) override this."""
         optimizer.zero_grad(set_to_none=True)
         loss = self.backward_step(model, x, y, task)
         if self.train.grad_clip_norm > 0:
             nn.utils.clip_grad_norm_(params, self.train.grad_clip_norm)
         optimizer.step()
         return loss
+
+    def batch_sizes(self, num_examples: int) -> list[int]:
+        """The size of every batch ``local_train`` trains a client of ``num_examples`` examples on, in order: ``epochs``
+        passes over the data in batches of ``batch_size`` (the last one of a pass smaller), stopped after
+        ``max_steps`` batches. A method can thus replay what each batch did from the task alone (FedorAS's counts)."""
+        cfg = self.train
+        one_pass = [min(cfg.batch_size, num_examples - lo) for lo in range(0, num_examples, cfg.batch_size)]
+        sizes = one_pass * cfg.epochs
+        return sizes[: cfg.max_steps] if cfg.max_steps else sizes
 
     def local_train(
         self,
@@ -274,16 +286,18 @@ class Algorithm:
         opt = self.make_optimizer(params, task.lr)
         model.train()
         n = len(labels)
-        steps, loss_sum = 0, 0.0
-        for _epoch in range(cfg.epochs):
-            order = torch.randperm(n, generator=gen)
-            for start in range(0, n, cfg.batch_size):
-                if cfg.max_steps and steps >= cfg.max_steps:
-                    break
-                idx = order[start : start + cfg.batch_size].to(device)
-                loss = self.train_batch(model, inputs[idx], labels[idx], task, opt, params)
-                loss_sum += float(loss.detach())
-                steps += 1
+        sizes = self.batch_sizes(n)
+        per_epoch = -(-n // cfg.batch_size)
+        loss_sum = 0.0
+        order = torch.zeros(0, dtype=torch.long)
+        for batch_idx, size in enumerate(sizes):
+            start = (batch_idx % per_epoch) * cfg.batch_size
+            if start == 0:  # a new epoch: a fresh permutation of the client's examples
+                order = torch.randperm(n, generator=gen)
+            idx = order[start : start + size].to(device)
+            loss = self.train_batch(model, inputs[idx], labels[idx], task, opt, params, batch_idx)
+            loss_sum += float(loss.detach())
+        steps = len(sizes)
         values = {k: v.detach().clone() for k, v in model.state_dict().items() if v.is_floating_point()}
         return ClientUpdate(
             client_id=task.client_id,

@@ -105,17 +105,6 @@ def tier_plan(config: FedorASConfig, tables: OpTables, seed: int, num_clients: i
     return TierPlan(tiers_by_shares(num_clients, config.tier_shares, rng_tiers), edges)
 
 
-@dataclass
-class _ClientPaths:
-    """One client's path sampling while it trains: its subspace, FLOPs limit and example counts per (layer, op)."""
-
-    task: TrainTask
-    mask: np.ndarray
-    limit_flops: float
-    counts: np.ndarray
-    batch_idx: int = 0
-
-
 class FedorAS(Algorithm):
     """Supernet training: subspace per round, path per batch within the tier's FLOPs, OPA (module docstring)."""
 
@@ -126,7 +115,6 @@ class FedorAS(Algorithm):
         super().__init__(config, train)
         self.tables: OpTables | None = None
         self.tiers: TierPlan | None = None
-        self._client: _ClientPaths | None = None  # set while local_train runs
 
     def bind_server(self, ctx: ServerContext) -> None:
         super().bind_server(ctx)
@@ -187,43 +175,49 @@ class FedorAS(Algorithm):
         _, _, tiers = self._ready()
         return float(tiers.edges[int(tiers.client_tier[client_id]) + 1])
 
-    def path_for_batch(self, task: TrainTask, mask: np.ndarray, batch_idx: int) -> np.ndarray:
-        """The path the client of ``task`` trains its batch ``batch_idx`` with (reproducible from those keys)."""
-        _, tables, _ = self._ready()
+    def path_for_batch(self, task: TrainTask, batch_idx: int) -> np.ndarray:
+        """The path the client of ``task`` trains its batch ``batch_idx`` with: inside the task's subspace and its
+        tier's FLOPs, from ``path_rng(seed, round, client, batch)`` alone."""
+        family, tables, _ = self._ready()
+        units = task.assignment.units
+        mask = family.mask_of_units(family.full_units if units is None else units)
         rng = path_rng(task.seed, task.round_idx, task.client_id, batch_idx)
         return sample_path(tables, mask, self.client_limit_flops(task.client_id), rng)
 
-    def local_train(
+    def op_counts(self, task: TrainTask, num_examples: int) -> np.ndarray:
+        """(L, O) examples the client of ``task`` puts through each (layer, op): every batch of ``local_train``
+        (``batch_sizes``) replayed through ``path_for_batch``."""
+        family, _, _ = self._ready()
+        counts = np.zeros((family.num_layers, family.num_ops))
+        layers = np.arange(family.num_layers)
+        for batch_idx, size in enumerate(self.batch_sizes(num_examples)):
+            counts[layers, self.path_for_batch(task, batch_idx)] += size
+        return counts
+
+    def train_batch(
         self,
         model: nn.Module,
-        x: np.ndarray,
-        y: np.ndarray,
+        x: torch.Tensor,
+        y: torch.Tensor,
         task: TrainTask,
-        input_spec: InputSpec,
+        optimizer: torch.optim.Optimizer,
+        params: Sequence[nn.Parameter],
+        batch_idx: int,
+    ) -> torch.Tensor:
+        """One batch on one path of the subspace (Eq. 3-4): the base step with the supernet running that path."""
+        _supernet_model(model).path = tuple(int(p) for p in self.path_for_batch(task, batch_idx))
+        return super().train_batch(model, x, y, task, optimizer, params, batch_idx)
+
+    def local_train(
+        self, model: nn.Module, x: np.ndarray, y: np.ndarray, task: TrainTask, input_spec: InputSpec
     ) -> ClientUpdate:
+        """The base loop (a path per batch in ``train_batch``), then OPA's per-op weights from the same paths."""
         family, _, _ = self._ready()
-        units = task.assignment.units
-        mask = (
-            np.ones((family.num_layers, family.num_ops), dtype=bool) if units is None else family.mask_of_units(units)
-        )
-        self._client = _ClientPaths(task, mask, self.client_limit_flops(task.client_id), np.zeros(mask.shape))
         try:
             update = super().local_train(model, x, y, task, input_spec)
-            counts = self._client.counts
         finally:
-            self._client = None
-            _supernet_model(model).path = None
-        return opa_update(update, family, counts)
-
-    def backward_step(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, task: TrainTask) -> torch.Tensor:
-        client = self._client
-        if client is None:
-            raise RuntimeError("FedorAS.backward_step runs only inside FedorAS.local_train")
-        path = self.path_for_batch(task, client.mask, client.batch_idx)
-        client.batch_idx += 1
-        client.counts[np.arange(len(path)), path] += len(y)
-        _supernet_model(model).path = tuple(int(p) for p in path)
-        return super().backward_step(model, x, y, task)
+            _supernet_model(model).path = None  # the host reuses the module; evaluation runs no stale path
+        return opa_update(update, family, self.op_counts(task, len(y)))
 
 
 def _supernet_model(model: nn.Module) -> SupernetModel:

@@ -36,12 +36,13 @@ def test_client_trains_one_budgeted_path_per_batch_and_counts_examples_per_op() 
 
     # replay the sampler: batch b of size s_b trains path(b); every path lies in the subspace and the tier's FLOPs
     sizes = [len(range(lo, min(lo + cfg.train.batch_size, len(y)))) for lo in range(0, len(y), cfg.train.batch_size)]
+    assert algorithm.batch_sizes(len(y)) == sizes
     expected = np.zeros(mask.shape)
     limit = algorithm.client_limit_flops(client_id)
     assert limit == algorithm.tiers.edges[algorithm.tiers.client_tier[client_id] + 1]
     for b, size in enumerate(sizes):
-        path = algorithm.path_for_batch(task, mask, b)
-        assert np.array_equal(path, algorithm.path_for_batch(task, mask, b))  # reproducible from the keys
+        path = algorithm.path_for_batch(task, b)
+        assert np.array_equal(path, algorithm.path_for_batch(dataclasses.replace(task), b))  # from the keys alone
         assert mask[np.arange(len(path)), path].all()
         assert path_flops(algorithm.tables, path)[0] <= limit
         expected[np.arange(len(path)), path] += size
