@@ -30,7 +30,8 @@ from typing import Any, Literal, Union
 
 import yaml
 
-from rayfl.config import SUPERNET_OPS, ExperimentConfig, FedorASConfig, FedorASSearchConfig, SupernetConfig
+from rayfl.config import ExperimentConfig
+from rayfl.config_fedoras import fedoras_problems
 
 __all__ = [
     "DATA_INPUTS",
@@ -651,39 +652,13 @@ def _semantic_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:
     return problems
 
 
-def _follows_fedoras(cfg: ExperimentConfig, at: KeyPath) -> bool:
-    """The section at ``at`` is a phase after a FedorAS phase (``algorithm`` itself is unused when phases exist)."""
-    if at == ("algorithm",):
-        return bool(cfg.phases)
-    index = int(at[1])
-    return index > 0 and isinstance(cfg.phases[index - 1].algorithm, FedorASConfig | FedorASSearchConfig)
-
-
 def _phase_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:
-    """Phases' rounds add up to ``rounds``; the supernet's ops are known ones; FedorAS tier shares sum to 1."""
+    """Phases' rounds add up to ``rounds``; FedorAS's supernet, tiers and phase order (``config_fedoras.py``)."""
     problems: list[tuple[KeyPath, str]] = []
     if cfg.phases and sum(p.rounds for p in cfg.phases) != cfg.rounds:
         total = sum(p.rounds for p in cfg.phases)
         problems.append((("rounds",), f"must equal the phases' rounds ({total}), got {cfg.rounds}"))
-    if isinstance(cfg.model, SupernetConfig):
-        for i, op in enumerate(cfg.model.ops):
-            if op not in SUPERNET_OPS:
-                problems.append((("model", "ops", i), f"unknown op {op!r}; known: {', '.join(SUPERNET_OPS)}"))
-        if not cfg.model.blocks_per_stage or min(cfg.model.blocks_per_stage) < 1:
-            problems.append((("model", "blocks_per_stage"), "must list at least one stage of at least one block"))
-    sections: list[tuple[KeyPath, object]] = [(("algorithm",), cfg.algorithm)]
-    sections += [(("phases", i, "algorithm"), p.algorithm) for i, p in enumerate(cfg.phases)]
-    for at, algo in sections:
-        if isinstance(algo, FedorASConfig | FedorASSearchConfig) and not isinstance(cfg.model, SupernetConfig):
-            problems.append(((*at, "name"), f"{algo.name!r} needs model.name: supernet, got {cfg.model.name!r}"))
-        if isinstance(algo, FedorASSearchConfig) and not _follows_fedoras(cfg, at):
-            problems.append(((*at, "name"), "'fedoras_search' must follow a 'fedoras' phase"))
-        if isinstance(algo, FedorASConfig):
-            shares = algo.tier_shares
-            if not shares or min(shares) <= 0.0 or abs(sum(shares) - 1.0) > 1e-6:
-                problems.append(((*at, "tier_shares"), f"must be positive and sum to 1, got {list(shares)}"))
-            if algo.bracket_low >= algo.bracket_high:
-                problems.append(((*at, "bracket_low"), "must be below bracket_high"))
+    problems.extend(fedoras_problems(cfg))
     return problems
 
 

@@ -71,6 +71,9 @@ class ServerContext:
     cost: CostModel | None
     dataset: FederatedDataset
     model: ModelConfig | None = None  # the run's architecture (model 0 of a multi-model run)
+    # every client's compute speed (FLOP/s; inf when unconstrained) at the first round's check-in, in client-id order
+    # (FedorAS's tiers by compute); None when the engine did not provide it
+    compute_flops_per_s: np.ndarray | None = None
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,10 @@ Dudziak, Laskaridis, Fernandez-Marques, Leontiadis, Lane et al., "FedorAS: Feder
 heterogeneity" (paper 003); official ``SamsungLabs/FedorAS`` (ALGORITHMS.md section 10). The model is the supernet
 family (``rayfl/models/supernet.py``); the pure sampling functions are in ``fedoras_sampling.py``.
 
-* **Tiers** (App. D.4). At binding the clients are split into tiers by ``tier_shares`` and the tiers' FLOPs brackets
-  are computed from ``bracket_paths`` random paths. Both are functions of the seed, so every host computes the same.
+* **Tiers** (App. D.4, App. I). At binding the clients are split into tiers (``tiers``: a seeded shuffle cut at the
+  shares, or ranked by compute speed and cut at them) and the tiers' FLOPs brackets are computed from
+  ``bracket_paths`` random paths. Both are functions of the seed (and of the clients' speeds at the first check-in),
+  so the driver computes them once; clients learn their FLOPs limit from the tier plan the algorithm carries.
 * **Subspace** (Eq. 2). Each round one subspace (ops per layer) whose parameters fit ``subspace_params`` is drawn from
   ``derive_rng(seed, "fedoras-subspace", round)`` and sent to every sampled client (as the official code; the paper
   allows one per client). The clients' model is that subspace of the supernet, so bytes moved are the subspace's.
@@ -39,11 +41,12 @@ from rayfl.algorithms.fedoras_sampling import (
     sample_path,
     sample_subspace,
     tier_brackets,
+    tiers_by_compute,
     tiers_by_shares,
 )
 from rayfl.algorithms.payloads import Assignment, ClientUpdate, ClientView, ServerState, TrainTask
 from rayfl.algorithms.submodel import first_k
-from rayfl.config import FedorASConfig, TrainConfig
+from rayfl.config import FedorASConfig, FedorASTiersConfig, TrainConfig
 from rayfl.models.inputs import InputSpec
 from rayfl.rng import derive_rng
 
@@ -51,7 +54,7 @@ if TYPE_CHECKING:  # the elastic package imports rayfl.algorithms, so its module
     from rayfl.models.elastic import CostModel, ElasticFamily
     from rayfl.models.supernet import SupernetFamily, SupernetModel
 
-__all__ = ["FedorAS", "FedorASState", "TierPlan", "op_tables", "supernet_family", "tier_plan"]
+__all__ = ["FedorAS", "FedorASState", "TierPlan", "context_tables", "op_tables", "supernet_family", "tier_plan"]
 
 
 @dataclass(frozen=True)
@@ -78,7 +81,17 @@ def supernet_family(family: ElasticFamily | None) -> SupernetFamily:
 
     if not isinstance(family, SupernetFamily):
         raise ValueError("fedoras needs model.name: supernet")
+    if family.path is not None:
+        raise ValueError("fedoras trains and searches the whole supernet: leave model.path empty")
     return family
+
+
+def context_tables(ctx: ServerContext, who: str) -> OpTables:
+    """The op tables of the run's supernet, from the cost model the clock uses (every FedorAS phase binds with it)."""
+    family = supernet_family(ctx.family)
+    if ctx.cost is None:
+        raise ValueError(f"{who} needs the supernet's cost model")
+    return op_tables(family, ctx.cost)
 
 
 def op_tables(family: SupernetFamily, cost: CostModel) -> OpTables:
@@ -96,13 +109,20 @@ def op_tables(family: SupernetFamily, cost: CostModel) -> OpTables:
     )
 
 
-def tier_plan(config: FedorASConfig, tables: OpTables, seed: int, num_clients: int) -> TierPlan:
-    rng_tiers = derive_rng(seed, "fedoras-tiers")
-    rng_brackets = derive_rng(seed, "fedoras-brackets")
+def tier_plan(config: FedorASTiersConfig, tables: OpTables, ctx: ServerContext) -> TierPlan:
+    """Every client's tier (by the shares, or ranked by compute speed) and the tiers' FLOPs brackets (App. D.4)."""
+    rng_tiers = derive_rng(ctx.seed, "fedoras-tiers")
+    rng_brackets = derive_rng(ctx.seed, "fedoras-brackets")
     edges = tier_brackets(
-        tables, len(config.tier_shares), rng_brackets, config.bracket_paths, config.bracket_low, config.bracket_high
+        tables, len(config.shares), rng_brackets, config.bracket_paths, config.bracket_low, config.bracket_high
     )
-    return TierPlan(tiers_by_shares(num_clients, config.tier_shares, rng_tiers), edges)
+    num_clients = ctx.dataset.num_clients
+    if config.by == "shares":
+        return TierPlan(tiers_by_shares(num_clients, config.shares, rng_tiers), edges)
+    speeds = ctx.compute_flops_per_s
+    if speeds is None or len(speeds) != num_clients:
+        raise ValueError("fedoras: tiers by compute need every client's compute speed from the engine")
+    return TierPlan(tiers_by_compute(speeds, config.shares, rng_tiers), edges)
 
 
 class FedorAS(Algorithm):
@@ -118,11 +138,8 @@ class FedorAS(Algorithm):
 
     def bind_server(self, ctx: ServerContext) -> None:
         super().bind_server(ctx)
-        family = supernet_family(ctx.family)
-        if ctx.cost is None:
-            raise ValueError("fedoras needs the supernet's cost model")
-        self.tables = op_tables(family, ctx.cost)
-        self.tiers = tier_plan(self.config, self.tables, ctx.seed, ctx.dataset.num_clients)
+        self.tables = context_tables(ctx, "fedoras")
+        self.tiers = tier_plan(self.config.tiers, self.tables, ctx)
 
     def bind_client(self, family: ElasticFamily | None, input_spec: InputSpec) -> None:
         super().bind_client(family, input_spec)
@@ -237,7 +254,7 @@ def opa_update(update: ClientUpdate, family: SupernetFamily, counts: np.ndarray)
         if gate is None:
             values[name] = value
             continue
-        layer, op = divmod(gate, family.num_ops)
+        layer, op = family.layer_op(gate)
         if counts[layer, op] > 0:
             values[name] = value
             weights[name] = float(counts[layer, op])

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from rayfl.algorithms import Algorithm
 from rayfl.algorithms.base import ServerContext
 from rayfl.algorithms.payloads import Params
@@ -84,6 +86,7 @@ def bind_algorithm(cfg: ExperimentConfig, setup: Setup, clock: SimClock) -> None
             cost=clock.oracle.elastic,
             dataset=setup.dataset,
             model=cfg.model,
+            compute_flops_per_s=clock.compute.at(np.arange(setup.dataset.num_clients), 0.0, 0),
         )
     )
 

@@ -45,18 +45,19 @@ def cost_model(cfg: ExperimentConfig) -> CostModel:
 def test_schedule_maps_rounds_to_phases() -> None:
     algorithm = build_run_algorithm(fedoras_tiny_config(kind="local"))
     assert isinstance(algorithm, PhasedAlgorithm)
-    schedule = PhaseSchedule(algorithm, 6)
-    assert [schedule.phase_at(r).name for r in range(6)] == ["supernet"] * 2 + ["search"] * 3 + ["supernet-again"]
-    assert [schedule.clients_per_round(r, 4) for r in range(6)] == [4, 4, 0, 0, 0, 4]
+    schedule = PhaseSchedule(algorithm, 7)
+    assert [schedule.phase_at(r).name for r in range(7)] == ["supernet"] * 2 + ["search"] * 3 + ["finetune"] * 2
+    assert [schedule.clients_per_round(r, 4) for r in range(7)] == [4, 4, 0, 0, 0, 4, 4]
     single = PhaseSchedule(build_run_algorithm(tiny_config(kind="local")), 3)
-    assert [schedule.index_of(r) for r in range(6)] == [0, 0, 1, 1, 1, 2] and single.index_of(2) == 0
+    assert [schedule.index_of(r) for r in range(7)] == [0, 0, 1, 1, 1, 2, 2] and single.index_of(2) == 0
 
 
 def test_three_phase_run_covers_every_phase_in_records_clock_and_report(tmp_path: Path) -> None:
     result = _fedoras(2, tmp_path)
     records = result.records
-    assert [r.phase for r in records] == ["supernet"] * 2 + ["search"] * 3 + ["supernet-again"]
-    assert [r.clients_run for r in records] == [4, 4, 0, 0, 0, 4]
+    assert [r.phase for r in records] == ["supernet"] * 2 + ["search"] * 3 + ["finetune"] * 2
+    assert [r.clients_run for r in records] == [4, 4, 0, 0, 0, 4, 4]
+    assert [r.num_models for r in records] == [1] * 5 + [4] * 2  # one model per tier in the fine-tuning phase
     times = [r.sim_time_s for r in records]
     assert all(b > a for a, b in itertools.pairwise(times))  # every phase moves the one clock
     search = records[2:5]
@@ -64,7 +65,7 @@ def test_three_phase_run_covers_every_phase_in_records_clock_and_report(tmp_path
     assert all(math.isnan(r.train_loss) for r in search) and all(r.bytes_down == 0 for r in search)
     assert all(math.isfinite(r.train_loss) for r in records if r.phase != "search")
     summary = json.loads((result.run_dir / "summary.json").read_text())  # type: ignore[operator]
-    assert [p["name"] for p in summary["phases"]] == ["supernet", "search", "supernet-again"]
+    assert [p["name"] for p in summary["phases"]] == ["supernet", "search", "finetune"]
     assert sum(p["sim_time_s"] for p in summary["phases"]) == pytest.approx(records[-1].sim_time_s)
     tiers = summary["phases"][1]["result"]["tiers"]  # the search reports its chosen path per tier
     assert [t["tier"] for t in tiers] == [0, 1, 2, 3] and sum(t["clients"] for t in tiers) == 12
@@ -72,8 +73,10 @@ def test_three_phase_run_covers_every_phase_in_records_clock_and_report(tmp_path
         low, high = t["flops_bracket"]
         assert low <= t["flops"] <= high and len(t["path"]) == 3 and 0.0 <= t["test_acc"] <= 1.0
     assert "result" not in summary["phases"][0]
+    tuned = summary["phases"][2]["result"]["tiers"]  # the fine-tuning reports each tier's model
+    assert [t["path"] for t in tuned] == [t["path"] for t in tiers] and all(0 <= t["test_acc"] <= 1 for t in tuned)
     rows = (result.run_dir / "rounds.csv").read_text().splitlines()  # type: ignore[operator]
-    assert "phase" in rows[0].split(",") and len(rows) == 7
+    assert "phase" in rows[0].split(",") and len(rows) == 8
 
 
 def test_search_state_is_handed_over_and_hosts_do_not_change_results() -> None:
@@ -153,7 +156,7 @@ def test_fedavg_then_fedavg_equals_one_fedavg_run() -> None:
         ("rounds: 2\ndata: {name: synthetic}\nmodel: {name: supernet, ops: [conv1, conv9]}\n", "unknown op 'conv9'"),
         (
             "rounds: 2\ndata: {name: synthetic}\nmodel: {name: supernet}\n"
-            "algorithm: {name: fedoras, tier_shares: [0.5, 0.4]}\n",
+            "algorithm: {name: fedoras, tiers: {shares: [0.5, 0.4]}}\n",
             "sum to 1",
         ),
     ],
