@@ -756,11 +756,15 @@ class BackendConfig:
 # ---------------------------------------------------------------------------------------------- experiment
 @dataclass(frozen=True, kw_only=True)
 class PhaseConfig:
-    """One phase of a multi-phase run (``rayfl/engine/phases.py``): its own algorithm for ``rounds`` rounds."""
+    """One phase of a multi-phase run (``rayfl/engine/phases.py``): its own algorithm for ``rounds`` rounds, and
+    optionally its own clients per round and client learning rate (FedorAS fine-tunes with other figures than it
+    trains the supernet with, paper 003 Tab. 7-8); the learning-rate schedule runs over the phase's own rounds."""
 
     name: str = "phase"
     rounds: int = bounded(1, ge=1)
     algorithm: AlgorithmConfig = field(default_factory=FedAvgConfig, metadata={"tagged": ALGORITHM_CONFIGS})
+    clients_per_round: int = bounded(0, ge=0)  # 0: the run's clients_per_round
+    lr: float = bounded(0.0, ge=0.0)  # 0: train.lr
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -638,14 +638,12 @@ def _semantic_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:
     need, given = MODEL_INPUTS.get(cfg.model.name), DATA_INPUTS.get(cfg.data.name)
     if need is not None and given is not None and need != given:
         problems.append((("model", "name"), _modality_reason(cfg.model.name, need, cfg.data.name, given)))
-    if cfg.clients_per_round > cfg.data.num_clients > 0:
-        # iid/dirichlet make exactly num_clients clients; natural partitions keep at most that many
-        problems.append(
-            (
-                ("clients_per_round",),
-                f"{cfg.clients_per_round} exceeds data.num_clients={cfg.data.num_clients}: lower clients_per_round",
-            )
-        )
+    per_round: list[tuple[KeyPath, int]] = [(("clients_per_round",), cfg.clients_per_round)]
+    per_round += [(("phases", i, "clients_per_round"), p.clients_per_round) for i, p in enumerate(cfg.phases)]
+    for at, count in per_round:
+        if count > cfg.data.num_clients > 0:
+            # iid/dirichlet make exactly num_clients clients; natural partitions keep at most that many
+            problems.append((at, f"{count} exceeds data.num_clients={cfg.data.num_clients}: lower {at[-1]}"))
     problems.extend(_resource_problems(cfg))
     problems.extend(_algorithm_problems(cfg))
     problems.extend(_phase_problems(cfg))
@@ -692,8 +690,9 @@ def run_name_problem(name: str) -> str:
 
 
 def check_clients_per_round(cfg: ExperimentConfig, num_clients: int) -> None:
-    """After loading: ``clients_per_round`` fits the clients the data really has (natural partitions drop users)."""
-    if cfg.clients_per_round > num_clients:
+    """After loading: ``clients_per_round`` (and each phase's) fits the clients the data really has (natural
+    partitions drop users)."""
+    if max([cfg.clients_per_round, *(p.clients_per_round for p in cfg.phases)]) > num_clients:
         raise ConfigError(
             f"{cfg.clients_per_round} exceeds the {num_clients} clients data '{cfg.data.name}' has after loading "
             "(users below data.min_samples are dropped): lower clients_per_round or data.min_samples",

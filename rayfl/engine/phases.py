@@ -9,8 +9,10 @@ checkpoint needs nothing beyond the round index and the state. The driver asks t
   else ``init_state`` on the previous parameters). A *server phase* (an algorithm with ``server_round``, e.g. FedorAS's
   search) then does its round's work on the server, with a ``TaskPool`` for parallel work, and returns its modelled
   server seconds, which the clock adds (``system.server_time: measured`` replaces them by measured time).
-* ``clients_per_round(round_idx, default)``: 0 in server phases (no client trains), else the run's figure.
-* ``lr(train, round_idx)``: the client learning rate, with the schedule running over the phase's own rounds.
+* ``clients_per_round(round_idx, default)``: 0 in server phases (no client trains), else the phase's own figure or
+  the run's.
+* ``lr(train, round_idx)``: the client learning rate (the phase's own or ``train.lr``), with the schedule running
+  over the phase's own rounds.
 
 At the end, ``summary`` gives per phase its rounds, simulated seconds and last accuracy, plus ``phase_result(state)``
 of algorithms that report one (FedorAS's search: the chosen path per tier), taken from the phase's final state.
@@ -79,6 +81,8 @@ class Phase:
     start: int
     rounds: int
     algorithm: Algorithm
+    clients_per_round: int = 0  # 0: the run's
+    lr: float = 0.0  # 0: the run's train.lr
 
 
 class PhasedAlgorithm(Algorithm):
@@ -170,11 +174,15 @@ class PhaseSchedule:
         return algorithm, state, server_s
 
     def clients_per_round(self, round_idx: int, default: int) -> int:
-        return 0 if isinstance(self.algorithm_at(round_idx), ServerPhase) else default
+        phase = self.phase_at(round_idx)
+        if isinstance(phase.algorithm, ServerPhase):
+            return 0
+        return phase.clients_per_round or default
 
     def lr(self, train: TrainConfig, round_idx: int) -> float:
         phase = self.phase_at(round_idx)
-        return round_lr(train, round_idx - phase.start, phase.rounds)
+        own = replace(train, lr=phase.lr) if phase.lr else train
+        return round_lr(own, round_idx - phase.start, phase.rounds)
 
     def _record_result(self, index: int, state: ServerState) -> None:
         algorithm = self.phases[index].algorithm
@@ -209,6 +217,7 @@ def build_run_algorithm(cfg: ExperimentConfig) -> Algorithm:
     phases: list[Phase] = []
     start = 0
     for p in cfg.phases:
-        phases.append(Phase(p.name, start, p.rounds, build_algorithm(p.algorithm, cfg.train)))
+        algorithm = build_algorithm(p.algorithm, cfg.train)
+        phases.append(Phase(p.name, start, p.rounds, algorithm, p.clients_per_round, p.lr))
         start += p.rounds
     return PhasedAlgorithm(phases, cfg.train)

@@ -136,6 +136,31 @@ def test_fedavg_then_fedavg_equals_one_fedavg_run() -> None:
         assert torch.equal(one.state.params[name], two.state.params[name])
 
 
+def test_a_phase_may_have_its_own_clients_per_round_and_learning_rate(tmp_path: Path) -> None:
+    """Phase b samples 2 clients a round at lr 0.01 with the cosine schedule over its own 2 rounds; phase a keeps the
+    run's 5 clients and lr 0.05; a phase's clients beyond the data are refused."""
+    base = tiny_config(kind="local", num_hosts=1)
+    cfg = dataclasses.replace(
+        base,
+        train=dataclasses.replace(base.train, lr_schedule="cosine"),
+        phases=(
+            PhaseConfig(name="a", rounds=1, algorithm=FedAvgConfig()),
+            PhaseConfig(name="b", rounds=2, algorithm=FedAvgConfig(), clients_per_round=2, lr=0.01),
+        ),
+    )
+    records = run_experiment(cfg, write=False, dataset=tiny_image_dataset()).records
+    assert [r.clients_sampled for r in records] == [5, 2, 2]
+    assert [r.lr for r in records] == [0.05, 0.01, pytest.approx(0.005)]
+    path = tmp_path / "bad.yaml"
+    path.write_text(
+        "rounds: 2\ndata: {name: synthetic, num_clients: 4}\nmodel: {name: cnn}\nclients_per_round: 2\nphases:\n"
+        "  - {name: a, rounds: 2, clients_per_round: 5, algorithm: {name: fedavg}}\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(ConfigError, match=r"phases\[0\]\.clients_per_round: 5 exceeds data.num_clients=4"):
+        load_config(path)
+
+
 @pytest.mark.parametrize(
     ("yaml_text", "message"),
     [
