@@ -757,14 +757,16 @@ class BackendConfig:
 @dataclass(frozen=True, kw_only=True)
 class PhaseConfig:
     """One phase of a multi-phase run (``rayfl/engine/phases.py``): its own algorithm for ``rounds`` rounds, and
-    optionally its own clients per round and client learning rate (FedorAS fine-tunes with other figures than it
-    trains the supernet with, paper 003 Tab. 7-8); the learning-rate schedule runs over the phase's own rounds."""
+    optionally its own clients per round, client learning rate and local epochs (FedorAS trains its supernet and
+    fine-tunes with different figures, paper 003 Tab. 7-8); the learning-rate schedule runs over the phase's own
+    rounds, and the clock prices the phase's epochs."""
 
     name: str = "phase"
     rounds: int = bounded(1, ge=1)
     algorithm: AlgorithmConfig = field(default_factory=FedAvgConfig, metadata={"tagged": ALGORITHM_CONFIGS})
     clients_per_round: int = bounded(0, ge=0)  # 0: the run's clients_per_round
     lr: float = bounded(0.0, ge=0.0)  # 0: train.lr
+    epochs: int = bounded(0, ge=0)  # 0: train.epochs
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -138,9 +138,11 @@ class SimClock:
         views: Sequence[ClientView],
         assignments: Mapping[int, Assignment],
         models: Sequence[ModelConfig] = (),
+        train: TrainConfig | None = None,
     ) -> ClientPlan:
         """``models``: the architectures of a multi-model run's global models (``ServerState.models``), so each
-        client's costs are those of the model it was assigned."""
+        client's costs are those of the model it was assigned; ``train``: this round's local training when it is not
+        the run's (a phase with its own epochs)."""
         clients = np.array([v.client_id for v in views], dtype=np.int64)
         n = len(clients)
         costs = self.oracle.model_costs([assignments[int(c)] for c in clients], models)
@@ -156,7 +158,7 @@ class SimClock:
         draws = self.links.draw(round_idx, clients, self.now)
         sent_down, sent_up, cut_off = self._link_bytes(clients, assignments, draws, costs.bytes_down, costs.bytes_up)
         download = self.down.transfer_time(clients, t0, 8.0 * sent_down, round_idx)
-        samples = np.array([self._samples(v.num_examples) for v in views], dtype=np.float64)
+        samples = np.array([self._samples(v.num_examples, train or self.train) for v in views], dtype=np.float64)
         speed = self.compute.at(clients, self.now, round_idx)
         with np.errstate(divide="ignore", invalid="ignore"):
             compute = np.where(np.isfinite(speed), costs.train_flops_per_sample * samples / speed, 0.0)
@@ -231,9 +233,9 @@ class SimClock:
             cut_off[i] = delivered(draw.down_run, n) == 0 and not draw.padding
         return down, up, cut_off
 
-    def _samples(self, num_examples: int) -> int:
+    @staticmethod
+    def _samples(num_examples: int, t: TrainConfig) -> int:
         """Samples a client processes in local training (epochs over its data, capped by ``max_steps``)."""
-        t = self.train
         steps_per_epoch = -(-num_examples // t.batch_size)
         total = t.epochs * num_examples
         if t.max_steps:

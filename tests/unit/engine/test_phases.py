@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -136,21 +137,32 @@ def test_fedavg_then_fedavg_equals_one_fedavg_run() -> None:
         assert torch.equal(one.state.params[name], two.state.params[name])
 
 
-def test_a_phase_may_have_its_own_clients_per_round_and_learning_rate(tmp_path: Path) -> None:
-    """Phase b samples 2 clients a round at lr 0.01 with the cosine schedule over its own 2 rounds; phase a keeps the
-    run's 5 clients and lr 0.05; a phase's clients beyond the data are refused."""
+def test_a_phase_may_have_its_own_clients_per_round_learning_rate_and_epochs(tmp_path: Path) -> None:
+    """Phase b samples 2 clients a round at lr 0.01 with the cosine schedule over its own 2 rounds, and trains 2 epochs
+    (its clients' modelled compute time doubles); phase a keeps the run's 5 clients, lr 0.05 and one
+    epoch; a phase's clients beyond the data are refused."""
     base = tiny_config(kind="local", num_hosts=1)
-    cfg = dataclasses.replace(
+    one_epoch = dataclasses.replace(
         base,
+        rounds=3,
+        output_dir=str(tmp_path / "runs"),
         train=dataclasses.replace(base.train, lr_schedule="cosine"),
         phases=(
             PhaseConfig(name="a", rounds=1, algorithm=FedAvgConfig()),
             PhaseConfig(name="b", rounds=2, algorithm=FedAvgConfig(), clients_per_round=2, lr=0.01),
         ),
     )
-    records = run_experiment(cfg, write=False, dataset=tiny_image_dataset()).records
-    assert [r.clients_sampled for r in records] == [5, 2, 2]
-    assert [r.lr for r in records] == [0.05, 0.01, pytest.approx(0.005)]
+    b = dataclasses.replace(one_epoch.phases[1], epochs=2)
+    two_epochs = dataclasses.replace(one_epoch, name="two", phases=(one_epoch.phases[0], b))
+    runs = [run_experiment(c, dataset=tiny_image_dataset()) for c in (one_epoch, two_epochs)]
+    assert [r.clients_sampled for r in runs[1].records] == [5, 2, 2]
+    assert [r.lr for r in runs[1].records] == [0.05, 0.01, pytest.approx(0.005)]
+    clients = [pd.read_csv(r.run_dir / "clients.csv") for r in runs]  # type: ignore[operator]
+    phase_a = clients[0].round_idx == 0
+    assert (clients[1].compute_s[phase_a] == clients[0].compute_s[phase_a]).all()
+    assert (clients[1].compute_s[~phase_a] == 2 * clients[0].compute_s[~phase_a]).all()
+    schedule = PhaseSchedule(build_run_algorithm(two_epochs), 3)
+    assert [schedule.train(two_epochs.train, r).epochs for r in range(3)] == [1, 2, 2]
     path = tmp_path / "bad.yaml"
     path.write_text(
         "rounds: 2\ndata: {name: synthetic, num_clients: 4}\nmodel: {name: cnn}\nclients_per_round: 2\nphases:\n"
