@@ -23,7 +23,7 @@ draw randomness only from the task's derived generators. Algorithms never import
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -160,6 +160,15 @@ class Algorithm:
     def client_weight(self, num_examples: int) -> float:
         """A client's weight in the reducer's mean."""
         return float(num_examples)
+
+    def train_flops(
+        self, round_idx: int, views: Sequence[ClientView], assignments: Mapping[int, Assignment]
+    ) -> np.ndarray | None:
+        """Each client's FLOPs of local training this round (aligned with ``views``) for the clock's modelled compute
+        time, when the algorithm knows them better than the cost model (its assigned model's training FLOPs per
+        sample times the samples it trains); ``None`` (the default): the cost model's. FedorAS trains one path of a
+        larger subspace per batch, so it counts its paths' FLOPs."""
+        return None
 
     def server_update(self, state: ServerState, round_idx: int, aggregate: Aggregate) -> ServerState:
         """The next global state from the round's aggregate; the default adopts the mean."""

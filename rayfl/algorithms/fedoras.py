@@ -14,6 +14,8 @@ family (``rayfl/models/supernet.py``); the pure sampling functions are in ``fedo
 * **Paths** (Eq. 3-4). Every batch trains one path of the subspace whose FLOPs fit the client's tier's upper bracket
   edge, drawn from ``derive_rng(seed, "fedoras-path", round, client, batch)``; the client counts the examples that
   went through each (layer, op).
+* **Simulated compute** (``train_flops``): a client's modelled training time counts the FLOPs of the paths it
+  trains, batch by batch (the cost model alone would price every op of its subspace).
 * **OPA** (Eq. 5). Each op's tensors count with the examples the client pushed through that op
   (``ClientUpdate.tensor_weights``); the engine's element-wise weighted mean then gives every op the average weighted
   by examples through it over all clients; fixed layers (stem, reductions, head) count with all the client's examples
@@ -26,7 +28,7 @@ the smallest). The tiers and brackets travel to later phases in ``FedorASState``
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -37,6 +39,7 @@ from torch import nn
 from rayfl.algorithms.base import Algorithm, ServerContext
 from rayfl.algorithms.fedoras_sampling import (
     OpTables,
+    path_flops,
     path_rng,
     sample_path,
     sample_subspace,
@@ -200,6 +203,23 @@ class FedorAS(Algorithm):
         mask = family.mask_of_units(family.full_units if units is None else units)
         rng = path_rng(task.seed, task.round_idx, task.client_id, batch_idx)
         return sample_path(tables, mask, self.client_limit_flops(task.client_id), rng)
+
+    def train_flops(
+        self, round_idx: int, views: Sequence[ClientView], assignments: Mapping[int, Assignment]
+    ) -> np.ndarray | None:
+        """Each client's training FLOPs: forward + backward (``TRAIN_FLOPS_PER_FORWARD`` x the forward) of every batch
+        on its path, replayed as ``local_train`` draws them (the cost model would price every op of the subspace)."""
+        from rayfl.system.costs import TRAIN_FLOPS_PER_FORWARD
+
+        _, tables, _ = self._ready()
+        out = np.zeros(len(views))
+        for i, view in enumerate(views):
+            task = TrainTask(view.client_id, round_idx, self.server.seed, 0.0, assignments[view.client_id])
+            sizes = np.asarray(self.batch_sizes(view.num_examples), dtype=np.float64)
+            if len(sizes):
+                paths = np.array([self.path_for_batch(task, b) for b in range(len(sizes))])
+                out[i] = TRAIN_FLOPS_PER_FORWARD * float(sizes @ path_flops(tables, paths))
+        return out
 
     def op_counts(self, task: TrainTask, num_examples: int) -> np.ndarray:
         """(L, O) examples the client of ``task`` puts through each (layer, op): every batch of ``local_train``

@@ -97,7 +97,8 @@ def run_experiment(
             assignments = algorithm.assign(state, round_idx, views)
             server_s = time.perf_counter() - round_start
             # 3. Plan: who fits, who fails, how long each takes; only clients that can finish are run.
-            plan = clock.plan(round_idx, views, assignments, state.models, schedule.train(cfg.train, round_idx))
+            work = algorithm.train_flops(round_idx, views, assignments)
+            plan = clock.plan(round_idx, views, assignments, state.models, schedule.train(cfg.train, round_idx), work)
             lr = schedule.lr(cfg.train, round_idx)
             tasks = [
                 train_task(v.client_id, round_idx, cfg.seed, lr, assignments[v.client_id], state, link=plan.link(i))

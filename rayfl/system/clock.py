@@ -139,10 +139,12 @@ class SimClock:
         assignments: Mapping[int, Assignment],
         models: Sequence[ModelConfig] = (),
         train: TrainConfig | None = None,
+        train_flops: np.ndarray | None = None,
     ) -> ClientPlan:
         """``models``: the architectures of a multi-model run's global models (``ServerState.models``), so each
         client's costs are those of the model it was assigned; ``train``: this round's local training when it is not
-        the run's (a phase with its own epochs)."""
+        the run's (a phase with its own epochs); ``train_flops``: each client's training FLOPs when the algorithm
+        counts them itself (``Algorithm.train_flops``), instead of the model's FLOPs per sample times its samples."""
         clients = np.array([v.client_id for v in views], dtype=np.int64)
         n = len(clients)
         costs = self.oracle.model_costs([assignments[int(c)] for c in clients], models)
@@ -160,8 +162,9 @@ class SimClock:
         download = self.down.transfer_time(clients, t0, 8.0 * sent_down, round_idx)
         samples = np.array([self._samples(v.num_examples, train or self.train) for v in views], dtype=np.float64)
         speed = self.compute.at(clients, self.now, round_idx)
+        work = costs.train_flops_per_sample * samples if train_flops is None else np.asarray(train_flops, np.float64)
         with np.errstate(divide="ignore", invalid="ignore"):
-            compute = np.where(np.isfinite(speed), costs.train_flops_per_sample * samples / speed, 0.0)
+            compute = np.where(np.isfinite(speed), work / speed, 0.0)
         upload = self.up.transfer_time(clients, t0 + download + compute, 8.0 * sent_up, round_idx)
         # a client with no network at check-in (a zero-bandwidth span, or an all-zero trace) is offline this round
         available = (self.availability.at(clients, self.now, round_idx) >= 0.5) & (rate_down > 0) & (rate_up > 0)
