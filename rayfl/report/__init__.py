@@ -21,6 +21,7 @@ from rayfl.report.paper import (
     table3_markdown,
     utilisation_markdown,
 )
+from rayfl.report.phases import phases_markdown
 from rayfl.report.plots import XAxis, plot_accuracy
 from rayfl.report.runs import RunRecords, load_run, unique_labels
 from rayfl.report.tables import markdown_table, system_table
@@ -58,7 +59,8 @@ def report(
     * with the paper layouts: ``utilisation.png`` (Figure 6) and, per setting, ``accuracy_vs_rounds_<setting>.png``
       and ``accuracy_vs_sim_hours_<setting>.png`` (Figure 12);
     * ``report.md`` — the returned Markdown text (a heading, the table, with the paper layouts Table 3 and the
-      utilisation table, links to the plots, and each run's per-round system table).
+      utilisation table, links to the plots, each multi-phase run's phases with their per-tier results, and each
+      run's per-round system table).
 
     Args:
         run_dirs: the run directories to compare, in table/legend order.
@@ -92,6 +94,10 @@ def report(
         paper = len({setting_of(run) for run in runs}) > 1
     if paper:
         pngs += _paper_sections(runs, target, sections)
+    for label, run in zip(unique_labels(runs), runs, strict=True):
+        phases = phases_markdown(run)
+        if phases is not None:
+            sections += [f"## {label}: phases", "", phases]
     for label, run in zip(unique_labels(runs), runs, strict=True):
         table = system_table(run)
         if table is not None:

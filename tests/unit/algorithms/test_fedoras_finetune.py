@@ -217,3 +217,16 @@ def test_a_realised_path_model_trains_with_fedavg() -> None:
     result = run_experiment(cfg, write=False, dataset=tiny_image_dataset())
     assert not any(k.startswith("layers.0.0") for k in result.state.params)
     assert all(np.isfinite(r.test_acc) for r in result.records)
+
+
+def test_report_lists_the_phases_and_each_tier_model(searched: RunResult, tmp_path: Path) -> None:
+    from rayfl.report import report
+
+    assert searched.run_dir is not None
+    markdown, _ = report([searched.run_dir], tmp_path)
+    result = json.loads((searched.run_dir / "summary.json").read_text())["phases"][2]["result"]
+    assert "| finetune | fedoras_finetune | 2 |" in markdown
+    assert "Per tier, phase finetune (architectures: searched, init: supernet):" in markdown
+    for t in result["tiers"]:
+        assert f"| {t['tier']} | {t['clients']} | {t['eligible_clients']} |" in markdown
+        assert f"{100 * t['test_acc']:.1f}% | {' '.join(t['path'])} |" in markdown
