@@ -16,10 +16,11 @@ with plain FedAvg (McMahan et al. 2017), on the engine's several global models (
 * **One cohort, several FedAvgs.** The official code fine-tunes each tier in its own FL run with its own sampled
   clients; rayfl samples one cohort per round, so the phase splits it over the models (``split_cohort``): models are
   served from the highest tier (fewest eligible clients) down, each taking its equal share of the clients still
-  unassigned (rounded up), drawn uniformly among those eligible for it; tier 0's model takes whoever is left. With a
-  cohort of at least one client per tier every model trains whenever an eligible client is sampled, and each model
-  gets about ``clients_per_round / tiers`` clients a round (the paper's 6 per tier per round is
-  ``clients_per_round: 24`` with 4 tiers). The draw is ``derive_rng(seed, "fedoras-finetune", round)``.
+  unassigned (rounded up), drawn uniformly among those eligible for it; tier 0's model takes whoever is left. Each
+  model so gets about ``clients_per_round / tiers`` clients a round (the paper's 6 per tier per round is
+  ``clients_per_round: 24`` with 4 tiers); with at least one client per model in the cohort every quota is at least
+  one, and a model goes without only when no client eligible for it is left (too few of its tier and above were
+  sampled). The draw is ``derive_rng(seed, "fedoras-finetune", round)``.
 * **Evaluation and records.** Every model is scored on the whole test set each evaluated round: tier 0's model is the
   engine's main evaluation (``test_acc``: the realised path evaluated as the supernet's sub-model, ``eval_units``),
   tier ``t``'s is recorded as ``tier{t}`` in ``evals.csv`` and all of them in ``model_accs``; every client is scored on
