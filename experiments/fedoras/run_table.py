@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from rayfl.config import ExperimentConfig, FedorASFinetuneConfig
 from rayfl.config_loader import load_config
@@ -56,21 +57,21 @@ def finetune_only(base: ExperimentConfig, name: str, rounds: int, **algorithm: A
     return dataclasses.replace(base, name=f"fedoras_{name}", rounds=rounds, phases=(tuned,))
 
 
-def fjord_tiers(cfg: ExperimentConfig, summary: dict[str, Any], result: RunResult) -> list[dict[str, float]]:
-    """Per FjORD width (one per tier): the x p sub-model's last test accuracy, forward FLOPs and parameters."""
+def fjord_tiers(cfg: ExperimentConfig, evals: pd.DataFrame) -> list[dict[str, float]]:
+    """Per FjORD width (one per tier): the x p sub-model's last test accuracy (``evals.csv``), forward FLOPs and
+    parameters."""
     from rayfl.models.elastic.spec import SubModelSpec
 
-    setup = build_setup(cfg)
-    cost = build_clock(cfg, setup).oracle.elastic
-    family = build_clock(cfg, setup).oracle.family
+    oracle = build_clock(cfg, build_setup(cfg)).oracle
+    cost, family = oracle.elastic, oracle.family
     assert cost is not None and family is not None
-    last = max(e.round_idx for e in result.evals)
+    last = evals[evals.round_idx == evals.round_idx.max()]
     out = []
     for p in cfg.eval_widths:
         units = family.space.units(SubModelSpec.uniform(family.space, float(p)).ratios)
         c = cost.evaluate(np.array([units]))
-        acc = [e.test_acc for e in result.evals if e.round_idx == last and e.name == f"x{p:g}"]
-        out.append({"width": float(p), "test_acc": acc[0], "flops": float(c.flops[0]), "params": float(c.params[0])})
+        acc = float(last[last.name == f"x{p:g}"].test_acc.iloc[0])
+        out.append({"width": float(p), "test_acc": acc, "flops": float(c.flops[0]), "params": float(c.params[0])})
     return out
 
 
@@ -85,6 +86,7 @@ def main() -> None:
     parser.add_argument("--out", default=str(HERE / "results.md"))
     parser.add_argument("--output-dir", default="runs/fedoras")
     parser.add_argument("--smoke", action="store_true", help="two rounds per phase, to check the pipeline")
+    parser.add_argument("--fjord-run", help="take FjORD from this finished run of fjord.yaml instead of running it")
     args = parser.parse_args()
     out_dir = [f"output_dir={args.output_dir}"]
     shared = [o for o in args.overrides if o.startswith("model.")]
@@ -108,9 +110,16 @@ def main() -> None:
         "tier-aware FedAvg": base,
     }
     results = {label: run(cfg, label) for label, cfg in runs.items()}
-    fjord_cfg = load_config(HERE / "fjord.yaml", [*(["rounds=2"] if args.smoke else []), *out_dir])
-    fjord, fjord_summary = run(fjord_cfg, "FjORD")
-    fjord_rows = fjord_tiers(fjord_cfg, fjord_summary, fjord)
+    if args.fjord_run:
+        fjord_cfg = load_config(Path(args.fjord_run) / "config.yaml")
+        fjord_summary = json.loads((Path(args.fjord_run) / "summary.json").read_text())
+        evals = pd.read_csv(Path(args.fjord_run) / "evals.csv")
+    else:
+        fjord_cfg = load_config(HERE / "fjord.yaml", [*(["rounds=2"] if args.smoke else []), *out_dir])
+        fjord, fjord_summary = run(fjord_cfg, "FjORD")
+        assert fjord.run_dir is not None
+        evals = pd.read_csv(fjord.run_dir / "evals.csv")
+    fjord_rows = fjord_tiers(fjord_cfg, evals)
 
     lines = [
         "| tier | method | test acc | MFLOPs | params | path |",
