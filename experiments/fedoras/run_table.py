@@ -10,12 +10,14 @@ Runs, on one setting (synthetic images, LDA alpha = 1.0, 20 clients in 4 tiers b
 4. ``tier_aware.yaml``: tier-aware FedAvg (a random in-bracket path per tier, random initialisation);
 5. ``fjord.yaml``: FjORD (ordered dropout on a ResNet-18, tier t's clients up to width p_t).
 
-and writes a markdown table per tier (test accuracy, forward MFLOPs and parameters of the tier's model) with the
-simulated time of every phase, plus the accuracy each tier's chosen path had with the supernet's weights before
-fine-tuning. ``--set key=value`` overrides apply to cpu.yaml and, for ``model.*`` and ``phases.0.*`` keys of the
-supernet, to the baselines that share its search space (e.g. ``--set model.ops=[ds3_e1,mb3_e2,identity]``).
+and writes a markdown table per tier (test accuracy averaged over the last 5 rounds and at the last round, forward
+MFLOPs and parameters of the tier's model) with the simulated time of every phase, plus the accuracy each tier's
+chosen path had with the supernet's weights before fine-tuning. ``--set key=value`` overrides apply to cpu.yaml, and
+those of ``model.*`` also to the baselines that share its search space (e.g. all nine ops and six local epochs:
+``--set "model.ops=[conv1,ds3_e0.5,ds3_e1,ds3_e2,mb1_e2,mb3_e0.5,mb3_e1,mb3_e2,identity]" --set phases.0.epochs=6``).
 
     python experiments/fedoras/run_table.py [--set KEY=VALUE ...] [--out results.md] [--output-dir runs/fedoras]
+        [--fjord-run DIR]
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from rayfl.engine.build import build_clock, build_setup
 from rayfl.engine.driver import RunResult, run_experiment
 
 HERE = Path(__file__).parent
+RECENT = 5  # the table's accuracy: the mean over the last RECENT evaluated rounds
 
 
 def run(cfg: ExperimentConfig, label: str) -> tuple[RunResult, dict[str, Any]]:
@@ -57,6 +60,13 @@ def finetune_only(base: ExperimentConfig, name: str, rounds: int, **algorithm: A
     return dataclasses.replace(base, name=f"fedoras_{name}", rounds=rounds, phases=(tuned,))
 
 
+def recent_tier_accs(result: RunResult, last: int) -> np.ndarray:
+    """Each tier model's test accuracy averaged over the run's ``last`` evaluated rounds (``model_accs``): one
+    evaluation swings by a few points from round to round at this scale."""
+    rows = [r.model_accs.split() for r in result.records if r.model_accs]
+    return np.asarray(rows[-last:], dtype=np.float64).mean(axis=0)
+
+
 def fjord_tiers(cfg: ExperimentConfig, evals: pd.DataFrame) -> list[dict[str, float]]:
     """Per FjORD width (one per tier): the x p sub-model's last test accuracy (``evals.csv``), forward FLOPs and
     parameters."""
@@ -65,13 +75,20 @@ def fjord_tiers(cfg: ExperimentConfig, evals: pd.DataFrame) -> list[dict[str, fl
     oracle = build_clock(cfg, build_setup(cfg)).oracle
     cost, family = oracle.elastic, oracle.family
     assert cost is not None and family is not None
-    last = evals[evals.round_idx == evals.round_idx.max()]
     out = []
     for p in cfg.eval_widths:
         units = family.space.units(SubModelSpec.uniform(family.space, float(p)).ratios)
         c = cost.evaluate(np.array([units]))
-        acc = float(last[last.name == f"x{p:g}"].test_acc.iloc[0])
-        out.append({"width": float(p), "test_acc": acc, "flops": float(c.flops[0]), "params": float(c.params[0])})
+        accs = evals[evals.name == f"x{p:g}"].sort_values("round_idx").test_acc.to_numpy()
+        out.append(
+            {
+                "width": float(p),
+                "test_acc": float(accs[-1]),
+                "recent_acc": float(accs[-RECENT:].mean()),
+                "flops": float(c.flops[0]),
+                "params": float(c.params[0]),
+            }
+        )
     return out
 
 
@@ -94,7 +111,7 @@ def main() -> None:
     short = ["rounds=2", "phases.0.rounds=2"] if args.smoke else []
 
     fedoras_cfg = load_config(HERE / "cpu.yaml", [*args.overrides, *smoke, *out_dir])
-    _, fedoras_summary = run(fedoras_cfg, "FedorAS")
+    fedoras, fedoras_summary = run(fedoras_cfg, "FedorAS")
     phases = fedoras_summary["phases"]
     searched, tuned = phases[1]["result"]["tiers"], phases[2]["result"]["tiers"]
     paths = tuple(tuple(t["path"]) for t in tuned)
@@ -121,21 +138,24 @@ def main() -> None:
         evals = pd.read_csv(fjord.run_dir / "evals.csv")
     fjord_rows = fjord_tiers(fjord_cfg, evals)
 
+    recent = {"FedorAS": recent_tier_accs(fedoras, RECENT)}
+    recent.update({label: recent_tier_accs(result, RECENT) for label, (result, _) in results.items()})
     lines = [
-        "| tier | method | test acc | MFLOPs | params | path |",
-        "|---|---|---|---|---|---|",
+        f"| tier | method | test acc (mean of last {RECENT} rounds) | final | MFLOPs | params | path |",
+        "|---|---|---|---|---|---|---|",
     ]
     for tier, row in enumerate(tuned):
         entries = [("FedorAS", row), ("supernet weights, no fine-tuning", searched[tier])]
         for label, (_, summary) in results.items():
             entries.append((label, summary["phases"][0]["result"]["tiers"][tier]))
         for label, t in entries:
+            mean = f"{100 * recent[label][tier]:.1f} %" if label in recent else "-"
             acc, mflops, path = 100 * t["test_acc"], t["flops"] / 1e6, " ".join(t["path"])
-            lines.append(f"| {tier} | {label} | {acc:.1f} % | {mflops:.2f} | {t['params']:,.0f} | {path} |")
+            lines.append(f"| {tier} | {label} | {mean} | {acc:.1f} % | {mflops:.2f} | {t['params']:,.0f} | {path} |")
         f = fjord_rows[tier]
         lines.append(
-            f"| {tier} | FjORD (x{f['width']:g}) | {100 * f['test_acc']:.1f} % | {f['flops'] / 1e6:.2f} "
-            f"| {f['params']:,.0f} | ResNet-18 at x{f['width']:g} |"
+            f"| {tier} | FjORD (x{f['width']:g}) | {100 * f['recent_acc']:.1f} % | {100 * f['test_acc']:.1f} % "
+            f"| {f['flops'] / 1e6:.2f} | {f['params']:,.0f} | ResNet-18 at x{f['width']:g} |"
         )
     lines += ["", "Simulated time per phase:", ""]
     lines.append(f"- FedorAS: {phase_times(fedoras_summary)}")

@@ -129,9 +129,9 @@ class FedorASFinetune(Algorithm):
         for tier, (config, path) in enumerate(zip(configs, paths, strict=True)):
             if self.config.init == "random":
                 weights = initial_model_params(config, ctx.input_spec, ctx.seed, tier)
-            else:
-                names = [n for n in family.space.layouts if family.space.present(n, family.units_of_path(path))]
-                weights = {n: supernet[n].detach().clone() for n in names}
+            else:  # the path's tensors of the supernet, by name (the realised model names them alike)
+                units, space = family.units_of_path(path), family.space
+                weights = {n: supernet[n].detach().clone() for n in space.layouts if space.present(n, units)}
             params.update({model_key(tier, n): v for n, v in weights.items()})
         state = FinetuneState(tiers, tuple(tuple(int(o) for o in p) for p in paths), self.config.init)
         return ServerState(params=params, round_idx=round_idx, algo_state=state, models=configs)
