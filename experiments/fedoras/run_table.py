@@ -12,8 +12,9 @@ Runs, on one setting (synthetic images, LDA alpha = 1.0, 20 clients in 4 tiers b
 
 and writes a markdown table per tier (test accuracy averaged over the last 5 rounds and at the last round, forward
 MFLOPs and parameters of the tier's model) with the simulated time of every phase, plus the accuracy each tier's
-chosen path had with the supernet's weights before fine-tuning. ``--set key=value`` overrides apply to cpu.yaml, and
-those of ``model.*`` also to the baselines that share its search space (e.g. all nine ops and six local epochs:
+chosen path had with the supernet's weights before fine-tuning. ``--set key=value`` overrides apply to cpu.yaml;
+``seed`` and ``data.*`` ones to every run, ``model.*`` ones also to the baselines in the supernet's space (e.g. all
+nine ops and six local epochs:
 ``--set "model.ops=[conv1,ds3_e0.5,ds3_e1,ds3_e2,mb1_e2,mb3_e0.5,mb3_e1,mb3_e2,identity]" --set phases.0.epochs=6``).
 
     python experiments/fedoras/run_table.py [--set KEY=VALUE ...] [--out results.md] [--output-dir runs/fedoras]
@@ -106,7 +107,8 @@ def main() -> None:
     parser.add_argument("--fjord-run", help="take FjORD from this finished run of fjord.yaml instead of running it")
     args = parser.parse_args()
     out_dir = [f"output_dir={args.output_dir}"]
-    shared = [o for o in args.overrides if o.startswith("model.")]
+    common = [o for o in args.overrides if o.startswith(("seed=", "data."))]  # every run's setting
+    shared = [*common, *(o for o in args.overrides if o.startswith("model."))]  # runs in the supernet's space
     smoke = ["rounds=6", "phases.0.rounds=2", "phases.1.rounds=2", "phases.2.rounds=2"] if args.smoke else []
     short = ["rounds=2", "phases.0.rounds=2"] if args.smoke else []
 
@@ -132,7 +134,7 @@ def main() -> None:
         fjord_summary = json.loads((Path(args.fjord_run) / "summary.json").read_text())
         evals = pd.read_csv(Path(args.fjord_run) / "evals.csv")
     else:
-        fjord_cfg = load_config(HERE / "fjord.yaml", [*(["rounds=2"] if args.smoke else []), *out_dir])
+        fjord_cfg = load_config(HERE / "fjord.yaml", [*common, *(["rounds=2"] if args.smoke else []), *out_dir])
         fjord, fjord_summary = run(fjord_cfg, "FjORD")
         assert fjord.run_dir is not None
         evals = pd.read_csv(fjord.run_dir / "evals.csv")
