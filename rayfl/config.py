@@ -43,7 +43,9 @@ __all__ = [
     "FedSlimConfig",
     "FedTransConfig",
     "FedorASConfig",
+    "FedorASFinetuneConfig",
     "FedorASSearchConfig",
+    "FedorASTiersConfig",
     "FemnistCNNConfig",
     "FjORDConfig",
     "HeteroFLConfig",
@@ -239,6 +241,9 @@ class SupernetConfig:
     blocks_per_stage: tuple[int, ...] = (2, 2, 2)
     width_mult: float = bounded(1.5, gt=0.0)
     ops: tuple[str, ...] = SUPERNET_OPS
+    # A realised path (FedorAS's per-tier models): one op of ``ops`` per searchable block; the model then holds only
+    # those ops, a stand-alone network whose tensors have the supernet's names. Empty: the whole supernet.
+    path: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -425,22 +430,33 @@ class ModelSearchConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
-class FedorASConfig:
-    """FedorAS supernet training (paper 003 Sec. 3.2-3.3, App. D.4; ALGORITHMS.md section 10).
+class FedorASTiersConfig:
+    """FedorAS's device tiers (paper 003 App. D.4 and App. I): ``len(shares)`` tiers holding these shares of the
+    clients. ``by: shares``: a seeded shuffle of the clients cut at the shares (the official code's 4 x 25 %);
+    ``by: compute``: the clients ranked by their compute speed (``system.compute`` at the first round's check-in,
+    slowest first, ties in seeded random order) and cut at the same shares, so faster devices are in higher tiers
+    (App. I's allocation from a device-capability trace). The FLOPs bracket of tier ``t`` comes from the sorted FLOPs
+    of ``bracket_paths`` random paths (lower limit: the quantile ``bracket_low`` of their cumulative sum, upper: the
+    quantile ``bracket_high``, split evenly; the top tier ends at the supernet's largest path)."""
 
-    Tiers: clients split into ``len(tier_shares)`` tiers by these shares of a seeded shuffle (the official code's
-    4 x 25 %); the FLOPs
-    bracket of tier ``t`` comes from the sorted FLOPs of ``bracket_paths`` random paths (lower limit: the quantile
-    ``bracket_low`` of their cumulative sum, upper: the quantile ``bracket_high``, split evenly; the top tier ends at
-    the supernet's largest path). Per round one subspace whose parameters fit ``subspace_params`` (0: half of the
-    supernet's parameters, the paper's ResNet-18-sized limit for its 22.3 M supernet) is sent to every client
-    (Eq. 2); every batch trains one path drawn within the client's tier FLOPs (Eq. 3-4); OPA aggregation (Eq. 5)."""
-
-    name: Literal["fedoras"] = "fedoras"
-    tier_shares: tuple[float, ...] = (0.25, 0.25, 0.25, 0.25)
+    by: Literal["shares", "compute"] = "shares"
+    shares: tuple[float, ...] = (0.25, 0.25, 0.25, 0.25)
     bracket_paths: int = bounded(100_000, ge=10)
     bracket_low: float = bounded(0.0, ge=0.0, lt=1.0)
     bracket_high: float = bounded(0.95, gt=0.0, le=1.0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FedorASConfig:
+    """FedorAS supernet training (paper 003 Sec. 3.2-3.3, App. D.4; ALGORITHMS.md section 10).
+
+    Clients are split into ``tiers``, each with a FLOPs bracket. Per round one subspace whose parameters fit
+    ``subspace_params`` (0: half of the supernet's parameters, the paper's ResNet-18-sized limit for its 22.3 M
+    supernet) is sent to every client (Eq. 2); every batch trains one path drawn within the client's tier FLOPs
+    (Eq. 3-4); OPA aggregation (Eq. 5)."""
+
+    name: Literal["fedoras"] = "fedoras"
+    tiers: FedorASTiersConfig = field(default_factory=FedorASTiersConfig)
     subspace_params: int = bounded(0, ge=0)
     eval_path: Literal["largest", "smallest"] = "largest"  # the path the engine evaluates after each round
 
@@ -466,6 +482,24 @@ class FedorASSearchConfig:
     eval_batch_size: int = bounded(256, ge=1)
     workers: int = bounded(2, ge=1)
     server_gflops: float = bounded(1000.0, gt=0.0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FedorASFinetuneConfig:
+    """FedorAS's per-tier fine-tuning (paper 003 Sec. 3.3, official ``finetune.py``): one stand-alone model per tier
+    (its path realised, ``model.path``), all trained in one run with FedAvg, tier ``t``'s model on the clients of tier
+    ``t`` and every higher tier. ``architectures``: ``searched`` takes each tier's best path from the preceding search
+    phase; ``random`` draws one valid path per tier inside its FLOPs bracket (the paper's tier-aware FedAvg baseline,
+    Fig. 3); ``given`` uses ``paths`` (one list of op names per tier). ``init``: ``supernet`` copies the weights from
+    the supernet (FedorAS), ``random`` initialises every model afresh (the paper's rand-init baseline, Tab. 5).
+    ``tiers``: the tiers of a run that starts with this phase; after a FedorAS phase they are inherited (leave it
+    unset)."""
+
+    name: Literal["fedoras_finetune"] = "fedoras_finetune"
+    architectures: Literal["searched", "random", "given"] = "searched"
+    paths: tuple[tuple[str, ...], ...] = ()
+    init: Literal["supernet", "random"] = "supernet"
+    tiers: FedorASTiersConfig | None = None
 
 
 COLUMN_RATIOS = (0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0)  # columns of 1/8 of the network (paper 004)
@@ -601,6 +635,7 @@ AlgorithmConfig = (
     | ModelSearchConfig
     | FedorASConfig
     | FedorASSearchConfig
+    | FedorASFinetuneConfig
     | FedResCuEConfig
     | FedSeqConfig
     | FedRushConfig
@@ -621,6 +656,7 @@ ALGORITHM_CONFIGS: dict[str, type[Any]] = {
     "model_search": ModelSearchConfig,
     "fedoras": FedorASConfig,
     "fedoras_search": FedorASSearchConfig,
+    "fedoras_finetune": FedorASFinetuneConfig,
     "fedrescue": FedResCuEConfig,
     "fedseq": FedSeqConfig,
     "fedrush": FedRushConfig,
@@ -814,11 +850,17 @@ class CheckpointConfig:
 # ---------------------------------------------------------------------------------------------- experiment
 @dataclass(frozen=True, kw_only=True)
 class PhaseConfig:
-    """One phase of a multi-phase run (``rayfl/engine/phases.py``): its own algorithm for ``rounds`` rounds."""
+    """One phase of a multi-phase run (``rayfl/engine/phases.py``): its own algorithm for ``rounds`` rounds, and
+    optionally its own clients per round, client learning rate and local epochs (FedorAS trains its supernet and
+    fine-tunes with different figures, paper 003 Tab. 7-8); the learning-rate schedule runs over the phase's own
+    rounds, and the clock prices the phase's epochs."""
 
     name: str = "phase"
     rounds: int = bounded(1, ge=1)
     algorithm: AlgorithmConfig = field(default_factory=FedAvgConfig, metadata={"tagged": ALGORITHM_CONFIGS})
+    clients_per_round: int = bounded(0, ge=0)  # 0: the run's clients_per_round
+    lr: float = bounded(0.0, ge=0.0)  # 0: train.lr
+    epochs: int = bounded(0, ge=0)  # 0: train.epochs
 
 
 @dataclass(frozen=True, kw_only=True)

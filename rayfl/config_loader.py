@@ -32,14 +32,11 @@ import yaml
 
 from rayfl.config import (
     FLOAT32_MAX,
-    SUPERNET_OPS,
     CellNetConfig,
     ExperimentConfig,
-    FedorASConfig,
-    FedorASSearchConfig,
     FedTransConfig,
-    SupernetConfig,
 )
+from rayfl.config_fedoras import fedoras_problems
 
 __all__ = [
     "DATA_INPUTS",
@@ -648,14 +645,12 @@ def _semantic_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:
         problems.append((("model", "name"), _modality_reason(cfg.model.name, need, cfg.data.name, given)))
     elif "image" in (need, given) and cfg.train.sequence_loss == "all":
         problems.append((("train", "sequence_loss"), _sequence_loss_reason(cfg)))
-    if cfg.clients_per_round > cfg.data.num_clients > 0:
-        # iid/dirichlet make exactly num_clients clients; natural partitions keep at most that many
-        problems.append(
-            (
-                ("clients_per_round",),
-                f"{cfg.clients_per_round} exceeds data.num_clients={cfg.data.num_clients}: lower clients_per_round",
-            )
-        )
+    per_round: list[tuple[KeyPath, int]] = [(("clients_per_round",), cfg.clients_per_round)]
+    per_round += [(("phases", i, "clients_per_round"), p.clients_per_round) for i, p in enumerate(cfg.phases)]
+    for at, count in per_round:
+        if count > cfg.data.num_clients > 0:
+            # iid/dirichlet make exactly num_clients clients; natural partitions keep at most that many
+            problems.append((at, f"{count} exceeds data.num_clients={cfg.data.num_clients}: lower {at[-1]}"))
     problems.extend(_resource_problems(cfg))
     problems.extend(_algorithm_problems(cfg))
     problems.extend(_phase_problems(cfg))
@@ -708,39 +703,13 @@ def _cellnet_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:
     return problems
 
 
-def _follows_fedoras(cfg: ExperimentConfig, at: KeyPath) -> bool:
-    """The section at ``at`` is a phase after a FedorAS phase (``algorithm`` itself is unused when phases exist)."""
-    if at == ("algorithm",):
-        return bool(cfg.phases)
-    index = int(at[1])
-    return index > 0 and isinstance(cfg.phases[index - 1].algorithm, FedorASConfig | FedorASSearchConfig)
-
-
 def _phase_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:
-    """Phases' rounds add up to ``rounds``; the supernet's ops are known ones; FedorAS tier shares sum to 1."""
+    """Phases' rounds add up to ``rounds``; FedorAS's supernet, tiers and phase order (``config_fedoras.py``)."""
     problems: list[tuple[KeyPath, str]] = []
     if cfg.phases and sum(p.rounds for p in cfg.phases) != cfg.rounds:
         total = sum(p.rounds for p in cfg.phases)
         problems.append((("rounds",), f"must equal the phases' rounds ({total}), got {cfg.rounds}"))
-    if isinstance(cfg.model, SupernetConfig):
-        for i, op in enumerate(cfg.model.ops):
-            if op not in SUPERNET_OPS:
-                problems.append((("model", "ops", i), f"unknown op {op!r}; known: {', '.join(SUPERNET_OPS)}"))
-        if not cfg.model.blocks_per_stage or min(cfg.model.blocks_per_stage) < 1:
-            problems.append((("model", "blocks_per_stage"), "must list at least one stage of at least one block"))
-    sections: list[tuple[KeyPath, object]] = [(("algorithm",), cfg.algorithm)]
-    sections += [(("phases", i, "algorithm"), p.algorithm) for i, p in enumerate(cfg.phases)]
-    for at, algo in sections:
-        if isinstance(algo, FedorASConfig | FedorASSearchConfig) and not isinstance(cfg.model, SupernetConfig):
-            problems.append(((*at, "name"), f"{algo.name!r} needs model.name: supernet, got {cfg.model.name!r}"))
-        if isinstance(algo, FedorASSearchConfig) and not _follows_fedoras(cfg, at):
-            problems.append(((*at, "name"), "'fedoras_search' must follow a 'fedoras' phase"))
-        if isinstance(algo, FedorASConfig):
-            shares = algo.tier_shares
-            if not shares or min(shares) <= 0.0 or abs(sum(shares) - 1.0) > 1e-6:
-                problems.append(((*at, "tier_shares"), f"must be positive and sum to 1, got {list(shares)}"))
-            if algo.bracket_low >= algo.bracket_high:
-                problems.append(((*at, "bracket_low"), "must be below bracket_high"))
+    problems.extend(fedoras_problems(cfg))
     return problems
 
 
@@ -775,8 +744,9 @@ def run_name_problem(name: str) -> str:
 
 
 def check_clients_per_round(cfg: ExperimentConfig, num_clients: int) -> None:
-    """After loading: ``clients_per_round`` fits the clients the data really has (natural partitions drop users)."""
-    if cfg.clients_per_round > num_clients:
+    """After loading: ``clients_per_round`` (and each phase's) fits the clients the data really has (natural
+    partitions drop users)."""
+    if max([cfg.clients_per_round, *(p.clients_per_round for p in cfg.phases)]) > num_clients:
         raise ConfigError(
             f"{cfg.clients_per_round} exceeds the {num_clients} clients data '{cfg.data.name}' has after loading "
             "(users below data.min_samples are dropped): lower clients_per_round or data.min_samples",

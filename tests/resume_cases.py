@@ -76,7 +76,7 @@ LINKS = LinkConfig(error_rate=ResourceConfig(source="uniform", low=0.1, high=0.3
 NESTED = ("fedrescue", "fedseq", "fedrush", "fedslim")
 
 # Methods whose defaults do not make a tiny, state-rich run: server momentum (optimizer state), distillation,
-# a search pool that grows. FedorAS's two phases run as the three-phase run of tests/helpers_fedoras.py.
+# a search pool that grows. FedorAS's phases run as the three-phase run of tests/helpers_fedoras.py.
 SPECIAL: dict[str, Any] = {
     "fedavg": FedAvgConfig(server_lr=0.9, server_momentum=0.5),
     "heterofl": HeteroFLConfig(distill=DISTILL),
@@ -84,7 +84,7 @@ SPECIAL: dict[str, Any] = {
     # models added after rounds 0 and 1: a resume lands between and after the family's growth
     "fedtrans": FedTransConfig(force_rounds=(0, 1), alpha=0.5, gamma=1, doc_step=1),
 }
-PHASED = ("fedoras", "fedoras_search")
+PHASED = ("fedoras", "fedoras_search", "fedoras_finetune")
 SYNTHETIC = DataConfig(name="synthetic", partition="iid", num_clients=8, synthetic_samples=16)
 
 
@@ -96,7 +96,7 @@ def case(name: str, data: FederatedDataset | None, rounds: int = 4) -> Experimen
     """A tiny, written, checkpointed run of algorithm ``name`` (every round checkpointed, all checkpoints kept); with
     ``data`` None its data is the config's own synthetic set (for runs started from a YAML file)."""
     checkpoint = CheckpointConfig(every=1, keep=1000)
-    if name in PHASED:  # supernet 2 rounds, search 3, supernet 2
+    if name in PHASED:  # supernet 2 rounds, search 3, per-tier fine-tuning 2
         phased = fedoras_tiny_config(kind="local", num_hosts=2)
         last = dataclasses.replace(phased.phases[-1], rounds=2)
         return dataclasses.replace(phased, rounds=7, phases=(*phased.phases[:-1], last), checkpoint=checkpoint)

@@ -10,6 +10,7 @@ from rayfl.algorithms.fedavg import FedAvg
 from rayfl.algorithms.feddropout import FedDropout
 from rayfl.algorithms.fedhen import Decouple, FedHeN, NoSide
 from rayfl.algorithms.fedoras import FedorAS
+from rayfl.algorithms.fedoras_finetune import FedorASFinetune
 from rayfl.algorithms.fedoras_search import FedorASSearch
 from rayfl.algorithms.fedrescue import FedResCuE, FedRush, FedSeq
 from rayfl.algorithms.fedrolex import FedRolex
@@ -36,6 +37,7 @@ __all__ = [
     "FedSlim",
     "FedTrans",
     "FedorAS",
+    "FedorASFinetune",
     "FedorASSearch",
     "FjORD",
     "HeteroFL",
@@ -56,6 +58,7 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
     "model_search": ModelSearchAlgorithm,
     "fedoras": FedorAS,
     "fedoras_search": FedorASSearch,
+    "fedoras_finetune": FedorASFinetune,
     "fedrescue": FedResCuE,
     "fedseq": FedSeq,
     "fedrush": FedRush,

@@ -24,7 +24,7 @@ draw randomness only from the task's derived generators. Algorithms never import
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -78,6 +78,9 @@ class ServerContext:
     # creates models (FedTrans) prices them with, exactly as the clock will
     oracle: CostOracle | None = None
     eval_widths: tuple[float, ...] = ()  # the x p sub-models the engine evaluates (``eval_widths``), named ``x{p:g}``
+    # every client's compute speed (FLOP/s; inf when unconstrained) at the first round's check-in, in client-id order
+    # (FedorAS's tiers by compute); None when the engine did not provide it
+    compute_flops_per_s: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -179,6 +182,15 @@ class Algorithm:
         """A client's weight in the reducer's mean."""
         return float(num_examples)
 
+    def train_flops(
+        self, round_idx: int, views: Sequence[ClientView], assignments: Mapping[int, Assignment]
+    ) -> np.ndarray | None:
+        """Each client's FLOPs of local training this round (aligned with ``views``) for the clock's modelled compute
+        time, when the algorithm knows them better than the cost model (its assigned model's training FLOPs per
+        sample times the samples it trains); ``None`` (the default): the cost model's. FedorAS trains one path of a
+        larger subspace per batch, so it counts its paths' FLOPs."""
+        return None
+
     def server_update(self, state: ServerState, round_idx: int, aggregate: Aggregate) -> ServerState:
         """The next global state from the round's aggregate; the default adopts the mean."""
         return ServerState(
@@ -268,16 +280,28 @@ class Algorithm:
         task: TrainTask,
         optimizer: ClientOptimizer,
         params: Sequence[nn.Parameter],
+        batch_idx: int,
     ) -> torch.Tensor:
         """Everything ``local_train`` does with one batch, returning the loss it reports: by default one step of
         ``optimizer`` on ``backward_step``'s gradients (clipped to ``grad_clip_norm``). Methods that take several
-        steps per batch, or update only part of the model in a step (FedResCuE), override this."""
+        steps per batch, update only part of the model in a step (FedResCuE), or draw something per batch (FedorAS's
+        path, keyed on ``batch_idx``: the client's batches this round counted from 0 over all epochs, see
+        ``batch_sizes``) override this."""
         optimizer.zero_grad(set_to_none=True)
         loss = self.backward_step(model, x, y, task)
         if self.train.grad_clip_norm > 0:
             nn.utils.clip_grad_norm_(params, self.train.grad_clip_norm)
         optimizer.step()
         return loss
+
+    def batch_sizes(self, num_examples: int) -> list[int]:
+        """The size of every batch ``local_train`` trains a client of ``num_examples`` examples on, in order: ``epochs``
+        passes over the data in batches of ``batch_size`` (the last one of a pass smaller), stopped after
+        ``max_steps`` batches. A method can thus replay what each batch did from the task alone (FedorAS's counts)."""
+        cfg = self.train
+        one_pass = [min(cfg.batch_size, num_examples - lo) for lo in range(0, num_examples, cfg.batch_size)]
+        sizes = one_pass * cfg.epochs
+        return sizes[: cfg.max_steps] if cfg.max_steps else sizes
 
     def local_train(
         self,
@@ -302,16 +326,18 @@ class Algorithm:
         opt = self.make_optimizer(params, task.lr)
         model.train()
         n = len(labels)
-        steps, loss_sum = 0, 0.0
-        for _epoch in range(cfg.epochs):
-            order = torch.randperm(n, generator=gen)
-            for start in range(0, n, cfg.batch_size):
-                if cfg.max_steps and steps >= cfg.max_steps:
-                    break
-                idx = order[start : start + cfg.batch_size].to(device)
-                loss = self.train_batch(model, inputs[idx], labels[idx], task, opt, params)
-                loss_sum += float(loss.detach())
-                steps += 1
+        sizes = self.batch_sizes(n)
+        per_epoch = -(-n // cfg.batch_size)
+        loss_sum = 0.0
+        order = torch.zeros(0, dtype=torch.long)
+        for batch_idx, size in enumerate(sizes):
+            start = (batch_idx % per_epoch) * cfg.batch_size
+            if start == 0:  # a new epoch: a fresh permutation of the client's examples
+                order = torch.randperm(n, generator=gen)
+            idx = order[start : start + size].to(device)
+            loss = self.train_batch(model, inputs[idx], labels[idx], task, opt, params, batch_idx)
+            loss_sum += float(loss.detach())
+        steps = len(sizes)
         values = {k: v.detach().clone() for k, v in model.state_dict().items() if v.is_floating_point()}
         return ClientUpdate(
             client_id=task.client_id,

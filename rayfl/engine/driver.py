@@ -124,7 +124,9 @@ def run_experiment(
                 assignments, state = algorithm.assign_with_state(state, round_idx, views)
                 server_s = time.perf_counter() - round_start
                 # 3. Plan: who fits, who fails, how long each takes; only clients that can finish are run.
-                plan = clock.plan(round_idx, views, assignments, state.models)
+                work = algorithm.train_flops(round_idx, views, assignments)  # None: the model's FLOPs x samples
+                train = schedule.train(cfg.train, round_idx)  # a phase may train with its own epochs
+                plan = clock.plan(round_idx, views, assignments, state.models, train, work)
                 lr = schedule.lr(cfg.train, round_idx)
                 tasks = [
                     train_task(v.client_id, round_idx, cfg.seed, lr, assignments[v.client_id], state, plan.link(i))

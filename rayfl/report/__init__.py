@@ -21,6 +21,7 @@ from rayfl.report.paper import (
     table3_markdown,
     utilisation_markdown,
 )
+from rayfl.report.phases import phases_markdown
 from rayfl.report.plots import XAxis, plot_accuracy, plot_client_accuracy
 from rayfl.report.runs import RunRecords, load_run, unique_labels
 from rayfl.report.tables import cost_table, markdown_table, system_table
@@ -64,7 +65,8 @@ def report(
       and ``accuracy_vs_sim_hours_<setting>.png`` (Figure 12);
     * ``report.md`` — the returned Markdown text (a heading, the table, the client-accuracy and training-cost table
       when some run recorded training MACs or per-client accuracies, with the paper layouts Table 3 and the
-      utilisation table, links to the plots, and each run's per-round system table).
+      utilisation table, links to the plots, each multi-phase run's phases with their per-tier results, and each
+      run's per-round system table).
 
     Args:
         run_dirs: the run directories to compare, in table/legend order.
@@ -104,6 +106,10 @@ def report(
             pngs.append(box)
     if paper:
         pngs += _paper_sections(runs, target, sections)
+    for label, run in zip(unique_labels(runs), runs, strict=True):
+        phases = phases_markdown(run)
+        if phases is not None:
+            sections += [f"## {label}: phases", "", phases]
     for label, run in zip(unique_labels(runs), runs, strict=True):
         table = system_table(run)
         if table is not None:

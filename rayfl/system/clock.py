@@ -150,9 +150,13 @@ class SimClock:
         views: Sequence[ClientView],
         assignments: Mapping[int, Assignment],
         models: Sequence[ModelConfig] = (),
+        train: TrainConfig | None = None,
+        train_flops: np.ndarray | None = None,
     ) -> ClientPlan:
         """``models``: the architectures of a multi-model run's global models (``ServerState.models``), so each
-        client's costs are those of the model it was assigned."""
+        client's costs are those of the model it was assigned; ``train``: this round's local training when it is not
+        the run's (a phase with its own epochs); ``train_flops``: each client's training FLOPs when the algorithm
+        counts them itself (``Algorithm.train_flops``), instead of the model's FLOPs per sample times its samples."""
         clients = np.array([v.client_id for v in views], dtype=np.int64)
         n = len(clients)
         costs = self.oracle.model_costs([assignments[int(c)] for c in clients], models)
@@ -168,12 +172,12 @@ class SimClock:
         draws = self.links.draw(round_idx, clients, self.now)
         sent_down, sent_up, cut_off = self._link_bytes(clients, assignments, draws, costs.bytes_down, costs.bytes_up)
         download = self.down.transfer_time(clients, t0, 8.0 * sent_down, round_idx)
-        samples = np.array([self._samples(v.num_examples) for v in views], dtype=np.float64)
+        samples = np.array([self._samples(v.num_examples, train or self.train) for v in views], dtype=np.float64)
         speed = self.compute.at(clients, self.now, round_idx)
-        train_flops = costs.train_flops_per_sample * samples
+        work = costs.train_flops_per_sample * samples if train_flops is None else np.asarray(train_flops, np.float64)
         flops_budget = np.array([v.compute_budget for v in views], dtype=np.float64)
         with np.errstate(divide="ignore", invalid="ignore"):
-            compute = np.where(np.isfinite(speed), train_flops / speed, 0.0)
+            compute = np.where(np.isfinite(speed), work / speed, 0.0)
         upload = self.up.transfer_time(clients, t0 + download + compute, 8.0 * sent_up, round_idx)
         # a client with no network at check-in (a zero-bandwidth span, or an all-zero trace) is offline this round
         available = (self.availability.at(clients, self.now, round_idx) >= 0.5) & (rate_down > 0) & (rate_up > 0)
@@ -191,7 +195,7 @@ class SimClock:
                 exceeded = "memory"
             elif comm_need_s[i] > self.cfg.comm_limit_s:
                 exceeded = "bandwidth"
-            elif train_flops[i] > flops_budget[i]:
+            elif work[i] > flops_budget[i]:
                 exceeded = "compute"
             elif need[i] > lowest[i]:
                 exceeded = "memory_dip"
@@ -223,7 +227,7 @@ class SimClock:
             failure=tuple(failure),
             over_budget=tuple(over_budget),
             links=tuple(draws) if self.links.enabled else (),
-            train_flops=train_flops,
+            train_flops=work,
         )
 
     def _link_bytes(
@@ -248,9 +252,10 @@ class SimClock:
             cut_off[i] = delivered(draw.down_run, n) == 0 and not draw.padding
         return down, up, cut_off
 
-    def _samples(self, num_examples: int) -> int:
+    @staticmethod
+    def _samples(num_examples: int, t: TrainConfig) -> int:
         """Samples a client processes in local training (epochs over its data, capped by ``max_steps``)."""
-        return samples_per_round(self.train, num_examples)
+        return samples_per_round(t, num_examples)
 
     def measured_compute(self, plan: ClientPlan, wall_s: Mapping[int, float]) -> ClientPlan:
         """With ``compute_time: measured``, replace modelled compute by measured training time x the scale."""
