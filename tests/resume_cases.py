@@ -21,12 +21,14 @@ import torch
 from rayfl.algorithms import ALGORITHMS
 from rayfl.config import (
     ALGORITHM_CONFIGS,
+    CellNetConfig,
     CheckpointConfig,
     CNNConfig,
     DataConfig,
     DistillConfig,
     ExperimentConfig,
     FedAvgConfig,
+    FedTransConfig,
     HeteroFLConfig,
     LinkConfig,
     ModelSearchConfig,
@@ -68,18 +70,21 @@ WALL_CLOCK_COLUMNS = [
 MODEL = CNNConfig(channels=(8, 16), norm="batch")  # batch norm: HeteroFL's static BN
 SIDE_EXIT = ResNetConfig(widths=(4, 8, 8, 8), norm="gn", side_exit=2, side_pool=2)  # FedHeN's simple model
 SIDE_EXIT_METHODS = ("fedhen", "noside", "decouple")
+CELLNET = CellNetConfig(channels=(4, 8))  # FedTrans grows a family of cellnets
 DISTILL = DistillConfig(enabled=True, iterations=2, batch_size=8)
 LINKS = LinkConfig(error_rate=ResourceConfig(source="uniform", low=0.1, high=0.3))
 NESTED = ("fedrescue", "fedseq", "fedrush", "fedslim")
 
 # Methods whose defaults do not make a tiny, state-rich run: server momentum (optimizer state), distillation,
-# a search pool that grows. FedorAS's two phases run as the three-phase run of tests/helpers_fedoras.py.
+# a search pool that grows. FedorAS's phases run as the three-phase run of tests/helpers_fedoras.py.
 SPECIAL: dict[str, Any] = {
     "fedavg": FedAvgConfig(server_lr=0.9, server_momentum=0.5),
     "heterofl": HeteroFLConfig(distill=DISTILL),
     "model_search": ModelSearchConfig(epsilon=0.3, t_max=3, distill=DISTILL),
+    # models added after rounds 0 and 1: a resume lands between and after the family's growth
+    "fedtrans": FedTransConfig(force_rounds=(0, 1), alpha=0.5, gamma=1, doc_step=1),
 }
-PHASED = ("fedoras", "fedoras_search")
+PHASED = ("fedoras", "fedoras_search", "fedoras_finetune")
 SYNTHETIC = DataConfig(name="synthetic", partition="iid", num_clients=8, synthetic_samples=16)
 
 
@@ -91,7 +96,7 @@ def case(name: str, data: FederatedDataset | None, rounds: int = 4) -> Experimen
     """A tiny, written, checkpointed run of algorithm ``name`` (every round checkpointed, all checkpoints kept); with
     ``data`` None its data is the config's own synthetic set (for runs started from a YAML file)."""
     checkpoint = CheckpointConfig(every=1, keep=1000)
-    if name in PHASED:  # supernet 2 rounds, search 3, supernet 2
+    if name in PHASED:  # supernet 2 rounds, search 3, per-tier fine-tuning 2
         phased = fedoras_tiny_config(kind="local", num_hosts=2)
         last = dataclasses.replace(phased.phases[-1], rounds=2)
         return dataclasses.replace(phased, rounds=7, phases=(*phased.phases[:-1], last), checkpoint=checkpoint)
@@ -99,7 +104,7 @@ def case(name: str, data: FederatedDataset | None, rounds: int = 4) -> Experimen
     cfg = dataclasses.replace(
         tiny_config(kind="local", num_hosts=2),
         rounds=rounds,
-        model=SIDE_EXIT if name in SIDE_EXIT_METHODS else MODEL,
+        model=SIDE_EXIT if name in SIDE_EXIT_METHODS else CELLNET if name == "fedtrans" else MODEL,
         algorithm=algorithm,
         checkpoint=checkpoint,
     )
@@ -121,10 +126,13 @@ def _budgets(cfg: ExperimentConfig, data: FederatedDataset | None, links: LinkCo
 def assert_same_run(a: Path, b: Path, a_result: RunResult | None = None, b_result: RunResult | None = None) -> None:
     """Two run directories hold the same records (wall-clock columns aside) and, given their results, the same final
     global state, bit for bit."""
-    for table in ("rounds", "clients", "evals"):
-        x, y = (pd.read_parquet(d / f"{table}.parquet") for d in (a, b))
-        x, y = (f.drop(columns=[c for c in WALL_CLOCK_COLUMNS if c in f.columns]) for f in (x, y))
-        pd.testing.assert_frame_equal(x, y, check_exact=True)
+    for table in ("rounds", "clients", "evals", "client_accs"):
+        parquet = [(d / f"{table}.parquet").exists() for d in (a, b)]
+        assert parquet[0] == parquet[1], table  # client_accs.parquet: only with per-client test data
+        if parquet[0]:
+            x, y = (pd.read_parquet(d / f"{table}.parquet") for d in (a, b))
+            x, y = (f.drop(columns=[c for c in WALL_CLOCK_COLUMNS if c in f.columns]) for f in (x, y))
+            pd.testing.assert_frame_equal(x, y, check_exact=True)
         xc, yc = (pd.read_csv(d / f"{table}.csv", keep_default_na=False) for d in (a, b))
         xc, yc = (f.drop(columns=[c for c in WALL_CLOCK_COLUMNS if c in f.columns]) for f in (xc, yc))
         pd.testing.assert_frame_equal(xc, yc, check_exact=True)

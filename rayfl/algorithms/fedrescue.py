@@ -218,6 +218,7 @@ class FedResCuE(NestedWidthAlgorithm):
         task: TrainTask,
         optimizer: ClientOptimizer,
         params: Sequence[nn.Parameter],
+        batch_idx: int,
     ) -> torch.Tensor:
         """Algorithm 1 on one batch: a step per sampled ratio on its new columns, then one step on the whole model."""
         client = self.current_client()
@@ -232,7 +233,7 @@ class FedResCuE(NestedWidthAlgorithm):
             for units in units_list:
                 self._progressive_step(model, x, y, units, previous, teacher, alpha, optimizer, params)
                 previous = units if self.config.freeze else None
-        return super().train_batch(model, x, y, task, optimizer, params)
+        return super().train_batch(model, x, y, task, optimizer, params, batch_idx)
 
     def _progressive_step(
         self,

@@ -19,7 +19,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["FederatedDataset", "InputKind", "LazyRows", "Rows", "from_client_arrays"]
+__all__ = ["FederatedDataset", "InputKind", "LazyRows", "Rows", "from_client_arrays", "hold_out_client_tests"]
 
 InputKind = Literal["tokens", "image"]
 
@@ -181,3 +181,27 @@ def from_client_arrays(
         client_names=client_names,
         meta=dict(meta or {}),
     )
+
+
+def hold_out_client_tests(ds: FederatedDataset, fraction: float, rng: np.random.Generator) -> FederatedDataset:
+    """``ds`` with ``round(fraction x n)`` of every client's ``n`` samples (at least one when ``n >= 2``, never all)
+    moved to its own test set, chosen by one permutation per client drawn from ``rng`` in client order; the test set
+    becomes the union of the clients' (``data.client_test_fraction``)."""
+    if ds.test_offsets is not None:
+        raise ValueError(f"data {ds.name!r} already has per-client test sets; data.client_test_fraction applies to "
+                         "data without them (set it to 0)")  # fmt: skip
+    train: list[tuple[np.ndarray, np.ndarray]] = []
+    test: list[tuple[np.ndarray, np.ndarray]] = []
+    for client in range(ds.num_clients):
+        x, y = ds.client_train(client)
+        n = len(y)
+        k = min(max(round(fraction * n), 1 if n >= 2 else 0), max(n - 1, 0))
+        order = rng.permutation(n)
+        keep, held = np.sort(order[k:]), np.sort(order[:k])
+        train.append((x[keep], y[keep]))
+        test.append((x[held], y[held]))
+    meta = {**ds.meta, "client_test_fraction": fraction}
+    return from_client_arrays(
+        ds.name, ds.input_kind, ds.num_classes, train, np.asarray(ds.x_test), ds.y_test, test=test,
+        client_names=ds.client_names, meta=meta,
+    )  # fmt: skip

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from rayfl.algorithms import Algorithm
 from rayfl.algorithms.base import ServerContext
 from rayfl.algorithms.payloads import Params
@@ -144,6 +146,9 @@ def bind_algorithm(cfg: ExperimentConfig, setup: Setup, clock: SimClock) -> None
             cost=clock.oracle.elastic,
             dataset=setup.dataset,
             model=cfg.model,
+            oracle=clock.oracle,
+            eval_widths=cfg.eval_widths,
+            compute_flops_per_s=clock.compute.at(np.arange(setup.dataset.num_clients), 0.0, 0),
         )
     )
 

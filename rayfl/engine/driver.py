@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from rayfl.algorithms.base import Algorithm, RoundStats
 from rayfl.algorithms.payloads import Aggregate, Assignment, ClientOutcome, LinkDraw, ServerState, TrainTask
@@ -27,14 +28,15 @@ from rayfl.engine.build import bind_algorithm, build_backend, build_clock, prepa
 from rayfl.engine.checkpoint import CheckpointStore
 from rayfl.engine.guard import NonFiniteError, NonFiniteGuard, all_finite
 from rayfl.engine.multieval import (
+    client_accuracies,
     device_accuracy,
     evaluate_models,
     model_fields,
-    named_accuracies,
+    named_evaluations,
     width_structures,
 )
 from rayfl.engine.phases import PhaseSchedule
-from rayfl.engine.records import ClientRecord, EvalRecord, RoundRecord, RunWriter, make_run_dir
+from rayfl.engine.records import ClientAccRecord, ClientRecord, EvalRecord, RoundRecord, RunWriter, make_run_dir
 from rayfl.engine.resume import RunProgress, load_resume_point, resume_progress, take_snapshot
 from rayfl.engine.sampling import sample_clients
 from rayfl.engine.server_tasks import build_task_pool
@@ -81,7 +83,27 @@ def run_experiment(
 
     SIGINT or SIGTERM stops a written run after the round in progress, with a checkpoint, and raises
     ``RunInterrupted`` (``engine/stop.py``); too many non-finite rounds in a row raise ``NonFiniteError``
-    (``engine/guard.py``). However the run ends, its record files and ``summary.json`` agree."""
+    (``engine/guard.py``). However the run ends, its record files and ``summary.json`` agree.
+
+    The driver's own torch work (server updates, distillation, static BN, search, in-process evaluation) runs at
+    ``backend.server_threads`` intra-op threads, restored afterwards: a float sum's order depends on the thread
+    count, and the records must not depend on the machine or on ``OMP_NUM_THREADS``."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(cfg.backend.server_threads)
+    try:
+        return _run(cfg, write, callbacks, dataset, cache_dir, resume)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run(
+    cfg: ExperimentConfig,
+    write: bool,
+    callbacks: Sequence[RoundCallback],
+    dataset: FederatedDataset | None,
+    cache_dir: Path | None,
+    resume: Path | None,
+) -> RunResult:
     start = time.perf_counter()
     point = load_resume_point(cfg, resume) if resume is not None else None  # refused before anything starts
     setup = prepare_run(cfg, dataset, cache_dir)  # with Ray: started meanwhile, data in the object store
@@ -129,7 +151,9 @@ def run_experiment(
                 assignments, state = algorithm.assign_with_state(state, round_idx, views)
                 server_s = time.perf_counter() - round_start
                 # 3. Plan: who fits, who fails, how long each takes; only clients that can finish are run.
-                plan = clock.plan(round_idx, views, assignments, state.models)
+                work = algorithm.train_flops(round_idx, views, assignments)  # None: the model's FLOPs x samples
+                train = schedule.train(cfg.train, round_idx)  # a phase may train with its own epochs
+                plan = clock.plan(round_idx, views, assignments, state.models, train, work)
                 lr = schedule.lr(cfg.train, round_idx)
                 tasks = [
                     train_task(v.client_id, round_idx, cfg.seed, lr, assignments[v.client_id], state, plan.link(i))
@@ -157,9 +181,10 @@ def run_experiment(
                 eval_start = time.perf_counter()
                 evals: list[EvalResult] | None = None
                 structure_evals: list[EvalRecord] = []
+                client_accs: list[ClientAccRecord] = []
                 device_acc = math.nan
                 if evaluated:
-                    run.last_eval, evals, structure_evals, device_acc = evaluate_round(
+                    run.last_eval, evals, structure_evals, device_acc, client_accs = evaluate_round(
                         cfg, backend, algorithm, state, clock, ds, round_idx
                     )
                 now = time.perf_counter()
@@ -190,8 +215,9 @@ def run_experiment(
                     **system_fields(plan.memory_util[plan.runs], plan.bandwidth_util[plan.runs], clients, stats),
                     server_train_s=stats.server_train_s,
                     phase=schedule.phase_at(round_idx).name,
-                    **model_fields(ds, evals, algorithm, state, outcomes),
+                    **model_fields(evals, state, outcomes, client_accs),
                     device_acc=device_acc,
+                    train_macs=float(plan.train_flops[plan.runs].sum()) / 2.0 if len(plan.train_flops) else 0.0,
                     faults=backend.take_faults(),
                     rolled_back=int(rolled_back),
                 )
@@ -209,6 +235,7 @@ def run_experiment(
                     eval_records.extend(structure_evals)
                     if writer is not None:
                         writer.append_evals(structure_evals)
+                        writer.append_client_accs(client_accs)
                         writer.append_clients(clients)
                         writer.append(record)
                         if pending is not None and run.store is not None:
@@ -254,9 +281,9 @@ def evaluate_round(
     clock: SimClock,
     ds: FederatedDataset,
     round_idx: int,
-) -> tuple[EvalResult, list[EvalResult], list[EvalRecord], float]:
-    """An evaluated round: the main evaluation, every global model's, the named structures' (``evals.csv`` rows)
-    and the average over devices' models."""
+) -> tuple[EvalResult, list[EvalResult], list[EvalRecord], float, list[ClientAccRecord]]:
+    """An evaluated round: the main evaluation, every global model's, the named structures' (``evals.csv`` rows),
+    the average over devices' models and, with per-client test data, each client's accuracy on its model."""
     eval_params = algorithm.eval_params(state)
     main = backend.evaluate(eval_params, algorithm.eval_units(state))
     evals = evaluate_models(backend, algorithm, state, main)
@@ -266,13 +293,15 @@ def evaluate_round(
             raise ValueError(f"eval_widths: {name!r} is also a structure {algorithm.name} evaluates")
         wanted = {**wanted, name: units}
     structures = {name: backend.evaluate(eval_params, units) for name, units in wanted.items()}
-    accs = named_accuracies(algorithm, state, evals, structures)
+    named_evals = named_evaluations(algorithm, state, evals, structures)
+    accs = {name: e.accuracy for name, e in named_evals.items()}
     named = [*structures.items(), *zip(algorithm.model_names(state)[1:], evals[1:], strict=True)]
     structure_evals = [EvalRecord(round_idx, n, e.accuracy, e.loss) for n, e in named]
     # every device of the run, with its budgets now, for the average over devices' models
     everyone = np.arange(ds.num_clients)
     census = clock.check_in(round_idx, everyone, [ds.num_examples(int(c)) for c in everyone])
-    return main, evals, structure_evals, device_accuracy(accs, algorithm, state, census)
+    client_accs = client_accuracies(ds, named_evals, algorithm, state, census, round_idx)
+    return main, evals, structure_evals, device_accuracy(accs, algorithm, state, census), client_accs
 
 
 _NOTHING = Aggregate(params={}, coverage={}, num_clients=0)
@@ -331,6 +360,7 @@ def client_records(
             p_down=links.get(int(c), (math.nan, math.nan))[0],
             p_up=links.get(int(c), (math.nan, math.nan))[1],
             model_id=assignments[int(c)].model_id,
+            train_macs=float(plan.train_flops[i]) / 2.0 if plan.failure[i] is None and len(plan.train_flops) else 0.0,
         )
         for i, c in enumerate(plan.client_id)
     ]
@@ -401,4 +431,8 @@ def _summary(
             if status == "finished":
                 raise
             log.exception("the phases' summary could not be made")
+    last = schedule.algorithm_at(min(max(run.next_round - 1, 0), cfg.rounds - 1))
+    extra = last.run_summary(run.state)  # the last phase's own figures under its name (FedTrans: the family it grew)
+    if extra:
+        summary[last.name] = extra
     return summary

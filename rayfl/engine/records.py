@@ -5,7 +5,8 @@ appended and flushed per round (so an interrupted run keeps every finished round
 rounds finish, and the Parquet files and ``summary.json`` once more when the run ends, however it ends (finished,
 stopped by a signal or by an error). ``evals.csv`` holds the further structures an algorithm has evaluated per round
 (``EvalRecord``: one row per round and name). A resumed run reopens its directory with ``RunWriter.reopen``, cutting
-the CSV files back to the lengths its checkpoint recorded.
+the CSV files back to the lengths its checkpoint recorded. ``client_accs.csv`` (data with per-client test
+sets) holds each client's accuracy per evaluated round (``ClientAccRecord``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,15 @@ from typing import Any, TextIO
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-__all__ = ["ClientRecord", "EvalRecord", "RoundRecord", "RunWriter", "check_run_name", "make_run_dir"]
+__all__ = [
+    "ClientAccRecord",
+    "ClientRecord",
+    "EvalRecord",
+    "RoundRecord",
+    "RunWriter",
+    "check_run_name",
+    "make_run_dir",
+]
 
 
 @dataclass(frozen=True)
@@ -76,6 +85,9 @@ class RoundRecord:
     checkpoint_s: float = math.nan
     # Ray actors (client hosts, parameter-server shards) that died during the round and whose work was re-run
     faults: int = 0
+    # multiply-accumulates of the round's local training over the clients that ran (3 x forward MACs x samples
+    # processed, paper 002's training cost)
+    train_macs: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -99,6 +111,20 @@ class ClientRecord:
     p_down: float = math.nan  # unstable links: width ratio of the model that arrived (NaN: perfect links, not run)
     p_up: float = math.nan  # and of the update that reached the server
     model_id: int = 0  # which global model it was assigned
+    train_macs: float = 0.0  # multiply-accumulates of its round's local training (planned; 0 when it did not run)
+
+
+@dataclass(frozen=True)
+class ClientAccRecord:
+    """One client's test accuracy in an evaluated round, on the model it would be assigned (data with per-client test
+    sets only): the average client accuracy's parts, and paper 002's per-client box plot."""
+
+    round_idx: int
+    client_id: int
+    model_id: int
+    evaluation: str  # the evaluation that scored it (``Algorithm.device_evals``: main, a model's or a structure's name)
+    test_acc: float
+    num_test: int
 
 
 @dataclass(frozen=True)
@@ -120,6 +146,7 @@ def _schema(cls: type) -> pa.Schema:
 _SCHEMA = _schema(RoundRecord)
 _CLIENT_SCHEMA = _schema(ClientRecord)
 _EVAL_SCHEMA = _schema(EvalRecord)
+_CLIENT_ACC_SCHEMA = _schema(ClientAccRecord)
 
 
 def check_run_name(name: str) -> str:
@@ -153,6 +180,7 @@ class _CsvTable:
 
     def __init__(self, run_dir: Path, name: str, cls: type, schema: pa.Schema, rows: list[Any] | None = None) -> None:
         self.name, self.cls, self.schema = name, cls, schema
+        self.optional = name in _OPTIONAL_PARQUET
         self.path = run_dir / f"{name}.csv"
         self.rows: list[Any] = [] if rows is None else rows
         names = [f.name for f in fields(cls)]
@@ -193,6 +221,8 @@ class _CsvTable:
         return os.fstat(self.file.fileno()).st_size
 
     def write_parquet(self, run_dir: Path) -> None:
+        if self.optional and not self.rows:  # client_accs: only runs with per-client test data have rows
+            return
         table = pa.Table.from_pylist([asdict(r) for r in self.rows], schema=self.schema)
         tmp = run_dir / f"{self.name}.parquet.tmp"
         pq.write_table(table, tmp)
@@ -208,7 +238,9 @@ _TABLES: tuple[tuple[str, type, pa.Schema], ...] = (
     ("rounds", RoundRecord, _SCHEMA),
     ("clients", ClientRecord, _CLIENT_SCHEMA),
     ("evals", EvalRecord, _EVAL_SCHEMA),
+    ("client_accs", ClientAccRecord, _CLIENT_ACC_SCHEMA),
 )
+_OPTIONAL_PARQUET = frozenset({"client_accs"})  # its Parquet file only when it has rows
 
 
 class RunWriter:
@@ -244,6 +276,13 @@ class RunWriter:
     @property
     def eval_rows(self) -> list[EvalRecord]:
         return self._tables["evals"].rows
+
+    @property
+    def client_acc_rows(self) -> list[ClientAccRecord]:
+        return self._tables["client_accs"].rows
+
+    def append_client_accs(self, records: list[ClientAccRecord]) -> None:
+        self._tables["client_accs"].append(records)
 
     def append_evals(self, records: list[EvalRecord]) -> None:
         self._tables["evals"].append(records)

@@ -3,11 +3,12 @@ continues an interrupted trial mid-run instead of starting it over.
 
 Every round whose record says a rayfl checkpoint was written (``checkpoint_bytes > 0``), the trial reports it to Tune
 with its metrics: a directory holding copies of the checkpoint's state file and manifest, plus ``rayfl.json`` (their
-names and the accuracy and loss the trial's metrics carry forward). Tune keeps the last few in its own storage. When
-Tune restores the trial, ``restore_into`` puts that checkpoint back into the trial's run directory, removing any
-later one there (the trial continues from what Tune reported, exactly as Tune's restore semantics say), and the trial
-resumes its run directory (``run_experiment(..., resume=run_dir)``), whose record files are cut back to the
-checkpoint. The trial's run directory is the same folder of the sweep as before (``<sweep>/trials/<trial>``).
+names and what the trial's metrics carry forward: the last accuracy and loss, client accuracy, MACs so far). Tune
+keeps the last few in its own storage. When Tune restores the trial, ``restore_into`` puts that checkpoint back into
+the trial's run directory, removing any later one there (the trial continues from what Tune reported, exactly as
+Tune's restore semantics say), and the trial resumes its run directory (``run_experiment(..., resume=run_dir)``),
+whose record files are cut back to the checkpoint. The trial's run directory is the same folder of the sweep as
+before (``<sweep>/trials/<trial>``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,18 +33,17 @@ class TrialCheckpoint:
 
     manifest: str
     state: str
-    test_acc: float
-    test_loss: float
+    carried: dict[str, float]  # ``RoundMetrics.carried`` when the checkpoint was reported
 
 
-def pack(run_dir: Path, rounds_done: int, into: Path, test_acc: float, test_loss: float) -> Path:
+def pack(run_dir: Path, rounds_done: int, into: Path, carried: Mapping[str, float]) -> Path:
     """Copy the checkpoint after ``rounds_done`` of ``run_dir`` into the empty folder ``into`` (for
     ``tune.Checkpoint.from_directory``); hard links where the file system allows, copies elsewhere."""
     stem = CheckpointStore.stem(rounds_done)
     source = run_dir / CHECKPOINT_DIR
     for name in (f"{stem}.state", f"{stem}.json"):
         _link_or_copy(source / name, into / name)
-    info = TrialCheckpoint(f"{stem}.json", f"{stem}.state", test_acc, test_loss)
+    info = TrialCheckpoint(f"{stem}.json", f"{stem}.state", dict(carried))
     (into / _INFO).write_text(json.dumps(info.__dict__))
     return into
 

@@ -43,9 +43,8 @@ class TuneReporter:
         if record.checkpoint_bytes <= 0:
             tune.report(metrics)
             return
-        acc, loss = self._metrics.carried
         with tempfile.TemporaryDirectory(prefix="rayfl-ckpt-") as tmp:
-            folder = pack(self._run_dir, record.round_idx + 1, Path(tmp), acc, loss)
+            folder = pack(self._run_dir, record.round_idx + 1, Path(tmp), self._metrics.carried)
             tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(str(folder)))  # copied before it returns
 
 
@@ -63,7 +62,7 @@ def run_trial(config: dict[str, Any], *, plan: TrialPlan) -> None:
     if checkpoint is not None and plan.mode != "search_only":
         with checkpoint.as_directory() as folder:
             info = restore_into(Path(folder), run_dir)
-        metrics.carry(info.test_acc, info.test_loss)
+        metrics.carry(info.carried)
         resume = run_dir
         log.info("trial %s: resuming from %s", trial_name, info.manifest)
     elif run_dir.exists():  # restarted from scratch (no checkpoint reported yet): its partial records go

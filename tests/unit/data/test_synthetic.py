@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import pickle
 from pathlib import Path
@@ -161,3 +162,19 @@ def test_synthetic_data_pickles_as_a_recipe() -> None:
     assert len(blob) < 20 * len(ds.y) + np.asarray(ds.x_test).nbytes + 100_000
     again = pickle.loads(blob)
     assert np.array_equal(np.asarray(again.x), np.asarray(ds.x))
+
+
+def test_client_test_fraction_holds_out_part_of_every_client() -> None:
+    cfg = DataConfig(name="synthetic", partition="dirichlet", num_clients=8, synthetic_samples=20)
+    whole = build_federated_dataset(cfg, 0)
+    split = build_federated_dataset(dataclasses.replace(cfg, client_test_fraction=0.25), 0)
+    assert split.test_offsets is not None and whole.test_offsets is None
+    tests, trains = np.diff(split.test_offsets), split.client_sizes()
+    np.testing.assert_array_equal(tests + trains, whole.client_sizes())  # every sample kept, on one side
+    assert np.all(tests == np.maximum(np.round(0.25 * whole.client_sizes()), 1))
+    assert len(split.y_test) == tests.sum()
+    for c in range(8):  # a client's test rows are its own samples
+        x_all, _ = whole.client_train(c)
+        x_test, _ = split.client_test(c)
+        own = {row.tobytes() for row in x_all}
+        assert all(row.tobytes() in own for row in x_test)

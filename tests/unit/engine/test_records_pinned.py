@@ -29,6 +29,8 @@ WALL_FIELDS = {"wall_time_s", "round_wall_s", "train_wall_s", "eval_wall_s", "se
 # runs (no faults, no roll-back, no checkpoint: the runs are not written)
 LATER_FIELDS = {"faults": 0, "rolled_back": 0, "checkpoint_bytes": 0}
 LATER_NAN_FIELDS = {"checkpoint_s"}
+# issue 14's training MACs per round (3 x forward MACs x samples): a new figure, checked in tests/unit/system
+LATER_FIGURES = {"train_macs"}
 
 PINNED = {
     "fedavg_iid": ("b2ba2b8d4356c954", "7fc860c300e8b548", 0.093),
@@ -66,7 +68,7 @@ def _config(name: str) -> ExperimentConfig:
 
 
 def _digests(result: RunResult) -> tuple[str, str, float]:
-    skip = WALL_FIELDS | set(LATER_FIELDS) | LATER_NAN_FIELDS
+    skip = WALL_FIELDS | set(LATER_FIELDS) | LATER_NAN_FIELDS | LATER_FIGURES
     rounds = [
         [(f.name, getattr(r, f.name)) for f in dataclasses.fields(r) if f.name not in skip] for r in result.records
     ]

@@ -19,9 +19,10 @@ from rayfl.engine.driver import run_experiment
 from tests.helpers import tiny_image_dataset
 from tests.resume_cases import assert_same_run, case, case_names, keep_checkpoints_up_to
 
-# where the resumed copy starts: mid-run; the phased FedorAS run (supernet 2 rounds, search 3, supernet 2) once inside
-# the search (its populations in the state) and once after it (its result, taken at the hand-over, in the checkpoint)
-RESUME_AFTER = {"fedoras": 3, "fedoras_search": 6}
+# where the resumed copy starts: mid-run; the phased FedorAS run (supernet 2 rounds, search 3, fine-tuning 2) once
+# inside the search (its populations in the state), once at the hand-over to fine-tuning (the search's result in the
+# checkpoint) and once inside fine-tuning (the tier models in the state)
+RESUME_AFTER = {"fedoras": 3, "fedoras_search": 5, "fedoras_finetune": 6}
 
 
 @pytest.fixture(scope="module")
