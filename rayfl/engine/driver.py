@@ -88,10 +88,12 @@ def run_experiment(
     The driver's own torch work (server updates, distillation, static BN, search, in-process evaluation) runs at
     ``backend.server_threads`` intra-op threads, restored afterwards: a float sum's order depends on the thread
     count, and the records must not depend on the machine or on ``OMP_NUM_THREADS``."""
+    given = [dataset]  # handed over, not held here: _run drops the loaded data once the object store has it
+    del dataset
     threads = torch.get_num_threads()
     torch.set_num_threads(cfg.backend.server_threads)
     try:
-        return _run(cfg, write, callbacks, dataset, cache_dir, resume)
+        return _run(cfg, write, callbacks, given, cache_dir, resume)
     finally:
         torch.set_num_threads(threads)
 
@@ -100,14 +102,14 @@ def _run(
     cfg: ExperimentConfig,
     write: bool,
     callbacks: Sequence[RoundCallback],
-    dataset: FederatedDataset | None,
+    given: list[FederatedDataset | None],
     cache_dir: Path | None,
     resume: Path | None,
 ) -> RunResult:
     start = time.perf_counter()
     point = load_resume_point(cfg, resume) if resume is not None else None  # refused before anything starts
-    setup = prepare_run(cfg, dataset, cache_dir)  # with Ray: started meanwhile, data in the object store
-    dataset = None  # on Ray the run keeps the object store's view (setup.dataset), not a copy given here
+    # on Ray the run keeps the object store's view (setup.dataset), not a reference to the data set given
+    setup = prepare_run(cfg, given.pop(), cache_dir)  # with Ray: started meanwhile, data in the object store
     ds, algorithm = setup.dataset, setup.algorithm
     try:
         check_clients_per_round(cfg, ds.num_clients)
