@@ -49,13 +49,11 @@ EXIT_NOT_FINITE = 3
 EXIT_ACTORS_FAILED = 4
 
 
-def _cmd_run(ns: argparse.Namespace) -> int:
-    from rayfl.engine.driver import run_experiment
-    from rayfl.engine.guard import NonFiniteError
-    from rayfl.engine.progress import ProgressLine
-    from rayfl.engine.stop import RunInterrupted
-    from rayfl.report import report
+# what ``rayfl run`` imports while Ray starts (torch and the engine, the report's pandas and matplotlib)
+_RUN_MODULES = ("rayfl.engine.driver", "rayfl.report")
 
+
+def _cmd_run(ns: argparse.Namespace) -> int:
     resume = Path(ns.resume) if ns.resume else None
     cfg = _load_resumed(resume, ns.args) if resume is not None else _load(*_split(ns.args))
     print(
@@ -63,8 +61,25 @@ def _cmd_run(ns: argparse.Namespace) -> int:
         f"{cfg.rounds} rounds, {cfg.clients_per_round} clients per round, backend {cfg.backend.kind}",
         flush=True,
     )
+    data = []
+    if cfg.backend.kind == "ray" and resume is None:  # a resume is checked before anything starts
+        from rayfl.engine.ray_session import prestart
+
+        # Ray's start waits on its processes: import and load the data meanwhile, and start the actors once it is up
+        data.append(prestart(cfg, _RUN_MODULES).dataset)
+    from rayfl.engine.driver import run_experiment
+    from rayfl.engine.guard import NonFiniteError
+    from rayfl.engine.progress import ProgressLine
+    from rayfl.engine.stop import RunInterrupted
+    from rayfl.report import report
+
     try:
-        result = run_experiment(cfg, callbacks=[ProgressLine(sys.stdout, cfg.rounds)], resume=resume)
+        result = run_experiment(
+            cfg,
+            callbacks=[ProgressLine(sys.stdout, cfg.rounds)],
+            resume=resume,
+            dataset=data.pop() if data else None,  # popped: the run keeps only the object store's view of it
+        )
     except RunInterrupted as stop:
         print(f"rayfl: {stop}", file=sys.stderr)
         print(f"results: {stop.run_dir} (records complete up to round {stop.rounds_done})")

@@ -837,6 +837,10 @@ class BackendConfig:
     # dead hosts and shards are restarted and their work re-run (engine/recovery.py); the run gives up when more
     # than this many actor failures happen in one round (0 = give up at the first)
     max_actor_failures: int = bounded(3, ge=0)
+    # keep the hosts and shards alive after the run for the next run in this process with the same layout
+    # (notebooks, scripts running several experiments); they keep their CPU reservations meanwhile
+    # (``engine/ray_pool.py``; released by ``rayfl.engine.ray_backend.release_warm_pool`` or ``shutdown_ray``)
+    keep_warm: bool = False
 
 
 # ------------------------------------------------------------------------------------------- checkpoints

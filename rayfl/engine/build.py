@@ -1,9 +1,11 @@
 """Explicit factories from a config to the run's parts: data, initial global parameters, algorithm, clock, backend.
 
 Start-up (``prepare_run``): with the Ray backend, Ray starts (or is reused) in the main thread while the data set,
-algorithm and initial model are built in a second thread, so the two largest start-up costs overlap. The data set is
-then put in the object store once, and the driver keeps the object store's zero-copy view of it instead of its own
-copy (``Setup.dataset_ref`` is what the hosts receive).
+algorithm and initial model are built in a second thread, and as soon as Ray is up the client hosts and shards are
+created (``ray_pool.take_pool``; a warm pool of the last run is taken instead), so their processes start and import
+torch while the data is still being prepared. The data set is then put in the object store once, and the driver
+keeps the object store's zero-copy view of it instead of its own copy (``Setup.dataset_ref`` is what the hosts
+receive, with ``Setup.pool`` in ``build_backend``).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class Setup:
     algorithm: Algorithm
     params: Params
     dataset_ref: Any = None  # the data set's Ray object reference once it is in the object store (``prepare_run``)
+    pool: Any = field(default=None, compare=False)  # the Ray backend's actors, started by ``prepare_run``
     # wall seconds of the start-up steps (``prepare_run``): ray_start_s, setup_s (data, algorithm, model), put_s
     startup_s: dict[str, float] = field(default_factory=dict, compare=False)
 
@@ -86,6 +89,7 @@ def prepare_run(cfg: ExperimentConfig, dataset: FederatedDataset | None = None, 
         setup = build_setup(cfg, dataset, cache_dir)
         return dataclasses.replace(setup, startup_s={"setup_s": time.perf_counter() - began})
     from rayfl.engine.ray_backend import ensure_ray, share
+    from rayfl.engine.ray_pool import take_pool
 
     timed: dict[str, float] = {}
 
@@ -96,17 +100,28 @@ def prepare_run(cfg: ExperimentConfig, dataset: FederatedDataset | None = None, 
         finally:
             timed["setup_s"] = time.perf_counter() - began
 
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rayfl-setup") as pool:
-        building = pool.submit(build)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rayfl-setup") as threads:
+        building = threads.submit(build)
         began = time.perf_counter()
         ensure_ray(cfg.backend)  # in the main thread: Ray's driver sets signal handlers
         timed["ray_start_s"] = time.perf_counter() - began
-        setup = building.result()  # a data error surfaces here, after Ray is up (which stays for the next run)
+        began = time.perf_counter()
+        try:
+            actors = take_pool(cfg.backend)  # created now: they start while the data is still being prepared
+        except BaseException:
+            building.cancel()
+            raise
+        timed["pool_s"] = time.perf_counter() - began
+        try:
+            setup = building.result()  # a data error surfaces here, after Ray is up (which stays for the next run)
+        except BaseException:
+            actors.release()
+            raise
     began = time.perf_counter()
     ref, view = share(setup.dataset)
     timed["put_s"] = time.perf_counter() - began
     log.debug("start-up: %s", {k: round(v, 3) for k, v in timed.items()})
-    return dataclasses.replace(setup, dataset=view, dataset_ref=ref, startup_s=timed)
+    return dataclasses.replace(setup, dataset=view, dataset_ref=ref, pool=actors, startup_s=timed)
 
 
 def build_clock(cfg: ExperimentConfig, setup: Setup) -> SimClock:
@@ -145,7 +160,7 @@ def _local_backend(setup: Setup, **kwargs: Any) -> Backend:
 def _ray_backend(setup: Setup, **kwargs: Any) -> Backend:
     from rayfl.engine.ray_backend import RayBackend  # imports Ray only when asked for
 
-    return RayBackend(dataset_ref=setup.dataset_ref, **kwargs)
+    return RayBackend(dataset_ref=setup.dataset_ref, pool=setup.pool, **kwargs)
 
 
 _BACKENDS: dict[str, Callable[..., Backend]] = {"local": _local_backend, "ray": _ray_backend}

@@ -88,10 +88,12 @@ def run_experiment(
     The driver's own torch work (server updates, distillation, static BN, search, in-process evaluation) runs at
     ``backend.server_threads`` intra-op threads, restored afterwards: a float sum's order depends on the thread
     count, and the records must not depend on the machine or on ``OMP_NUM_THREADS``."""
+    given = [dataset]  # handed over, not held here: _run drops the loaded data once the object store has it
+    del dataset
     threads = torch.get_num_threads()
     torch.set_num_threads(cfg.backend.server_threads)
     try:
-        return _run(cfg, write, callbacks, dataset, cache_dir, resume)
+        return _run(cfg, write, callbacks, given, cache_dir, resume)
     finally:
         torch.set_num_threads(threads)
 
@@ -100,19 +102,25 @@ def _run(
     cfg: ExperimentConfig,
     write: bool,
     callbacks: Sequence[RoundCallback],
-    dataset: FederatedDataset | None,
+    given: list[FederatedDataset | None],
     cache_dir: Path | None,
     resume: Path | None,
 ) -> RunResult:
     start = time.perf_counter()
     point = load_resume_point(cfg, resume) if resume is not None else None  # refused before anything starts
-    setup = prepare_run(cfg, dataset, cache_dir)  # with Ray: started meanwhile, data in the object store
+    # on Ray the run keeps the object store's view (setup.dataset), not a reference to the data set given
+    setup = prepare_run(cfg, given.pop(), cache_dir)  # with Ray: started meanwhile, data in the object store
     ds, algorithm = setup.dataset, setup.algorithm
-    check_clients_per_round(cfg, ds.num_clients)
-    clock = build_clock(cfg, setup)
-    bind_algorithm(cfg, setup, clock)
-    backend_start = time.perf_counter()
-    backend = build_backend(cfg, setup)
+    try:
+        check_clients_per_round(cfg, ds.num_clients)
+        clock = build_clock(cfg, setup)
+        bind_algorithm(cfg, setup, clock)
+        backend_start = time.perf_counter()
+        backend = build_backend(cfg, setup)
+    except BaseException:
+        if setup.pool is not None:  # the Ray actors prepare_run started (build_backend releases them itself)
+            setup.pool.release()
+        raise
     startup_s = {**setup.startup_s, "backend_s": time.perf_counter() - backend_start}
     schedule = PhaseSchedule(algorithm, cfg.rounds)  # one phase unless cfg.phases (engine/phases.py)
     pool = build_task_pool(cfg.backend)

@@ -1,6 +1,6 @@
 """Where the Ray backend's actors go: placement-group bundles, or Ray's SPREAD strategy.
 
-Three situations, one decision each (pure functions here; ``ray_backend.py`` applies them):
+Three situations, one decision each (pure functions here; ``ray_pool.py`` applies them):
 
 * **Inside a placement group** (a Ray Tune trial, or any task started in one): the group was sized for the run, so
   every actor is pinned to its own bundle and asks for exactly what it was given. The layout (``trial_bundles`` in

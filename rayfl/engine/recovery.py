@@ -6,7 +6,7 @@ What Ray does, and what this module does on top (issue 12, item 2):
   (SIGKILL, the kernel's or Ray's OOM killer, its node lost), Ray starts a new one in the same slot (the same
   placement-group bundle) and re-runs its constructor with the same arguments. Those are small on purpose: a host's
   data set is not one of them but travels, as an object-store reference, with every call (``RayClientHost`` in
-  ``ray_backend.py``), and the host builds itself from it on the first call that finds it unbuilt. Ray 2.60 does not
+  ``ray_pool.py``), and the host builds itself from it on the first call that finds it unbuilt. Ray 2.60 does not
   keep a restartable actor's object-store constructor arguments alive (ray-project/ray#53727: measured, the restart
   fails with ``ReferenceCountingAssertionError`` once the driver dropped the reference) and logs an error for every
   run that has such an actor; a reference carried by the calls has neither problem. A host holds nothing that later

@@ -66,7 +66,7 @@ def run_sweep(
     import ray
     from ray import tune
 
-    from rayfl.engine.ray_backend import ensure_ray
+    from rayfl.engine.ray_backend import ensure_ray, release_warm_pool
 
     began = time.perf_counter()
     cfg = sweep.config
@@ -80,6 +80,7 @@ def run_sweep(
         sweep_dir = resume.absolute()
     plan = dataclasses.replace(sweep.plan, trials_dir=sweep_dir / "trials")
     started = ensure_ray(sweep.checked[0].backend)
+    release_warm_pool()  # a warm pool of an earlier run in this process would hold CPUs the trials need
     try:
         _check_fits(plan, sweep, ray.cluster_resources())
         if resume is None:

@@ -38,7 +38,7 @@ from rayfl.config_loader import load_config
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine import build as build_module
 from rayfl.engine import driver as driver_module
-from rayfl.engine import ray_backend as ray_backend_module
+from rayfl.engine import ray_pool as ray_pool_module
 from rayfl.engine.driver import RunResult, run_experiment
 from rayfl.engine.param_server import ParamServerShard
 from rayfl.engine.records import RoundRecord
@@ -277,7 +277,7 @@ def test_a_killed_parameter_server_shard_is_replaced_and_the_run_is_unchanged(
     data = tiny_image_dataset()
     want = _local(cfg, data)
     # each shard reduces once a round: its second reduction is round 1's
-    monkeypatch.setattr(ray_backend_module, "ParamServerShard", pausing_shard(Pause(str(tmp_path), "reduce"), 2))
+    monkeypatch.setattr(ray_pool_module, "ParamServerShard", pausing_shard(Pause(str(tmp_path), "reduce"), 2))
     killer = Killer(tmp_path, "reduce", instrumented)
     with caplog.at_level(logging.WARNING, logger="rayfl.engine.recovery"):
         got = _run_ray(cfg, data, instrumented)

@@ -38,7 +38,6 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch import nn
-from torch.utils.flop_counter import FlopCounterMode
 
 from rayfl.models.elastic.family import CostUnit, ElasticFamily
 
@@ -73,6 +72,10 @@ def saved_tensors(module: nn.Module, x: torch.Tensor) -> tuple[list[torch.Tensor
         if id(t) not in param_ids and id(base) not in param_ids:
             saved[id(base)] = base  # holding the reference keeps ids unique while we count
         return t
+
+    # imported here: torch's FLOP counter pulls in triton (about 60 ms and 20 MiB PSS per process), which client
+    # hosts and shards never need; only the driver's cost model measures layers
+    from torch.utils.flop_counter import FlopCounterMode
 
     counter = FlopCounterMode(display=False)
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), counter:

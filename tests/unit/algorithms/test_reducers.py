@@ -126,12 +126,16 @@ def test_numpy_shard_side_equals_the_torch_reducer_bit_for_bit() -> None:
 
 
 def test_process_roles_import_only_what_they_need() -> None:
-    """A parameter-server shard's process (its module and the numpy partials it receives) loads no torch; a client's
-    training loads torch but not torch._dynamo, which torch.optim imports on first use (82 MiB and seconds)."""
+    """A parameter-server shard's process (its module and the numpy partials it receives) loads no torch, nor does
+    the module that starts Ray (the CLI imports the driver while Ray starts); a client host loads torch but not
+    triton, which torch's FLOP counter imports (20 MiB), and its training not torch._dynamo, which torch.optim
+    imports on first use (82 MiB and seconds)."""
     code = (
         "import sys\n"
-        "import rayfl.engine.param_server, rayfl.partials\n"
-        "assert 'torch' not in sys.modules, 'a shard imports torch'\n"
+        "import rayfl.engine.param_server, rayfl.partials, rayfl.engine.ray_session\n"
+        "assert 'torch' not in sys.modules, 'a shard or the Ray start imports torch'\n"
+        "import rayfl.engine.ray_pool\n"
+        "assert 'triton' not in sys.modules, 'a client host imports triton'\n"
         "import torch\n"
         "from torch import nn\n"
         "from rayfl.algorithms.optim import client_optimizer\n"
