@@ -280,7 +280,9 @@ class DistillConfig:
     teacher being the current global model; ``copies`` (rayfl's earlier variant, kept for comparison) trains a copy
     of each sub-net with its own Adam against the global model frozen at the round's start and then replaces every
     covered element by the copies' mean. ``optimizer_state`` (``shared`` only): ``round`` starts Adam afresh each
-    round, ``run`` keeps its moments across rounds in ``ServerState.opt_state``.
+    round, ``run`` keeps its moments across rounds in ``ServerState.opt_state``. ``teacher`` (``shared`` only):
+    ``step`` is the paper's ``W^{t-1}``, the global model before each step; ``round`` freezes it at the aggregated
+    model for the whole round (an ablation: the teacher no longer moves with the weights it shares).
     """
 
     enabled: bool = False
@@ -292,6 +294,7 @@ class DistillConfig:
     ratios: tuple[float, ...] = ()
     update: Literal["shared", "copies"] = "shared"
     optimizer_state: Literal["round", "run"] = "round"
+    teacher: Literal["step", "round"] = "step"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -23,6 +23,9 @@ Choices where the paper is open:
   the paper's server re-creates the optimizer in each distillation; ``run`` keeps the moments and step counts in
   ``ServerState.opt_state`` (``distill/exp_avg``, ``distill/exp_avg_sq``, ``distill/steps``, flat over the model's
   parameters in ``state_dict`` order), so checkpoints carry them.
+* **Teacher** (``distill.teacher``): ``step`` (default) is Eq. (2)'s ``W^{t-1}``, the global weights before each
+  step, so the teacher moves with the weights it shares with the students; ``round`` keeps the aggregated model of
+  the round as a frozen teacher (an ablation, as the ``copies`` variant's teacher).
 * **Non-finite gradients.** An iteration whose summed gradient is not finite takes no step (logged): one diverging
   sub-net must not poison the global model.
 """
@@ -187,7 +190,9 @@ class SharedDistillation:
             leaves[name].grad = g  # backward adds into the flat gradient buffer
         shared: dict[str, torch.Tensor] = {**params, **leaves}
         prefix = "inner." if tokens else ""
-        self.teacher, _ = _net(family, family.full_units, shared, tokens, prefix)
+        # step: the teacher runs on the live weights (W^{t-1} at each step); round: on the aggregated model, frozen
+        teacher_weights = shared if cfg.teacher == "step" else {n: v.detach().clone() for n, v in params.items()}
+        self.teacher, _ = _net(family, family.full_units, teacher_weights, tokens, prefix)
         self.teacher.module.eval()
         self.noise_shape = noise_shape(full, input_spec, cfg.batch_size)
         count = torch.zeros_like(self.flat)
@@ -212,7 +217,7 @@ class SharedDistillation:
         self.grad.zero_()
         for student, x in zip(self.students, batches, strict=True):
             with torch.no_grad():
-                soft = self.teacher(x)  # W^{t-1}: the global weights before this iteration's step
+                soft = self.teacher(x)  # teacher step: W^{t-1}, the global weights before this iteration's step
             loss = kd_loss(student(x), soft, self.cfg.temperature)
             loss.backward()  # type: ignore[no-untyped-call]  # torch stubs leave backward untyped
         return self.grad * self.inverse

@@ -3,6 +3,8 @@ families: oracle tests of the shared-weights update against hand-computed gradie
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -241,6 +243,16 @@ def test_the_teacher_is_the_global_model_of_the_previous_iteration(resnet: ResNe
     assert max(float((fresh[k] - frozen[k]).abs().max()) for k in second) > 1e-3  # the check can tell them apart
     for name in second:
         torch.testing.assert_close(second[name], fresh[name], rtol=1e-4, atol=1e-6, msg=name)
+    # the ablation teacher: round freezes it at the aggregated model W^0
+    ablation = SharedDistillation(
+        resnet, params, dataclasses.replace(cfg, teacher="round"), structures, input_spec=IMAGES, opt_state={}
+    )
+    gen = derive_torch_generator(0, "x")
+    ablation.step(ablation.gradient([torch.randn(ablation.noise_shape, generator=gen) for _ in structures]))
+    assert all(torch.equal(ablation.result()[0][k], moved[k]) for k in moved)  # the same first step
+    second_round = ablation.named(ablation.gradient(batches))
+    for name in second_round:
+        torch.testing.assert_close(second_round[name], frozen[name], rtol=1e-4, atol=1e-6, msg=name)
 
 
 def test_lazy_adam_equals_torch_adam_on_covered_elements_and_leaves_the_rest_with_their_moments() -> None:
