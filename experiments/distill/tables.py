@@ -20,6 +20,7 @@ METHODS = (
     ("model_search", "Ours (w/)"),
     ("model_search-no-distill", "Ours (w/o)"),
     ("model_search-copies", "Ours (w/, copy-and-average distillation)"),
+    ("model_search-frozen", "Ours (w/, Eq. 2 with the teacher frozen per round)"),
     ("heterofl-distill", "HeteroFL (w/)"),
     ("heterofl", "HeteroFL (w/o)"),
     ("fedrolex", "FedRolex"),

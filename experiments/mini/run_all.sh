@@ -8,7 +8,8 @@
 #
 # Environment: METHODS, the methods to run, space separated (default: all of them): largest smallest heterofl
 # heterofl-distill fedrolex feddropout anycostfl fjord model_search-no-distill model_search model_search-copies
-# (the core method with the earlier copy-and-average distillation, `algorithm.distill.update=copies`).
+# (the core method with the earlier copy-and-average distillation, `algorithm.distill.update=copies`)
+# model_search-frozen (Eq. 2 with the teacher frozen for the round, `algorithm.distill.teacher=round`).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 CFG=experiments/mini/shakespeare_bert.yaml
@@ -51,6 +52,7 @@ for method in $METHODS; do
     model_search-no-distill) run model_search-no-distill algorithm.distill.enabled=false "$@" ;;
     model_search) run model_search "$@" ;;
     model_search-copies) run model_search-copies algorithm.distill.update=copies "$@" ;;
+    model_search-frozen) run model_search-frozen algorithm.distill.teacher=round "$@" ;;
     *) echo "unknown method '$method'" >&2; exit 2 ;;
   esac
 done

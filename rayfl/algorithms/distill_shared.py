@@ -19,8 +19,9 @@ Choices where the paper is open:
   moments stay as they are; the bias correction uses each element's own count of steps taken. With the optimizer
   state kept for one round (the default) this is exactly ``torch.optim.Adam`` on the covered elements, since an
   uncovered element's gradient and moments stay 0. Betas and epsilon are PyTorch's defaults (0.9, 0.999, 1e-8).
-* **Optimizer state lifetime** (``distill.optimizer_state``): ``round`` (default) starts Adam afresh every round, as
-  the paper's server re-creates the optimizer in each distillation; ``run`` keeps the moments and step counts in
+* **Optimizer state lifetime** (``distill.optimizer_state``): the paper does not say. ``round`` (default) starts Adam
+  afresh every round: Algorithm 1 is a self-contained procedure run after each aggregation, and between two of its
+  calls the clients replace the weights the moments describe. ``run`` keeps the moments and step counts in
   ``ServerState.opt_state`` (``distill/exp_avg``, ``distill/exp_avg_sq``, ``distill/steps``, flat over the model's
   parameters in ``state_dict`` order), so checkpoints carry them.
 * **Teacher** (``distill.teacher``): ``step`` (default) is Eq. (2)'s ``W^{t-1}``, the global weights before each
