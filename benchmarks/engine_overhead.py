@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -45,8 +46,11 @@ def workload(rounds: int, kind: str, hosts: int) -> ExperimentConfig:
     )
 
 
-def pure_compute_s(cfg: ExperimentConfig, rounds: int, part: int = 0, parts: int = 1) -> float:
-    """Seconds of the bare training loop for the same clients, one thread, no framework.
+def pure_compute_s(
+    cfg: ExperimentConfig, rounds: int, part: int = 0, parts: int = 1, clock: Callable[[], float] = time.perf_counter
+) -> float:
+    """Seconds of the bare training loop for the same clients, one thread, no framework (wall seconds, or CPU seconds
+    with ``clock=time.process_time``).
 
     With ``parts > 1`` only every ``parts``-th sampled client (offset ``part``) is trained, so that ``parts`` copies
     running side by side cover the round between them.
@@ -62,14 +66,14 @@ def pure_compute_s(cfg: ExperimentConfig, rounds: int, part: int = 0, parts: int
     for round_idx in range(-1, rounds):  # round -1 warms up and is not counted
         for cid in sample_clients(cfg.seed, max(round_idx, 0), ds.num_clients, cfg.clients_per_round)[part::parts]:
             x, y = ds.client_train(int(cid))
-            start = time.perf_counter()
+            start = clock()
             with torch.no_grad():
                 for name, tensor in model.state_dict().items():
                     tensor.copy_(params[name])
             task = TrainTask(int(cid), max(round_idx, 0), cfg.seed, cfg.train.lr, Assignment())
             algo.local_train(model, x, y, task, spec)
             if round_idx >= 0:
-                total += time.perf_counter() - start
+                total += clock() - start
     return total
 
 

@@ -1,9 +1,11 @@
 """``rayfl`` command line: parse, build, run. No logic beyond wiring.
 
 rayfl run [FILE] [key=value ...]      run an experiment (no FILE: the embedded default)
+rayfl run --resume RUN_DIR [k=v ...]  continue a stopped run from its newest checkpoint
 rayfl validate FILE [key=value ...]   check a config without running it
 rayfl search FILE [key=value ...]     search-only run: assign models to budgets for the rounds, no training
 rayfl sweep [--check] FILE [key=value]  a Ray Tune sweep (key=value: sweep fields; base.KEY=V: the base experiment)
+rayfl sweep --resume SWEEP_DIR        continue an interrupted sweep (finished trials kept, others resumed)
 rayfl data prepare shakespeare        build the embedded default data set into the cache
 rayfl report RUN_DIR [RUN_DIR ...]    markdown table and accuracy plot of finished runs (--paper: paper 000's layouts)
 rayfl traces record|show|import|synth resource traces: record this machine, inspect, convert, generate
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import signal
 import sys
 from importlib import resources
 from pathlib import Path
@@ -39,30 +42,74 @@ def _load(path: str | None, overrides: list[str]):  # type: ignore[no-untyped-de
     return load_config(path, overrides)
 
 
+# exit codes of ``rayfl run`` besides 0 (finished with a finite model) and 2 (bad input): a non-finite final model or a
+# run stopped by the non-finite guard (3); Ray actors that kept dying (4); a run stopped by a signal exits 128 + the
+# signal number (130 SIGINT, 143 SIGTERM)
+EXIT_NOT_FINITE = 3
+EXIT_ACTORS_FAILED = 4
+
+
 def _cmd_run(ns: argparse.Namespace) -> int:
     from rayfl.engine.driver import run_experiment
+    from rayfl.engine.guard import NonFiniteError
     from rayfl.engine.progress import ProgressLine
+    from rayfl.engine.stop import RunInterrupted
     from rayfl.report import report
 
-    path, overrides = _split(ns.args)
-    cfg = _load(path, overrides)
+    resume = Path(ns.resume) if ns.resume else None
+    cfg = _load_resumed(resume, ns.args) if resume is not None else _load(*_split(ns.args))
     print(
-        f"rayfl: running {cfg.name!r}: {cfg.algorithm_label} on {cfg.data.name}, {cfg.rounds} rounds, "
-        f"{cfg.clients_per_round} clients per round, backend {cfg.backend.kind}",
+        f"rayfl: {'resuming' if resume else 'running'} {cfg.name!r}: {cfg.algorithm_label} on {cfg.data.name}, "
+        f"{cfg.rounds} rounds, {cfg.clients_per_round} clients per round, backend {cfg.backend.kind}",
         flush=True,
     )
-    result = run_experiment(cfg, callbacks=[ProgressLine(sys.stdout, cfg.rounds)])
+    try:
+        result = run_experiment(cfg, callbacks=[ProgressLine(sys.stdout, cfg.rounds)], resume=resume)
+    except RunInterrupted as stop:
+        print(f"rayfl: {stop}", file=sys.stderr)
+        print(f"results: {stop.run_dir} (records complete up to round {stop.rounds_done})")
+        return 128 + stop.signum
+    except NonFiniteError as err:
+        print(f"rayfl: error: {err}", file=sys.stderr)
+        return EXIT_NOT_FINITE
     acc, base = result.final_eval.accuracy, result.baseline_acc
     print(
         f"final test accuracy {100 * acc:.2f}% (most-frequent-label baseline {100 * base:.2f}%) "
         f"on {result.final_eval.num_samples} test samples"
     )
+    failed = [r for r in result.records if r.clients_sampled > 0 and r.clients_failed == r.clients_sampled]
+    if failed:
+        print(
+            f"rayfl: warning: every sampled client failed in {len(failed)} of {len(result.records)} rounds (the model "
+            "did not change in them): see the failure columns of clients.csv",
+            file=sys.stderr,
+        )
     if result.run_dir is not None:
         _, pngs = report([result.run_dir], result.run_dir)
         print(f"results: {result.run_dir}")
         for png in pngs:
             print(f"plot: {png}")
-    return 0 if math.isfinite(acc) else 1
+    if not result.model_finite or not math.isfinite(acc):
+        print("rayfl: error: the final model is not finite (or scores NaN)", file=sys.stderr)
+        return EXIT_NOT_FINITE
+    return 0
+
+
+def _load_resumed(run_dir: Path, args: list[str]):  # type: ignore[no-untyped-def]
+    """A run directory's own config with ``key=value`` overrides (checked against it when the run starts)."""
+    from rayfl.config_loader import ConfigError
+
+    path, overrides = _split(args)
+    if path is not None:
+        raise ConfigError(
+            f"--resume reads the run's own config.yaml, so {path!r} is not needed: give only key=value overrides "
+            "(backend.*, checkpoint.*)",
+            file=str(run_dir),
+        )
+    config = run_dir / "config.yaml"
+    if not config.is_file():
+        raise ConfigError("not a run directory (no config.yaml): give the directory a run wrote", file=str(run_dir))
+    return _load(str(config), overrides)
 
 
 def _cmd_validate(ns: argparse.Namespace) -> int:
@@ -99,9 +146,20 @@ def _percent(value: float) -> str:
 
 
 def _cmd_sweep(ns: argparse.Namespace) -> int:
+    from rayfl.config_loader import ConfigError
     from rayfl.tune import load_sweep, run_sweep
 
-    sweep = load_sweep(ns.file, ns.overrides)
+    resume = Path(ns.resume) if ns.resume else None
+    if resume is not None:
+        from rayfl.tune.sweep import load_resumed_sweep
+
+        if ns.file is not None or ns.overrides:
+            raise ConfigError("--resume runs the sweep as it was started: give no file or overrides", file=ns.resume)
+        sweep, overrides = load_resumed_sweep(resume)
+    elif ns.file is None:
+        raise ConfigError("give a sweep file (or --resume SWEEP_DIR)", file="rayfl sweep")
+    else:
+        sweep, overrides = load_sweep(ns.file, ns.overrides), list(ns.overrides)
     print(
         f"rayfl: sweep {sweep.name!r} ({sweep.config.mode}): {len(sweep.params)} swept keys, search "
         f"{sweep.config.search}, {sweep.config.num_samples} sample(s); {len(sweep.checked)} trial configs checked",
@@ -109,11 +167,18 @@ def _cmd_sweep(ns: argparse.Namespace) -> int:
     )
     if ns.check:
         return 0
-    result = run_sweep(sweep, overrides=ns.overrides, verbose=1 if ns.verbose else 0)
+    result = run_sweep(sweep, overrides=overrides, verbose=1 if ns.verbose else 0, resume=resume)
     print(result.markdown)
     print(f"results: {result.sweep_dir} ({result.wall_s:.1f} s)")
     for path in result.files:
         print(f"wrote: {path}")
+    if result.unfinished:
+        print(
+            f"rayfl: sweep interrupted with {result.unfinished} trial(s) unfinished; resume with: rayfl sweep --resume "
+            f"{result.sweep_dir}",
+            file=sys.stderr,
+        )
+        return 128 + signal.SIGINT
     return 0 if not (result.table["status"] == "error").any() else 1
 
 
@@ -145,6 +210,12 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run an experiment")
     run.add_argument("args", nargs="*", metavar="FILE | key=value")
+    run.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
+        default=None,
+        help="continue a stopped run in its directory from its newest checkpoint (key=value: backend.*, checkpoint.*)",
+    )
     run.set_defaults(func=_cmd_run)
     val = sub.add_parser("validate", help="check a config without running it")
     val.add_argument("args", nargs="+", metavar="FILE | key=value")
@@ -153,9 +224,15 @@ def _parser() -> argparse.ArgumentParser:
     search.add_argument("args", nargs="+", metavar="FILE | key=value")
     search.set_defaults(func=_cmd_search)
     sweep = sub.add_parser("sweep", help="run a Ray Tune sweep file")
-    sweep.add_argument("file", metavar="FILE")
+    sweep.add_argument("file", metavar="FILE", nargs="?")
     sweep.add_argument("overrides", nargs="*", metavar="key=value", help="sweep fields; base.KEY=V for the base")
     sweep.add_argument("--check", action="store_true", help="check the sweep file and every trial's config, then stop")
+    sweep.add_argument(
+        "--resume",
+        metavar="SWEEP_DIR",
+        default=None,
+        help="continue an interrupted sweep in its folder (Tune's restore; trials continue from their checkpoints)",
+    )
     sweep.set_defaults(func=_cmd_sweep)
     data = sub.add_parser("data", help="data sets")
     data_sub = data.add_subparsers(dest="data_command", required=True)
@@ -220,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO if ns.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
     from rayfl.config_loader import ConfigError
+    from rayfl.engine.recovery import ActorFailureError
     from rayfl.traces.format import TraceError
 
     try:
@@ -228,6 +306,12 @@ def main(argv: list[str] | None = None) -> int:
         # errors a user can cause (config, data, caches, traces, cluster address): one line, no traceback
         print(f"rayfl: error: {' '.join(str(err).split())}", file=sys.stderr)
         return 2
+    except ActorFailureError as err:  # Ray actors kept dying (engine/recovery.py): one line, no traceback
+        print(f"rayfl: error: {' '.join(str(err).split())}", file=sys.stderr)
+        return EXIT_ACTORS_FAILED
+    except KeyboardInterrupt:  # a second Ctrl-C: stopped at once (a run's records are completed all the same)
+        print("rayfl: interrupted", file=sys.stderr)
+        return 128 + signal.SIGINT
 
 
 if __name__ == "__main__":

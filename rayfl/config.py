@@ -15,15 +15,18 @@ from typing import Any, Literal
 
 __all__ = [
     "ALGORITHM_CONFIGS",
+    "FLOAT32_MAX",
     "MODEL_CONFIGS",
     "SUPERNET_OPS",
     "AlgorithmConfig",
     "AnyCostFLConfig",
     "BackendConfig",
     "CNNConfig",
+    "CellNetConfig",
     "CharBertConfig",
     "CharLSTMConfig",
     "CharTransformerConfig",
+    "CheckpointConfig",
     "CompressionConfig",
     "CustomModelConfig",
     "DataConfig",
@@ -38,8 +41,11 @@ __all__ = [
     "FedRushConfig",
     "FedSeqConfig",
     "FedSlimConfig",
+    "FedTransConfig",
     "FedorASConfig",
+    "FedorASFinetuneConfig",
     "FedorASSearchConfig",
+    "FedorASTiersConfig",
     "FemnistCNNConfig",
     "FjORDConfig",
     "HeteroFLConfig",
@@ -73,6 +79,10 @@ def bounded(
     return field(default=default, metadata=meta)
 
 
+# The largest float32: a client learning rate above it cannot scale float32 parameters (torch's optimizers raise).
+FLOAT32_MAX = 3.4028234663852886e38
+
+
 # ----------------------------------------------------------------------------------------------------- data
 @dataclass(frozen=True, kw_only=True)
 class DataConfig:
@@ -95,6 +105,10 @@ class DataConfig:
     min_samples: int = bounded(64, ge=1)  # natural users with fewer training samples are dropped (LEAF-style)
     max_samples_per_client: int = bounded(0, ge=0)  # 0 = no cap; a cap keeps CPU-sized runs small
     test_fraction: float = bounded(0.1, gt=0.0, lt=1.0)  # per-client test split for natural data
+    # data without per-client test sets (iid/dirichlet splits, synthetic): hold out this fraction of every client's
+    # samples as its own test set (0 = none); the global test set becomes their union. Gives the average client
+    # accuracy (paper 002) on data split by a partitioner
+    client_test_fraction: float = bounded(0.0, ge=0.0, lt=1.0)
     seq_len: int = bounded(80, ge=2)  # Shakespeare window (LEAF uses 80)
     edition: Literal["modern", "folio", "both"] = "modern"  # which Shakespeare files are parsed
     synthetic_samples: int = bounded(64, ge=1)  # 'synthetic': samples per client (benchmarks, tests)
@@ -227,6 +241,33 @@ class SupernetConfig:
     blocks_per_stage: tuple[int, ...] = (2, 2, 2)
     width_mult: float = bounded(1.5, gt=0.0)
     ops: tuple[str, ...] = SUPERNET_OPS
+    # A realised path (FedorAS's per-tier models): one op of ``ops`` per searchable block; the model then holds only
+    # those ops, a stand-alone network whose tensors have the supernet's names. Empty: the whole supernet.
+    path: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class CellNetConfig:
+    """A transformable network whose every conv and linear layer is a cell (FedTrans, paper 002; rayfl/models/cellnet).
+
+    ``base``: ``cnn`` (HeteroFL's conv net, ``channels`` = conv widths, default 16-32-64), ``resnet`` (a small
+    ResNet-18: ``channels`` = stage widths, default 16-32-64-128, ``blocks`` per stage) or ``mobilenet_v3_small``
+    (torchvision's layer table; ``channels``, ``blocks`` and ``norm`` unused). ``transforms``: the transformation log
+    applied to the base in order, each ``widen CELL FACTOR``, ``deepen CELL`` or ``reset`` (FedTrans writes it; a
+    model FedTrans produced can be trained by any method by copying its log). ``scaler``: HeteroFL's
+    divide-by-width-rate after every cell of a sub-model. ``head_pool``: the classifier reads the features averaged
+    to ``head_pool`` x ``head_pool`` (1 = global pooling, HeteroFL's; more keeps where things are, which rayfl's
+    synthetic images label by).
+    """
+
+    name: Literal["cellnet"] = "cellnet"
+    base: Literal["cnn", "resnet", "mobilenet_v3_small"] = "cnn"
+    channels: tuple[int, ...] = ()
+    blocks: tuple[int, ...] = (2, 2, 2, 2)
+    norm: Literal["batch", "group", "none"] = "batch"
+    scaler: bool = False
+    head_pool: int = bounded(1, ge=1)  # cnn/resnet: average-pool to head_pool x head_pool before the classifier
+    transforms: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -249,6 +290,7 @@ ModelConfig = (
     | CharBertConfig
     | FemnistCNNConfig
     | SupernetConfig
+    | CellNetConfig
     | CustomModelConfig
 )
 MODEL_CONFIGS: dict[str, type[Any]] = {
@@ -260,6 +302,7 @@ MODEL_CONFIGS: dict[str, type[Any]] = {
     "char_bert": CharBertConfig,
     "femnist_cnn": FemnistCNNConfig,
     "supernet": SupernetConfig,
+    "cellnet": CellNetConfig,
     "custom": CustomModelConfig,
 }
 
@@ -397,22 +440,33 @@ class ModelSearchConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
-class FedorASConfig:
-    """FedorAS supernet training (paper 003 Sec. 3.2-3.3, App. D.4; ALGORITHMS.md section 10).
+class FedorASTiersConfig:
+    """FedorAS's device tiers (paper 003 App. D.4 and App. I): ``len(shares)`` tiers holding these shares of the
+    clients. ``by: shares``: a seeded shuffle of the clients cut at the shares (the official code's 4 x 25 %);
+    ``by: compute``: the clients ranked by their compute speed (``system.compute`` at the first round's check-in,
+    slowest first, ties in seeded random order) and cut at the same shares, so faster devices are in higher tiers
+    (App. I's allocation from a device-capability trace). The FLOPs bracket of tier ``t`` comes from the sorted FLOPs
+    of ``bracket_paths`` random paths (lower limit: the quantile ``bracket_low`` of their cumulative sum, upper: the
+    quantile ``bracket_high``, split evenly; the top tier ends at the supernet's largest path)."""
 
-    Tiers: clients split into ``len(tier_shares)`` tiers by these shares of a seeded shuffle (the official code's
-    4 x 25 %); the FLOPs
-    bracket of tier ``t`` comes from the sorted FLOPs of ``bracket_paths`` random paths (lower limit: the quantile
-    ``bracket_low`` of their cumulative sum, upper: the quantile ``bracket_high``, split evenly; the top tier ends at
-    the supernet's largest path). Per round one subspace whose parameters fit ``subspace_params`` (0: half of the
-    supernet's parameters, the paper's ResNet-18-sized limit for its 22.3 M supernet) is sent to every client
-    (Eq. 2); every batch trains one path drawn within the client's tier FLOPs (Eq. 3-4); OPA aggregation (Eq. 5)."""
-
-    name: Literal["fedoras"] = "fedoras"
-    tier_shares: tuple[float, ...] = (0.25, 0.25, 0.25, 0.25)
+    by: Literal["shares", "compute"] = "shares"
+    shares: tuple[float, ...] = (0.25, 0.25, 0.25, 0.25)
     bracket_paths: int = bounded(100_000, ge=10)
     bracket_low: float = bounded(0.0, ge=0.0, lt=1.0)
     bracket_high: float = bounded(0.95, gt=0.0, le=1.0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FedorASConfig:
+    """FedorAS supernet training (paper 003 Sec. 3.2-3.3, App. D.4; ALGORITHMS.md section 10).
+
+    Clients are split into ``tiers``, each with a FLOPs bracket. Per round one subspace whose parameters fit
+    ``subspace_params`` (0: half of the supernet's parameters, the paper's ResNet-18-sized limit for its 22.3 M
+    supernet) is sent to every client (Eq. 2); every batch trains one path drawn within the client's tier FLOPs
+    (Eq. 3-4); OPA aggregation (Eq. 5)."""
+
+    name: Literal["fedoras"] = "fedoras"
+    tiers: FedorASTiersConfig = field(default_factory=FedorASTiersConfig)
     subspace_params: int = bounded(0, ge=0)
     eval_path: Literal["largest", "smallest"] = "largest"  # the path the engine evaluates after each round
 
@@ -438,6 +492,24 @@ class FedorASSearchConfig:
     eval_batch_size: int = bounded(256, ge=1)
     workers: int = bounded(2, ge=1)
     server_gflops: float = bounded(1000.0, gt=0.0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FedorASFinetuneConfig:
+    """FedorAS's per-tier fine-tuning (paper 003 Sec. 3.3, official ``finetune.py``): one stand-alone model per tier
+    (its path realised, ``model.path``), all trained in one run with FedAvg, tier ``t``'s model on the clients of tier
+    ``t`` and every higher tier. ``architectures``: ``searched`` takes each tier's best path from the preceding search
+    phase; ``random`` draws one valid path per tier inside its FLOPs bracket (the paper's tier-aware FedAvg baseline,
+    Fig. 3); ``given`` uses ``paths`` (one list of op names per tier). ``init``: ``supernet`` copies the weights from
+    the supernet (FedorAS), ``random`` initialises every model afresh (the paper's rand-init baseline, Tab. 5).
+    ``tiers``: the tiers of a run that starts with this phase; after a FedorAS phase they are inherited (leave it
+    unset)."""
+
+    name: Literal["fedoras_finetune"] = "fedoras_finetune"
+    architectures: Literal["searched", "random", "given"] = "searched"
+    paths: tuple[tuple[str, ...], ...] = ()
+    init: Literal["supernet", "random"] = "supernet"
+    tiers: FedorASTiersConfig | None = None
 
 
 COLUMN_RATIOS = (0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0)  # columns of 1/8 of the network (paper 004)
@@ -528,6 +600,41 @@ class IndependentConfig:
     weighting: Literal["samples", "uniform"] = "samples"
 
 
+@dataclass(frozen=True, kw_only=True)
+class FedTransConfig:
+    """FedTrans (paper 002): a family of models grown from ``model`` (a ``cellnet``) during the run, utility-based
+    soft assignment and soft aggregation (``rayfl/algorithms/fedtrans.py``).
+
+    A transformation fires after a round in which the newest model's degree of convergence (Eq. 1: the mean of its
+    last ``gamma`` training-loss slopes of step ``doc_step`` rounds) is at most ``beta``, or at a round of
+    ``force_rounds``; it selects the newest model's cells whose activeness (the clients' ``|mean grad| / |w|`` over
+    the last ``activeness_rounds`` rounds it trained) is at least ``alpha`` x the largest, widens each by
+    ``widen_factor`` (copies get ``noise`` x the tensor's standard deviation of Gaussian noise) or deepens it if it was
+    widened last time, and adds the result as a new model. ``eta``: Eq. 5's decay per round the receiving model has
+    trained. Ablations: ``soft_aggregation: false`` (each model averages its own clients only), ``share_large_to_small``
+    (the paper's "l2s"), ``layer_selection: random``, ``warmup: false`` (new models start from fresh weights).
+    A client is compatible with a model when its round's training FLOPs fit its compute budget
+    (``system.compute_limit_s``); every model is compatible without one.
+    """
+
+    name: Literal["fedtrans"] = "fedtrans"
+    alpha: float = bounded(0.9, ge=0.0, le=1.0)
+    beta: float = 0.003
+    gamma: int = bounded(10, ge=1)
+    doc_step: int = bounded(5, ge=1)
+    widen_factor: int = bounded(2, ge=2)
+    noise: float = bounded(0.05, ge=0.0)
+    eta: float = bounded(0.9, gt=0.0, le=1.0)
+    soft_aggregation: bool = True
+    share_large_to_small: bool = False
+    layer_selection: Literal["activeness", "random"] = "activeness"
+    warmup: bool = True
+    activeness_rounds: int = bounded(5, ge=1)
+    force_rounds: tuple[int, ...] = ()
+    max_models: int = bounded(8, ge=1)
+    transform_classifier: bool = False  # the classifier may be picked (deepened: its width is the classes)
+
+
 AlgorithmConfig = (
     FedAvgConfig
     | HeteroFLConfig
@@ -538,6 +645,7 @@ AlgorithmConfig = (
     | ModelSearchConfig
     | FedorASConfig
     | FedorASSearchConfig
+    | FedorASFinetuneConfig
     | FedResCuEConfig
     | FedSeqConfig
     | FedRushConfig
@@ -546,6 +654,7 @@ AlgorithmConfig = (
     | NoSideConfig
     | DecoupleConfig
     | IndependentConfig
+    | FedTransConfig
 )
 ALGORITHM_CONFIGS: dict[str, type[Any]] = {
     "fedavg": FedAvgConfig,
@@ -557,6 +666,7 @@ ALGORITHM_CONFIGS: dict[str, type[Any]] = {
     "model_search": ModelSearchConfig,
     "fedoras": FedorASConfig,
     "fedoras_search": FedorASSearchConfig,
+    "fedoras_finetune": FedorASFinetuneConfig,
     "fedrescue": FedResCuEConfig,
     "fedseq": FedSeqConfig,
     "fedrush": FedRushConfig,
@@ -565,6 +675,7 @@ ALGORITHM_CONFIGS: dict[str, type[Any]] = {
     "noside": NoSideConfig,
     "decouple": DecoupleConfig,
     "independent": IndependentConfig,
+    "fedtrans": FedTransConfig,
 }
 
 
@@ -588,7 +699,7 @@ class TrainConfig:
     max_steps: int = bounded(0, ge=0)  # 0 = no cap; otherwise stop after this many batches
     batch_size: int = bounded(10, ge=1)
     optimizer: Literal["sgd", "adam"] = "sgd"
-    lr: float = bounded(0.8, gt=0.0)
+    lr: float = bounded(0.8, gt=0.0)  # at most FLOAT32_MAX (config_loader): torch refuses a larger step
     momentum: float = bounded(0.0, ge=0.0, lt=1.0)
     weight_decay: float = bounded(0.0, ge=0.0)
     grad_clip_norm: float = bounded(0.0, ge=0.0)  # 0 = no clipping
@@ -686,8 +797,10 @@ class SystemConfig:
     """System heterogeneity: per-client budgets and the simulated clock (paper 000 Sec. 4.1.2, Appendix D).
 
     A client fits a round when its model's peak training memory fits its memory at the round's start and its
-    download plus upload fit in ``comm_limit_s`` at its current bandwidths. The clock integrates the bandwidth traces
-    over the transfers, models compute time from FLOPs and ``compute`` speed (or measured training time x
+    download plus upload fit in ``comm_limit_s`` at its current bandwidths (and, with ``compute_limit_s``, its round's
+    training FLOPs fit what its compute speed does within that limit: paper 002's hardware capacity). The clock
+    integrates the bandwidth traces over the transfers, models compute time from FLOPs and ``compute`` speed (or
+    measured training time x
     ``measured_time_scale``), and fails a client whose memory drops below its need while it trains or that becomes
     unavailable. Round time = slowest surviving client (+ measured server time with ``server_time: measured``).
     """
@@ -698,6 +811,9 @@ class SystemConfig:
     compute: ResourceConfig = field(default_factory=lambda: ResourceConfig(source="constant", low=1000.0))
     availability: ResourceConfig = field(default_factory=ResourceConfig)
     comm_limit_s: float = bounded(60.0, gt=0.0)  # the communication time limit that defines bandwidth budgets
+    # the compute time limit that defines compute budgets (0: none): a client's budget is the training FLOPs it can do
+    # within it at its compute speed; a model needing more fails it ("compute") and sub-model methods pick ones that fit
+    compute_limit_s: float = bounded(0.0, ge=0.0)
     deadline_s: float = bounded(0.0, ge=0.0)  # 0: no deadline; else clients that would finish later are not run
     compute_time: Literal["modelled", "measured"] = "modelled"
     measured_time_scale: float = bounded(1.0, gt=0.0)
@@ -725,16 +841,36 @@ class BackendConfig:
     address: str | None = None  # an existing Ray cluster ("auto" or "host:port"); None = start a local one
     num_cpus: int = bounded(0, ge=0)  # CPUs for a local Ray instance; 0 = all
     object_store_mb: int = bounded(0, ge=0)  # object store of a local Ray instance; 0 = Ray's default
+    # dead hosts and shards are restarted and their work re-run (engine/recovery.py); the run gives up when more
+    # than this many actor failures happen in one round (0 = give up at the first)
+    max_actor_failures: int = bounded(3, ge=0)
+
+
+# ------------------------------------------------------------------------------------------- checkpoints
+@dataclass(frozen=True, kw_only=True)
+class CheckpointConfig:
+    """Checkpoints of a written run (``rayfl/engine/checkpoint.py``), for ``rayfl run --resume RUN_DIR``: every
+    ``every`` rounds, after the last round and when SIGINT/SIGTERM stops the run; the last ``keep`` are kept.
+    ``every: 0`` writes none (and a stopped run cannot be resumed)."""
+
+    every: int = bounded(10, ge=0)
+    keep: int = bounded(2, ge=1)
 
 
 # ---------------------------------------------------------------------------------------------- experiment
 @dataclass(frozen=True, kw_only=True)
 class PhaseConfig:
-    """One phase of a multi-phase run (``rayfl/engine/phases.py``): its own algorithm for ``rounds`` rounds."""
+    """One phase of a multi-phase run (``rayfl/engine/phases.py``): its own algorithm for ``rounds`` rounds, and
+    optionally its own clients per round, client learning rate and local epochs (FedorAS trains its supernet and
+    fine-tunes with different figures, paper 003 Tab. 7-8); the learning-rate schedule runs over the phase's own
+    rounds, and the clock prices the phase's epochs."""
 
     name: str = "phase"
     rounds: int = bounded(1, ge=1)
     algorithm: AlgorithmConfig = field(default_factory=FedAvgConfig, metadata={"tagged": ALGORITHM_CONFIGS})
+    clients_per_round: int = bounded(0, ge=0)  # 0: the run's clients_per_round
+    lr: float = bounded(0.0, ge=0.0)  # 0: train.lr
+    epochs: int = bounded(0, ge=0)  # 0: train.epochs
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -762,6 +898,10 @@ class ExperimentConfig:
     # Several phases, run one after another on one clock and one set of records; when given, they replace
     # ``algorithm`` and their rounds add up to ``rounds`` (``rayfl/engine/phases.py``).
     phases: tuple[PhaseConfig, ...] = ()
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    # a round whose aggregate or server step is not finite is rolled back (the global model stays); this many such
+    # rounds in a row stop the run with an error (engine/guard.py)
+    max_nonfinite_rounds: int = bounded(3, ge=1)
 
     @property
     def algorithm_label(self) -> str:

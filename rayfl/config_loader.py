@@ -30,7 +30,13 @@ from typing import Any, Literal, Union
 
 import yaml
 
-from rayfl.config import SUPERNET_OPS, ExperimentConfig, FedorASConfig, FedorASSearchConfig, SupernetConfig
+from rayfl.config import (
+    FLOAT32_MAX,
+    CellNetConfig,
+    ExperimentConfig,
+    FedTransConfig,
+)
+from rayfl.config_fedoras import fedoras_problems
 
 __all__ = [
     "DATA_INPUTS",
@@ -593,7 +599,7 @@ def _mark(origins: dict[KeyPath, Origin], path: KeyPath, value: Any, text: str) 
 
 # ------------------------------------------------------------------------------------------------- semantics
 def _semantic_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:
-    problems: list[tuple[KeyPath, str]] = []
+    problems: list[tuple[KeyPath, str]] = _learning_rate_problems(cfg)
     if cfg.backend.num_shards > MAX_SHARDS:
         problems.append((("backend", "num_shards"), f"must be <= {MAX_SHARDS}, got {cfg.backend.num_shards}"))
     if cfg.backend.kind == "ray" and cfg.backend.device == "cuda" and cfg.backend.gpus_per_host == 0:
@@ -637,53 +643,73 @@ def _semantic_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:
     need, given = MODEL_INPUTS.get(cfg.model.name), DATA_INPUTS.get(cfg.data.name)
     if need is not None and given is not None and need != given:
         problems.append((("model", "name"), _modality_reason(cfg.model.name, need, cfg.data.name, given)))
-    if cfg.clients_per_round > cfg.data.num_clients > 0:
-        # iid/dirichlet make exactly num_clients clients; natural partitions keep at most that many
-        problems.append(
-            (
-                ("clients_per_round",),
-                f"{cfg.clients_per_round} exceeds data.num_clients={cfg.data.num_clients}: lower clients_per_round",
-            )
-        )
+    elif "image" in (need, given) and cfg.train.sequence_loss == "all":
+        problems.append((("train", "sequence_loss"), _sequence_loss_reason(cfg)))
+    per_round: list[tuple[KeyPath, int]] = [(("clients_per_round",), cfg.clients_per_round)]
+    per_round += [(("phases", i, "clients_per_round"), p.clients_per_round) for i, p in enumerate(cfg.phases)]
+    for at, count in per_round:
+        if count > cfg.data.num_clients > 0:
+            # iid/dirichlet make exactly num_clients clients; natural partitions keep at most that many
+            problems.append((at, f"{count} exceeds data.num_clients={cfg.data.num_clients}: lower {at[-1]}"))
     problems.extend(_resource_problems(cfg))
     problems.extend(_algorithm_problems(cfg))
     problems.extend(_phase_problems(cfg))
+    problems.extend(_cellnet_problems(cfg))
     return problems
 
 
-def _follows_fedoras(cfg: ExperimentConfig, at: KeyPath) -> bool:
-    """The section at ``at`` is a phase after a FedorAS phase (``algorithm`` itself is unused when phases exist)."""
-    if at == ("algorithm",):
-        return bool(cfg.phases)
-    index = int(at[1])
-    return index > 0 and isinstance(cfg.phases[index - 1].algorithm, FedorASConfig | FedorASSearchConfig)
+def _transform_problems(model: CellNetConfig) -> list[tuple[KeyPath, str]]:
+    """The first step of a cellnet's log that does not apply (names and kinds of cells do not depend on the data's
+    channels, classes or image size, so any stand-in sizes check them)."""
+    from rayfl.models.cellnet.graph import base_graph  # imports torch: only for cellnet configs
+    from rayfl.models.cellnet.transform import apply_step
+
+    graph = base_graph(model, 3, 10, 32)
+    for i, step in enumerate(model.transforms):
+        try:
+            graph = apply_step(graph, step)
+        except ValueError as err:
+            return [(("model", "transforms", i), str(err))]
+    return []
+
+
+def _cellnet_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:
+    """A cellnet's sizes and transformation log; FedTrans needs a cellnet; per-client test sets are held out only
+    from data that has none."""
+    problems: list[tuple[KeyPath, str]] = []
+    model = cfg.model
+    if isinstance(model, CellNetConfig):
+        if any(c < 1 for c in model.channels):
+            problems.append((("model", "channels"), f"must be positive widths, got {list(model.channels)}"))
+        if model.base == "resnet" and model.channels and len(model.channels) != len(model.blocks):
+            problems.append(
+                (("model", "blocks"), f"needs one block count per stage width ({len(model.channels)}), got "
+                 f"{len(model.blocks)}")
+            )  # fmt: skip
+        if model.base == "resnet" and (not model.blocks or min(model.blocks) < 1):
+            problems.append((("model", "blocks"), "must list at least one block per stage"))
+        if not problems:
+            problems.extend(_transform_problems(model))
+    if isinstance(cfg.algorithm, FedTransConfig) and not isinstance(model, CellNetConfig):
+        problems.append((("algorithm", "name"), f"'fedtrans' transforms cells and needs model.name: cellnet, got "
+                         f"{model.name!r}"))  # fmt: skip
+    if (
+        cfg.data.client_test_fraction > 0
+        and cfg.data.partition == "natural"
+        and cfg.data.name in ("shakespeare", "leaf")
+    ):
+        problems.append((("data", "client_test_fraction"), f"data '{cfg.data.name}' with a natural partition already "
+                         "has a test set per client (data.test_fraction); set it to 0"))  # fmt: skip
+    return problems
 
 
 def _phase_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:
-    """Phases' rounds add up to ``rounds``; the supernet's ops are known ones; FedorAS tier shares sum to 1."""
+    """Phases' rounds add up to ``rounds``; FedorAS's supernet, tiers and phase order (``config_fedoras.py``)."""
     problems: list[tuple[KeyPath, str]] = []
     if cfg.phases and sum(p.rounds for p in cfg.phases) != cfg.rounds:
         total = sum(p.rounds for p in cfg.phases)
         problems.append((("rounds",), f"must equal the phases' rounds ({total}), got {cfg.rounds}"))
-    if isinstance(cfg.model, SupernetConfig):
-        for i, op in enumerate(cfg.model.ops):
-            if op not in SUPERNET_OPS:
-                problems.append((("model", "ops", i), f"unknown op {op!r}; known: {', '.join(SUPERNET_OPS)}"))
-        if not cfg.model.blocks_per_stage or min(cfg.model.blocks_per_stage) < 1:
-            problems.append((("model", "blocks_per_stage"), "must list at least one stage of at least one block"))
-    sections: list[tuple[KeyPath, object]] = [(("algorithm",), cfg.algorithm)]
-    sections += [(("phases", i, "algorithm"), p.algorithm) for i, p in enumerate(cfg.phases)]
-    for at, algo in sections:
-        if isinstance(algo, FedorASConfig | FedorASSearchConfig) and not isinstance(cfg.model, SupernetConfig):
-            problems.append(((*at, "name"), f"{algo.name!r} needs model.name: supernet, got {cfg.model.name!r}"))
-        if isinstance(algo, FedorASSearchConfig) and not _follows_fedoras(cfg, at):
-            problems.append(((*at, "name"), "'fedoras_search' must follow a 'fedoras' phase"))
-        if isinstance(algo, FedorASConfig):
-            shares = algo.tier_shares
-            if not shares or min(shares) <= 0.0 or abs(sum(shares) - 1.0) > 1e-6:
-                problems.append(((*at, "tier_shares"), f"must be positive and sum to 1, got {list(shares)}"))
-            if algo.bracket_low >= algo.bracket_high:
-                problems.append(((*at, "bracket_low"), "must be below bracket_high"))
+    problems.extend(fedoras_problems(cfg))
     return problems
 
 
@@ -697,6 +723,7 @@ MODEL_INPUTS: dict[str, str] = {
     "vit": "image",
     "femnist_cnn": "image",
     "supernet": "image",
+    "cellnet": "image",
 }
 DATA_INPUTS: dict[str, str] = {"shakespeare": "tokens", "cifar10": "image", "synthetic": "image"}
 
@@ -717,8 +744,9 @@ def run_name_problem(name: str) -> str:
 
 
 def check_clients_per_round(cfg: ExperimentConfig, num_clients: int) -> None:
-    """After loading: ``clients_per_round`` fits the clients the data really has (natural partitions drop users)."""
-    if cfg.clients_per_round > num_clients:
+    """After loading: ``clients_per_round`` (and each phase's) fits the clients the data really has (natural
+    partitions drop users)."""
+    if max([cfg.clients_per_round, *(p.clients_per_round for p in cfg.phases)]) > num_clients:
         raise ConfigError(
             f"{cfg.clients_per_round} exceeds the {num_clients} clients data '{cfg.data.name}' has after loading "
             "(users below data.min_samples are dropped): lower clients_per_round or data.min_samples",
@@ -727,10 +755,38 @@ def check_clients_per_round(cfg: ExperimentConfig, num_clients: int) -> None:
 
 
 def check_model_input(cfg: ExperimentConfig, input_kind: str) -> None:
-    """After loading: the model reads the kind of input the data gives (LEAF's task is detected from its files)."""
+    """After loading: the model reads the kind of input the data gives (LEAF's task is detected from its files), and
+    a loss over every sequence position is asked for only where there are sequences."""
     need = MODEL_INPUTS.get(cfg.model.name)
     if need is not None and need != input_kind:
         raise ConfigError(_modality_reason(cfg.model.name, need, cfg.data.name, input_kind), "model.name")
+    if input_kind == "image" and cfg.train.sequence_loss == "all":
+        raise ConfigError(_sequence_loss_reason(cfg), "train.sequence_loss")
+
+
+def _sequence_loss_reason(cfg: ExperimentConfig) -> str:
+    # the embedded default (Shakespeare) sets 'all', so overriding only data and model reaches this
+    return (
+        f"'all' trains on every position of a character sequence, but model '{cfg.model.name}' on data "
+        f"'{cfg.data.name}' classifies images: set train.sequence_loss=last"
+    )
+
+
+def _learning_rate_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:
+    """Learning rates that train float32 parameters stay within float32's range (torch's optimizers raise on a
+    larger step, mid-run)."""
+    rates: list[tuple[KeyPath, float]] = [(("train", "lr"), cfg.train.lr)]
+    sections: list[tuple[KeyPath, Any]] = [(("algorithm",), cfg.algorithm)]
+    sections.extend((("phases", i, "algorithm"), p.algorithm) for i, p in enumerate(cfg.phases))
+    for at, algorithm in sections:
+        distill = getattr(algorithm, "distill", None)
+        if distill is not None:
+            rates.append(((*at, "distill", "lr"), distill.lr))
+    return [
+        (at, f"must be at most {FLOAT32_MAX:.4g} (float32's largest value), got {value!r}")
+        for at, value in rates
+        if value > FLOAT32_MAX
+    ]
 
 
 def _algorithm_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:

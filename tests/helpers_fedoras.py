@@ -1,4 +1,5 @@
-"""A tiny three-phase FedorAS run (supernet → search → supernet again) for the phase and backend tests."""
+"""A tiny three-phase FedorAS run (supernet training → search → per-tier fine-tuning) for the phase and backend
+tests."""
 
 from __future__ import annotations
 
@@ -6,28 +7,32 @@ from rayfl.config import (
     BackendConfig,
     ExperimentConfig,
     FedorASConfig,
+    FedorASFinetuneConfig,
     FedorASSearchConfig,
+    FedorASTiersConfig,
     PhaseConfig,
     SupernetConfig,
     TrainConfig,
 )
 
+TINY_TIERS = FedorASTiersConfig(bracket_paths=2000)
 
-def fedoras_tiny_config(**backend: object) -> ExperimentConfig:
+
+def fedoras_tiny_config(finetune: FedorASFinetuneConfig | None = None, **backend: object) -> ExperimentConfig:
     return ExperimentConfig(
         name="fedoras-tiny",
-        rounds=6,
+        rounds=7,
         clients_per_round=4,
         model=SupernetConfig(stem_channels=4, blocks_per_stage=(2, 1), ops=("conv1", "ds3_e1", "mb3_e2", "identity")),
         train=TrainConfig(lr=0.05, batch_size=5, eval_batch_size=16),
         backend=BackendConfig(**backend),  # type: ignore[arg-type]
         phases=(
-            PhaseConfig(name="supernet", rounds=2, algorithm=FedorASConfig(bracket_paths=2000)),
+            PhaseConfig(name="supernet", rounds=2, algorithm=FedorASConfig(tiers=TINY_TIERS)),
             PhaseConfig(
                 name="search",
                 rounds=3,
                 algorithm=FedorASSearchConfig(population=6, parents=4, val_examples=40, workers=2),
             ),
-            PhaseConfig(name="supernet-again", rounds=1, algorithm=FedorASConfig(bracket_paths=2000)),
+            PhaseConfig(name="finetune", rounds=2, algorithm=finetune or FedorASFinetuneConfig()),
         ),
     )

@@ -10,10 +10,12 @@ from rayfl.algorithms.fedavg import FedAvg
 from rayfl.algorithms.feddropout import FedDropout
 from rayfl.algorithms.fedhen import Decouple, FedHeN, NoSide
 from rayfl.algorithms.fedoras import FedorAS
+from rayfl.algorithms.fedoras_finetune import FedorASFinetune
 from rayfl.algorithms.fedoras_search import FedorASSearch
 from rayfl.algorithms.fedrescue import FedResCuE, FedRush, FedSeq
 from rayfl.algorithms.fedrolex import FedRolex
 from rayfl.algorithms.fedslim import FedSlim
+from rayfl.algorithms.fedtrans import FedTrans
 from rayfl.algorithms.fjord import FjORD
 from rayfl.algorithms.heterofl import HeteroFL
 from rayfl.algorithms.independent import IndependentFedAvg
@@ -33,7 +35,9 @@ __all__ = [
     "FedRush",
     "FedSeq",
     "FedSlim",
+    "FedTrans",
     "FedorAS",
+    "FedorASFinetune",
     "FedorASSearch",
     "FjORD",
     "HeteroFL",
@@ -54,6 +58,7 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
     "model_search": ModelSearchAlgorithm,
     "fedoras": FedorAS,
     "fedoras_search": FedorASSearch,
+    "fedoras_finetune": FedorASFinetune,
     "fedrescue": FedResCuE,
     "fedseq": FedSeq,
     "fedrush": FedRush,
@@ -62,6 +67,7 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
     "noside": NoSide,
     "decouple": Decouple,
     "independent": IndependentFedAvg,
+    "fedtrans": FedTrans,
 }
 
 

@@ -3,7 +3,8 @@
 An algorithm fills a few hooks and keeps no state between them; everything it remembers lives in the
 ``ServerState`` the engine passes in and takes back. Call order, once per round:
 
-1. driver: ``assign(state, round_idx, views)`` → an ``Assignment`` per sampled client;
+1. driver: ``assign(state, round_idx, views)`` → an ``Assignment`` per sampled client (through
+   ``assign_with_state``, which may also return a new state);
 2. each client host, per client: ``local_train(model, x, y, task, ...)`` (the default loop calls ``local_loss``) →
    ``ClientUpdate``;
 3. hosts and parameter-server shards: ``reducer`` (accumulate → merge → finalize) → ``Aggregate``;
@@ -23,7 +24,7 @@ draw randomness only from the task's derived generators. Algorithms never import
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -31,6 +32,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from rayfl.algorithms.optim import ClientOptimizer, client_optimizer
 from rayfl.algorithms.payloads import (
     Aggregate,
     Assignment,
@@ -48,6 +50,7 @@ from rayfl.rng import derive_torch_generator
 if TYPE_CHECKING:
     from rayfl.data.federated import FederatedDataset
     from rayfl.models.elastic import CostModel, ElasticFamily
+    from rayfl.system.costs import CostOracle
 
 __all__ = ["MAIN_EVAL", "Algorithm", "RoundStats", "ServerContext", "round_lr"]
 
@@ -71,6 +74,13 @@ class ServerContext:
     cost: CostModel | None
     dataset: FederatedDataset
     model: ModelConfig | None = None  # the run's architecture (model 0 of a multi-model run)
+    # the clock's costs of any architecture under the run's training set-up (``for_model``): what a method that
+    # creates models (FedTrans) prices them with, exactly as the clock will
+    oracle: CostOracle | None = None
+    eval_widths: tuple[float, ...] = ()  # the x p sub-models the engine evaluates (``eval_widths``), named ``x{p:g}``
+    # every client's compute speed (FLOP/s; inf when unconstrained) at the first round's check-in, in client-id order
+    # (FedorAS's tiers by compute); None when the engine did not provide it
+    compute_flops_per_s: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -145,6 +155,11 @@ class Algorithm:
         """The algorithm's numbers for the round just finished (read after ``server_update``)."""
         return RoundStats()
 
+    def run_summary(self, state: ServerState) -> dict[str, object]:
+        """What the algorithm adds to ``summary.json`` under its name at the end of a run (JSON-serialisable; the
+        default adds nothing). FedTrans: the models it made and how."""
+        return {}
+
     # ------------------------------------------------------------------------------------------ server side
     def init_state(self, params: Params) -> ServerState:
         """The state before round 0, from freshly initialised global parameters."""
@@ -154,9 +169,27 @@ class Algorithm:
         """Which (sub-)model each sampled client trains; the default gives everyone the full model."""
         return {v.client_id: Assignment() for v in views}
 
+    def assign_with_state(
+        self, state: ServerState, round_idx: int, views: Sequence[ClientView]
+    ) -> tuple[dict[int, Assignment], ServerState]:
+        """What the engine calls: ``assign``'s assignments and the state after assigning. The default leaves the state
+        as it is; an algorithm whose assignment grows state that later rounds read (model search's pool) overrides
+        this, so that the state lives in ``ServerState`` (and in checkpoints) even in a round whose server update is
+        skipped because every client failed."""
+        return self.assign(state, round_idx, views), state
+
     def client_weight(self, num_examples: int) -> float:
         """A client's weight in the reducer's mean."""
         return float(num_examples)
+
+    def train_flops(
+        self, round_idx: int, views: Sequence[ClientView], assignments: Mapping[int, Assignment]
+    ) -> np.ndarray | None:
+        """Each client's FLOPs of local training this round (aligned with ``views``) for the clock's modelled compute
+        time, when the algorithm knows them better than the cost model (its assigned model's training FLOPs per
+        sample times the samples it trains); ``None`` (the default): the cost model's. FedorAS trains one path of a
+        larger subspace per batch, so it counts its paths' FLOPs."""
+        return None
 
     def server_update(self, state: ServerState, round_idx: int, aggregate: Aggregate) -> ServerState:
         """The next global state from the round's aggregate; the default adopts the mean."""
@@ -188,6 +221,13 @@ class Algorithm:
         it for the average client accuracy (paper 002). The default is model 0 (single-model methods)."""
         return 0
 
+    def client_model(self, state: ServerState, view: ClientView) -> int:
+        """``client_model_id`` for a client whose budgets are known (``view``: a device at an evaluated round's end).
+        The engine scores each client on this model for the average client accuracy and the device average; the
+        default ignores the budgets. Methods whose choice depends on them override it (FedTrans: the compatible model
+        of highest utility)."""
+        return self.client_model_id(state, view.client_id)
+
     def model_names(self, state: ServerState) -> tuple[str, ...]:
         """A name for every global model in id order (one for a single-model run). Model 0's evaluation is the main one
         (``MAIN_EVAL``, ``test_acc``); each further model's accuracy is also recorded under its name in ``evals.csv``
@@ -199,9 +239,9 @@ class Algorithm:
         the evaluation that scores the model it uses: ``MAIN_EVAL``, a name of ``eval_structures`` or of
         ``model_names``. The engine records the mean over devices of those accuracies (``device_acc``: each model
         weighted by how many devices use it, paper 001's average over devices' models). The default is the model
-        ``client_model_id`` names (the main evaluation in a single-model run)."""
+        ``client_model`` names (the main evaluation in a single-model run)."""
         names = self.model_names(state)
-        return [names[self.client_model_id(state, v.client_id)] for v in views]
+        return [names[self.client_model(state, v)] for v in views]
 
     def eval_model(self) -> nn.Module | None:
         """The module client hosts evaluate ``eval_params`` with, built once per host after ``bind_client``; ``None``
@@ -219,11 +259,11 @@ class Algorithm:
             return nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
         return nn.functional.cross_entropy(model(x), y)
 
-    def make_optimizer(self, params: Sequence[nn.Parameter], lr: float) -> torch.optim.Optimizer:
-        """A fresh optimizer per client and round (clients keep no optimizer state, as in HeteroFL and FedAvg)."""
-        if self.train.optimizer == "adam":
-            return torch.optim.Adam(params, lr=lr, weight_decay=self.train.weight_decay)
-        return torch.optim.SGD(params, lr=lr, momentum=self.train.momentum, weight_decay=self.train.weight_decay)
+    def make_optimizer(self, params: Sequence[nn.Parameter], lr: float) -> ClientOptimizer:
+        """A fresh optimizer per client and round (clients keep no optimizer state, as in HeteroFL and FedAvg):
+        torch.optim's SGD or Adam, computed without importing torch._dynamo (``rayfl/algorithms/optim.py``)."""
+        cfg = self.train
+        return client_optimizer(cfg.optimizer, params, lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
 
     def backward_step(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, task: TrainTask) -> torch.Tensor:
         """One batch of ``local_train``: compute the loss, back-propagate it and return it (for the reported mean).
@@ -238,18 +278,30 @@ class Algorithm:
         x: torch.Tensor,
         y: torch.Tensor,
         task: TrainTask,
-        optimizer: torch.optim.Optimizer,
+        optimizer: ClientOptimizer,
         params: Sequence[nn.Parameter],
+        batch_idx: int,
     ) -> torch.Tensor:
         """Everything ``local_train`` does with one batch, returning the loss it reports: by default one step of
         ``optimizer`` on ``backward_step``'s gradients (clipped to ``grad_clip_norm``). Methods that take several
-        steps per batch, or update only part of the model in a step (FedResCuE), override this."""
+        steps per batch, update only part of the model in a step (FedResCuE), or draw something per batch (FedorAS's
+        path, keyed on ``batch_idx``: the client's batches this round counted from 0 over all epochs, see
+        ``batch_sizes``) override this."""
         optimizer.zero_grad(set_to_none=True)
         loss = self.backward_step(model, x, y, task)
         if self.train.grad_clip_norm > 0:
             nn.utils.clip_grad_norm_(params, self.train.grad_clip_norm)
         optimizer.step()
         return loss
+
+    def batch_sizes(self, num_examples: int) -> list[int]:
+        """The size of every batch ``local_train`` trains a client of ``num_examples`` examples on, in order: ``epochs``
+        passes over the data in batches of ``batch_size`` (the last one of a pass smaller), stopped after
+        ``max_steps`` batches. A method can thus replay what each batch did from the task alone (FedorAS's counts)."""
+        cfg = self.train
+        one_pass = [min(cfg.batch_size, num_examples - lo) for lo in range(0, num_examples, cfg.batch_size)]
+        sizes = one_pass * cfg.epochs
+        return sizes[: cfg.max_steps] if cfg.max_steps else sizes
 
     def local_train(
         self,
@@ -274,16 +326,18 @@ class Algorithm:
         opt = self.make_optimizer(params, task.lr)
         model.train()
         n = len(labels)
-        steps, loss_sum = 0, 0.0
-        for _epoch in range(cfg.epochs):
-            order = torch.randperm(n, generator=gen)
-            for start in range(0, n, cfg.batch_size):
-                if cfg.max_steps and steps >= cfg.max_steps:
-                    break
-                idx = order[start : start + cfg.batch_size].to(device)
-                loss = self.train_batch(model, inputs[idx], labels[idx], task, opt, params)
-                loss_sum += float(loss.detach())
-                steps += 1
+        sizes = self.batch_sizes(n)
+        per_epoch = -(-n // cfg.batch_size)
+        loss_sum = 0.0
+        order = torch.zeros(0, dtype=torch.long)
+        for batch_idx, size in enumerate(sizes):
+            start = (batch_idx % per_epoch) * cfg.batch_size
+            if start == 0:  # a new epoch: a fresh permutation of the client's examples
+                order = torch.randperm(n, generator=gen)
+            idx = order[start : start + size].to(device)
+            loss = self.train_batch(model, inputs[idx], labels[idx], task, opt, params, batch_idx)
+            loss_sum += float(loss.detach())
+        steps = len(sizes)
         values = {k: v.detach().clone() for k, v in model.state_dict().items() if v.is_floating_point()}
         return ClientUpdate(
             client_id=task.client_id,

@@ -4,14 +4,18 @@ Dudziak, Laskaridis, Fernandez-Marques, Leontiadis, Lane et al., "FedorAS: Feder
 heterogeneity" (paper 003); official ``SamsungLabs/FedorAS`` (ALGORITHMS.md section 10). The model is the supernet
 family (``rayfl/models/supernet.py``); the pure sampling functions are in ``fedoras_sampling.py``.
 
-* **Tiers** (App. D.4). At binding the clients are split into tiers by ``tier_shares`` and the tiers' FLOPs brackets
-  are computed from ``bracket_paths`` random paths. Both are functions of the seed, so every host computes the same.
+* **Tiers** (App. D.4, App. I). At binding the clients are split into tiers (``tiers``: a seeded shuffle cut at the
+  shares, or ranked by compute speed and cut at them) and the tiers' FLOPs brackets are computed from
+  ``bracket_paths`` random paths. Both are functions of the seed (and of the clients' speeds at the first check-in),
+  so the driver computes them once; clients learn their FLOPs limit from the tier plan the algorithm carries.
 * **Subspace** (Eq. 2). Each round one subspace (ops per layer) whose parameters fit ``subspace_params`` is drawn from
   ``derive_rng(seed, "fedoras-subspace", round)`` and sent to every sampled client (as the official code; the paper
   allows one per client). The clients' model is that subspace of the supernet, so bytes moved are the subspace's.
 * **Paths** (Eq. 3-4). Every batch trains one path of the subspace whose FLOPs fit the client's tier's upper bracket
   edge, drawn from ``derive_rng(seed, "fedoras-path", round, client, batch)``; the client counts the examples that
   went through each (layer, op).
+* **Simulated compute** (``train_flops``): a client's modelled training time counts the FLOPs of the paths it
+  trains, batch by batch (the cost model alone would price every op of its subspace).
 * **OPA** (Eq. 5). Each op's tensors count with the examples the client pushed through that op
   (``ClientUpdate.tensor_weights``); the engine's element-wise weighted mean then gives every op the average weighted
   by examples through it over all clients; fixed layers (stem, reductions, head) count with all the client's examples
@@ -24,7 +28,7 @@ the smallest). The tiers and brackets travel to later phases in ``FedorASState``
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -35,15 +39,18 @@ from torch import nn
 from rayfl.algorithms.base import Algorithm, ServerContext
 from rayfl.algorithms.fedoras_sampling import (
     OpTables,
+    path_flops,
     path_rng,
     sample_path,
     sample_subspace,
     tier_brackets,
+    tiers_by_compute,
     tiers_by_shares,
 )
+from rayfl.algorithms.optim import ClientOptimizer
 from rayfl.algorithms.payloads import Assignment, ClientUpdate, ClientView, ServerState, TrainTask
 from rayfl.algorithms.submodel import first_k
-from rayfl.config import FedorASConfig, TrainConfig
+from rayfl.config import FedorASConfig, FedorASTiersConfig, TrainConfig
 from rayfl.models.inputs import InputSpec
 from rayfl.rng import derive_rng
 
@@ -51,7 +58,7 @@ if TYPE_CHECKING:  # the elastic package imports rayfl.algorithms, so its module
     from rayfl.models.elastic import CostModel, ElasticFamily
     from rayfl.models.supernet import SupernetFamily, SupernetModel
 
-__all__ = ["FedorAS", "FedorASState", "TierPlan", "op_tables", "supernet_family", "tier_plan"]
+__all__ = ["FedorAS", "FedorASState", "TierPlan", "context_tables", "op_tables", "supernet_family", "tier_plan"]
 
 
 @dataclass(frozen=True)
@@ -78,7 +85,17 @@ def supernet_family(family: ElasticFamily | None) -> SupernetFamily:
 
     if not isinstance(family, SupernetFamily):
         raise ValueError("fedoras needs model.name: supernet")
+    if family.path is not None:
+        raise ValueError("fedoras trains and searches the whole supernet: leave model.path empty")
     return family
+
+
+def context_tables(ctx: ServerContext, who: str) -> OpTables:
+    """The op tables of the run's supernet, from the cost model the clock uses (every FedorAS phase binds with it)."""
+    family = supernet_family(ctx.family)
+    if ctx.cost is None:
+        raise ValueError(f"{who} needs the supernet's cost model")
+    return op_tables(family, ctx.cost)
 
 
 def op_tables(family: SupernetFamily, cost: CostModel) -> OpTables:
@@ -96,24 +113,20 @@ def op_tables(family: SupernetFamily, cost: CostModel) -> OpTables:
     )
 
 
-def tier_plan(config: FedorASConfig, tables: OpTables, seed: int, num_clients: int) -> TierPlan:
-    rng_tiers = derive_rng(seed, "fedoras-tiers")
-    rng_brackets = derive_rng(seed, "fedoras-brackets")
+def tier_plan(config: FedorASTiersConfig, tables: OpTables, ctx: ServerContext) -> TierPlan:
+    """Every client's tier (by the shares, or ranked by compute speed) and the tiers' FLOPs brackets (App. D.4)."""
+    rng_tiers = derive_rng(ctx.seed, "fedoras-tiers")
+    rng_brackets = derive_rng(ctx.seed, "fedoras-brackets")
     edges = tier_brackets(
-        tables, len(config.tier_shares), rng_brackets, config.bracket_paths, config.bracket_low, config.bracket_high
+        tables, len(config.shares), rng_brackets, config.bracket_paths, config.bracket_low, config.bracket_high
     )
-    return TierPlan(tiers_by_shares(num_clients, config.tier_shares, rng_tiers), edges)
-
-
-@dataclass
-class _ClientPaths:
-    """One client's path sampling while it trains: its subspace, FLOPs limit and example counts per (layer, op)."""
-
-    task: TrainTask
-    mask: np.ndarray
-    limit_flops: float
-    counts: np.ndarray
-    batch_idx: int = 0
+    num_clients = ctx.dataset.num_clients
+    if config.by == "shares":
+        return TierPlan(tiers_by_shares(num_clients, config.shares, rng_tiers), edges)
+    speeds = ctx.compute_flops_per_s
+    if speeds is None or len(speeds) != num_clients:
+        raise ValueError("fedoras: tiers by compute need every client's compute speed from the engine")
+    return TierPlan(tiers_by_compute(speeds, config.shares, rng_tiers), edges)
 
 
 class FedorAS(Algorithm):
@@ -126,15 +139,11 @@ class FedorAS(Algorithm):
         super().__init__(config, train)
         self.tables: OpTables | None = None
         self.tiers: TierPlan | None = None
-        self._client: _ClientPaths | None = None  # set while local_train runs
 
     def bind_server(self, ctx: ServerContext) -> None:
         super().bind_server(ctx)
-        family = supernet_family(ctx.family)
-        if ctx.cost is None:
-            raise ValueError("fedoras needs the supernet's cost model")
-        self.tables = op_tables(family, ctx.cost)
-        self.tiers = tier_plan(self.config, self.tables, ctx.seed, ctx.dataset.num_clients)
+        self.tables = context_tables(ctx, "fedoras")
+        self.tiers = tier_plan(self.config.tiers, self.tables, ctx)
 
     def bind_client(self, family: ElasticFamily | None, input_spec: InputSpec) -> None:
         super().bind_client(family, input_spec)
@@ -187,43 +196,66 @@ class FedorAS(Algorithm):
         _, _, tiers = self._ready()
         return float(tiers.edges[int(tiers.client_tier[client_id]) + 1])
 
-    def path_for_batch(self, task: TrainTask, mask: np.ndarray, batch_idx: int) -> np.ndarray:
-        """The path the client of ``task`` trains its batch ``batch_idx`` with (reproducible from those keys)."""
-        _, tables, _ = self._ready()
+    def path_for_batch(self, task: TrainTask, batch_idx: int) -> np.ndarray:
+        """The path the client of ``task`` trains its batch ``batch_idx`` with: inside the task's subspace and its
+        tier's FLOPs, from ``path_rng(seed, round, client, batch)`` alone."""
+        family, tables, _ = self._ready()
+        units = task.assignment.units
+        mask = family.mask_of_units(family.full_units if units is None else units)
         rng = path_rng(task.seed, task.round_idx, task.client_id, batch_idx)
         return sample_path(tables, mask, self.client_limit_flops(task.client_id), rng)
 
-    def local_train(
+    def train_flops(
+        self, round_idx: int, views: Sequence[ClientView], assignments: Mapping[int, Assignment]
+    ) -> np.ndarray | None:
+        """Each client's training FLOPs: forward + backward (``TRAIN_FLOPS_PER_FORWARD`` x the forward) of every batch
+        on its path, replayed as ``local_train`` draws them (the cost model would price every op of the subspace)."""
+        from rayfl.system.costs import TRAIN_FLOPS_PER_FORWARD
+
+        _, tables, _ = self._ready()
+        out = np.zeros(len(views))
+        for i, view in enumerate(views):
+            task = TrainTask(view.client_id, round_idx, self.server.seed, 0.0, assignments[view.client_id])
+            sizes = np.asarray(self.batch_sizes(view.num_examples), dtype=np.float64)
+            if len(sizes):
+                paths = np.array([self.path_for_batch(task, b) for b in range(len(sizes))])
+                out[i] = TRAIN_FLOPS_PER_FORWARD * float(sizes @ path_flops(tables, paths))
+        return out
+
+    def op_counts(self, task: TrainTask, num_examples: int) -> np.ndarray:
+        """(L, O) examples the client of ``task`` puts through each (layer, op): every batch of ``local_train``
+        (``batch_sizes``) replayed through ``path_for_batch``."""
+        family, _, _ = self._ready()
+        counts = np.zeros((family.num_layers, family.num_ops))
+        layers = np.arange(family.num_layers)
+        for batch_idx, size in enumerate(self.batch_sizes(num_examples)):
+            counts[layers, self.path_for_batch(task, batch_idx)] += size
+        return counts
+
+    def train_batch(
         self,
         model: nn.Module,
-        x: np.ndarray,
-        y: np.ndarray,
+        x: torch.Tensor,
+        y: torch.Tensor,
         task: TrainTask,
-        input_spec: InputSpec,
+        optimizer: ClientOptimizer,
+        params: Sequence[nn.Parameter],
+        batch_idx: int,
+    ) -> torch.Tensor:
+        """One batch on one path of the subspace (Eq. 3-4): the base step with the supernet running that path."""
+        _supernet_model(model).path = tuple(int(p) for p in self.path_for_batch(task, batch_idx))
+        return super().train_batch(model, x, y, task, optimizer, params, batch_idx)
+
+    def local_train(
+        self, model: nn.Module, x: np.ndarray, y: np.ndarray, task: TrainTask, input_spec: InputSpec
     ) -> ClientUpdate:
+        """The base loop (a path per batch in ``train_batch``), then OPA's per-op weights from the same paths."""
         family, _, _ = self._ready()
-        units = task.assignment.units
-        mask = (
-            np.ones((family.num_layers, family.num_ops), dtype=bool) if units is None else family.mask_of_units(units)
-        )
-        self._client = _ClientPaths(task, mask, self.client_limit_flops(task.client_id), np.zeros(mask.shape))
         try:
             update = super().local_train(model, x, y, task, input_spec)
-            counts = self._client.counts
         finally:
-            self._client = None
-            _supernet_model(model).path = None
-        return opa_update(update, family, counts)
-
-    def backward_step(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, task: TrainTask) -> torch.Tensor:
-        client = self._client
-        if client is None:
-            raise RuntimeError("FedorAS.backward_step runs only inside FedorAS.local_train")
-        path = self.path_for_batch(task, client.mask, client.batch_idx)
-        client.batch_idx += 1
-        client.counts[np.arange(len(path)), path] += len(y)
-        _supernet_model(model).path = tuple(int(p) for p in path)
-        return super().backward_step(model, x, y, task)
+            _supernet_model(model).path = None  # the host reuses the module; evaluation runs no stale path
+        return opa_update(update, family, self.op_counts(task, len(y)))
 
 
 def _supernet_model(model: nn.Module) -> SupernetModel:
@@ -243,7 +275,7 @@ def opa_update(update: ClientUpdate, family: SupernetFamily, counts: np.ndarray)
         if gate is None:
             values[name] = value
             continue
-        layer, op = divmod(gate, family.num_ops)
+        layer, op = family.layer_op(gate)
         if counts[layer, op] > 0:
             values[name] = value
             weights[name] = float(counts[layer, op])

@@ -8,7 +8,8 @@ Paper 003 (Dudziak et al., FedorAS) and the official code (ALGORITHMS.md section
 * ``tier_brackets`` (App. D.4, ``__generate_flops_tier_brackets``): sort the FLOPs of random paths, take their
   cumulative normalised sum, lower limit = the fixed FLOPs (or the ``low`` quantile of that sum), upper = the first
   FLOPs where it exceeds ``high``; split evenly; the top tier ends at the largest path's FLOPs.
-* ``tiers_by_shares``: clients shuffled (seeded) and split by the tier shares (``__init_clustering``).
+* ``tiers_by_shares``: clients shuffled (seeded) and split by the tier shares (``__init_clustering``);
+  ``tiers_by_compute``: clients ranked by compute speed and split by the same shares (App. I).
 * ``sample_subspace`` (Eq. 2, ``__get_subspace``): one op pre-selected in each layer that has no identity, then the
   remaining non-identity ops removed in uniformly random order until the subspace's parameters fit the limit.
 * ``sample_path`` (Eq. 3-4, ``Sampler.sample``): within the client's subspace and under its tier's FLOPs, first the
@@ -33,8 +34,10 @@ __all__ = [
     "path_rng",
     "random_paths",
     "sample_path",
+    "sample_paths_in_bracket",
     "sample_subspace",
     "tier_brackets",
+    "tiers_by_compute",
     "tiers_by_shares",
 ]
 
@@ -101,9 +104,20 @@ def tier_brackets(
 
 def tiers_by_shares(num_clients: int, shares: tuple[float, ...], rng: np.random.Generator) -> np.ndarray:
     """Tier of every client: a seeded shuffle cut at the cumulative shares (the last tier takes the rounding)."""
-    order = rng.permutation(num_clients)
-    cuts = np.round(np.cumsum(shares)[:-1] * num_clients).astype(np.int64)
-    tiers = np.empty(num_clients, dtype=np.int64)
+    return _cut(rng.permutation(num_clients), shares)
+
+
+def tiers_by_compute(speeds: np.ndarray, shares: tuple[float, ...], rng: np.random.Generator) -> np.ndarray:
+    """Tier of every client from its compute speed: clients ranked slowest first (equal speeds in the order of a
+    seeded shuffle) and cut at the cumulative shares, so a faster client is never in a lower tier than a slower one.
+    With every speed equal this is ``tiers_by_shares`` with the same generator."""
+    order = rng.permutation(len(speeds))
+    return _cut(order[np.argsort(np.asarray(speeds, dtype=np.float64)[order], kind="stable")], shares)
+
+
+def _cut(order: np.ndarray, shares: tuple[float, ...]) -> np.ndarray:
+    cuts = np.round(np.cumsum(shares)[:-1] * len(order)).astype(np.int64)
+    tiers = np.empty(len(order), dtype=np.int64)
     for t, group in enumerate(np.split(order, cuts)):
         tiers[group] = t
     return tiers
@@ -160,3 +174,21 @@ def sample_path(tables: OpTables, mask: np.ndarray, limit_flops: float, rng: np.
         path[layer] = ops[int(rng.integers(len(ops)))]
         budget -= float(tables.flops[layer, path[layer]])
     return path
+
+
+def sample_paths_in_bracket(
+    tables: OpTables, count: int, low_flops: float, high_flops: float, rng: np.random.Generator
+) -> np.ndarray:
+    """``count`` paths (rows) of the whole space with FLOPs in ``[low_flops, high_flops]``: drawn by the budgeted
+    sampler under the upper edge and kept when they reach the lower one (at most ``100 x count`` draws)."""
+    full = np.ones_like(tables.params, dtype=bool)
+    found: list[np.ndarray] = []
+    for _ in range(100 * count):
+        path = sample_path(tables, full, high_flops, rng)
+        if path_flops(tables, path)[0] >= low_flops:
+            found.append(path)
+            if len(found) == count:
+                return np.stack(found)
+    raise ValueError(
+        f"fedoras: found only {len(found)} of {count} paths in the bracket [{low_flops:.0f}, {high_flops:.0f}]"
+    )

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from rayfl.algorithms.base import Algorithm, RoundStats, ServerContext
-from rayfl.algorithms.fedoras import FedorASState, TierPlan, op_tables, supernet_family
+from rayfl.algorithms.fedoras import FedorASState, TierPlan, context_tables, supernet_family
 from rayfl.algorithms.fedoras_nsga2 import (
     crossover,
     crowding_distance,
@@ -40,9 +40,10 @@ from rayfl.algorithms.fedoras_nsga2 import (
     select_survivors,
     tournament,
 )
-from rayfl.algorithms.fedoras_sampling import OpTables, path_flops, sample_path
+from rayfl.algorithms.fedoras_sampling import OpTables, path_flops, sample_paths_in_bracket
 from rayfl.algorithms.payloads import Assignment, ClientView, Params, ServerState
 from rayfl.config import FedorASSearchConfig, TrainConfig
+from rayfl.data.federated import Rows
 from rayfl.models.inputs import InputSpec, to_input
 
 if TYPE_CHECKING:  # the elastic package imports rayfl.algorithms; the engine imports the algorithms
@@ -83,7 +84,7 @@ class SearchState:
 def evaluate_paths(
     family: SupernetFamily,
     params: dict[str, np.ndarray],
-    x: np.ndarray,
+    x: Rows,
     y: np.ndarray,
     spec: InputSpec,
     batch_size: int,
@@ -93,7 +94,7 @@ def evaluate_paths(
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        labels = torch.from_numpy(np.asarray(y, dtype=np.int64))
+        labels = torch.from_numpy(np.array(y, dtype=np.int64))  # a copy: object-store arrays are read-only
         out = np.zeros(len(paths))
         for i, path in enumerate(paths):
             with torch.device("meta"):
@@ -133,10 +134,7 @@ class FedorASSearch(Algorithm):
 
     def bind_server(self, ctx: ServerContext) -> None:
         super().bind_server(ctx)
-        family = supernet_family(ctx.family)
-        if ctx.cost is None:
-            raise ValueError("fedoras_search needs the supernet's cost model")
-        self._tables = op_tables(family, ctx.cost)
+        self._tables = context_tables(ctx, "fedoras_search")
         ds = ctx.dataset
         count = min(self.config.val_examples, len(ds.y))
         index = np.sort(derive_rng(ctx.seed, "fedoras-val").choice(len(ds.y), size=count, replace=False))
@@ -187,17 +185,7 @@ class FedorASSearch(Algorithm):
     # ------------------------------------------------------------------------------------------ search steps
     def valid_paths(self, count: int, lo: float, hi: float, rng: np.random.Generator) -> np.ndarray:
         """``count`` paths with FLOPs in ``[lo, hi]`` from the budgeted sampler (drawn until enough are found)."""
-        tables, full = self.tables, np.ones_like(self.tables.params, dtype=bool)
-        found: list[np.ndarray] = []
-        for _ in range(100 * count):
-            path = sample_path(tables, full, hi, rng)
-            if path_flops(tables, path)[0] >= lo:
-                found.append(path)
-                if len(found) == count:
-                    return np.stack(found)
-        raise ValueError(
-            f"fedoras_search: found only {len(found)} of {count} paths in the bracket [{lo:.0f}, {hi:.0f}]"
-        )
+        return sample_paths_in_bracket(self.tables, count, lo, hi, rng)
 
     def children(self, tier: TierSearch, lo: float, hi: float, rng: np.random.Generator) -> np.ndarray:
         count = self.config.parents

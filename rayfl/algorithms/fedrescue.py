@@ -45,6 +45,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
+from rayfl.algorithms.optim import ClientOptimizer
 from rayfl.algorithms.payloads import Assignment, ClientUpdate, ClientView, ServerState, TensorSlice, TrainTask
 from rayfl.algorithms.submodel import SubModelAlgorithm, WidthModels, sorted_ratios
 from rayfl.config import TrainConfig
@@ -215,8 +216,9 @@ class FedResCuE(NestedWidthAlgorithm):
         x: torch.Tensor,
         y: torch.Tensor,
         task: TrainTask,
-        optimizer: torch.optim.Optimizer,
+        optimizer: ClientOptimizer,
         params: Sequence[nn.Parameter],
+        batch_idx: int,
     ) -> torch.Tensor:
         """Algorithm 1 on one batch: a step per sampled ratio on its new columns, then one step on the whole model."""
         client = self.current_client()
@@ -231,7 +233,7 @@ class FedResCuE(NestedWidthAlgorithm):
             for units in units_list:
                 self._progressive_step(model, x, y, units, previous, teacher, alpha, optimizer, params)
                 previous = units if self.config.freeze else None
-        return super().train_batch(model, x, y, task, optimizer, params)
+        return super().train_batch(model, x, y, task, optimizer, params, batch_idx)
 
     def _progressive_step(
         self,
@@ -242,7 +244,7 @@ class FedResCuE(NestedWidthAlgorithm):
         previous: tuple[int, ...] | None,
         teacher: torch.Tensor | None,
         alpha: float,
-        optimizer: torch.optim.Optimizer,
+        optimizer: ClientOptimizer,
         params: Sequence[nn.Parameter],
     ) -> None:
         """One step of ``J_i`` (Eq. 3) that moves only the columns ``units`` adds to ``previous``."""

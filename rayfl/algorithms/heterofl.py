@@ -46,6 +46,7 @@ from torch import nn
 from rayfl.algorithms.payloads import Params, ServerState
 from rayfl.algorithms.rates import UniformRateAlgorithm
 from rayfl.config import HeteroFLConfig
+from rayfl.data.federated import Rows
 from rayfl.models.elastic.spec import FirstK, Selector
 from rayfl.models.inputs import InputSpec, to_input
 from rayfl.rng import derive_rng
@@ -85,7 +86,7 @@ def static_bn_batches(n: int, batch_size: int, rng: np.random.Generator | None) 
 
 
 def static_bn_statistics(
-    model: nn.Module, x: np.ndarray, input_spec: InputSpec, batch_size: int, rng: np.random.Generator | None = None
+    model: nn.Module, x: Rows, input_spec: InputSpec, batch_size: int, rng: np.random.Generator | None = None
 ) -> Params:
     """Running means and variances of every batch norm of ``model`` over the samples ``x`` (see module docstring),
     in the batches of ``static_bn_batches``; ``model`` must hold the weights and track statistics. Returns the

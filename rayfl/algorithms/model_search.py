@@ -6,6 +6,9 @@ Per round (Algorithm 2):
   largest criterion (parameters by default) that fits its memory and bandwidth budgets, from a sampling pool grown by
   the epsilon / ``t_max`` constrained random search over per-dimension ratios ``S`` (0 removes a skippable block).
   The client gets the first-k sub-model of that structure (parameters "from the corresponding position").
+* **State.** The pool grows every round and later rounds read it, so it lives in ``ServerState.algo_state`` (a
+  ``SearchPool``: structures and assigned structures; ``assign_with_state`` returns it), and checkpoints carry it; the
+  ``ModelSearch`` object on the driver is a cache of it (costs, lookup order), rebuilt when a state holds another pool.
 * **Aggregation.** The count-normalised element-wise mean, every client weighing 1 (``SubModelAlgorithm``): uncovered
   elements keep their value.
 * **In-place distillation** (``distill``, on by default) after aggregation (``algorithms/distill.py``); its sub-nets
@@ -25,6 +28,7 @@ Choices where the paper is open:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections.abc import Sequence
@@ -36,7 +40,7 @@ from rayfl.algorithms.submodel import SubModelAlgorithm, first_k
 from rayfl.config import ModelSearchConfig, TrainConfig
 
 if TYPE_CHECKING:  # search imports rayfl.models.elastic, whose package imports rayfl.algorithms
-    from rayfl.algorithms.search import ModelSearch, SearchResult
+    from rayfl.algorithms.search import ModelSearch, SearchPool, SearchResult
 
 __all__ = ["ModelSearchAlgorithm"]
 
@@ -51,12 +55,14 @@ class ModelSearchAlgorithm(SubModelAlgorithm):
 
     def __init__(self, config: ModelSearchConfig, train: TrainConfig) -> None:
         super().__init__(config, train)
-        self._search: ModelSearch | None = None
+        self._search: ModelSearch | None = None  # a cache of ``ServerState.algo_state`` (a ``SearchPool``)
+        self._pool: SearchPool | None = None  # the pool ``_search`` holds, as last put into a state
         self._last: SearchResult | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
         state["_search"] = None  # driver-only: the pool and its cost model stay on the driver
+        state["_pool"] = None
         state["_last"] = None
         return state
 
@@ -76,6 +82,7 @@ class ModelSearchAlgorithm(SubModelAlgorithm):
             admit=cfg.admit,
             seed=ctx.seed,
         )
+        self._pool = None
         self._last = None
         can_skip = min(cfg.ratios) <= 0.0 and bool(family.space.skippable.any())
         act = getattr(getattr(family, "cfg", None), "act", None)
@@ -96,10 +103,31 @@ class ModelSearchAlgorithm(SubModelAlgorithm):
         return tuple(float(r) for r in self.config.ratios)
 
     def assign(self, state: ServerState, round_idx: int, views: Sequence[ClientView]) -> dict[int, Assignment]:
-        result = self.search.assign_round(views, round_idx)
+        return self.assign_with_state(state, round_idx, views)[0]
+
+    def assign_with_state(
+        self, state: ServerState, round_idx: int, views: Sequence[ClientView]
+    ) -> tuple[dict[int, Assignment], ServerState]:
+        """The round's search; the grown pool goes into ``state.algo_state`` (a ``SearchPool``)."""
+        search = self._search_of(state)
+        result = search.assign_round(views, round_idx)
         self._last = result
         self._server_train_s = math.nan  # set again by server_update when distillation runs this round
-        return {c.client_id: self.assignment_for(first_k(c.units)) for c in result.choices}
+        self._pool = search.pool_state()
+        assignments = {c.client_id: self.assignment_for(first_k(c.units)) for c in result.choices}
+        return assignments, dataclasses.replace(state, algo_state=self._pool)
+
+    def _search_of(self, state: ServerState) -> ModelSearch:
+        """The live search, first made to hold ``state``'s pool when it holds another one (a resumed run's, or a
+        state the engine rolled back). A state without a pool (a run's first round) uses the search as it is."""
+        from rayfl.algorithms.search import SearchPool
+
+        search = self.search
+        pool = state.algo_state
+        if isinstance(pool, SearchPool) and pool is not self._pool:
+            search.load_pool(pool)
+            self._pool = pool
+        return search
 
     def round_stats(self) -> RoundStats:
         last, server_train_s = self._last, self._server_train_s

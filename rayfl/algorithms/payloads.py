@@ -54,12 +54,14 @@ class TensorSlice:
 @dataclass(frozen=True, slots=True)
 class ClientView:
     """What ``assign`` may know about a sampled client at check-in: its data size and its budgets for this round
-    (bytes of training memory; bytes it can move within the round's communication limit; inf when unconstrained)."""
+    (bytes of training memory; bytes it can move within the round's communication limit; training FLOPs it can do
+    within the round's compute limit, ``system.compute_limit_s``; inf when unconstrained)."""
 
     client_id: int
     num_examples: int
     memory_budget: float = float("inf")
     bandwidth_budget: float = float("inf")
+    compute_budget: float = float("inf")
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from rayfl.algorithms.base import MAIN_EVAL
 from rayfl.algorithms.payloads import Assignment, ClientUpdate, ClientView, ServerState, TensorSlice, TrainTask
 from rayfl.algorithms.submodel import SubModelAlgorithm
 from rayfl.models.elastic.spec import Selection, Selector, SubModelSpec
@@ -86,6 +87,16 @@ class UniformRateAlgorithm(SubModelAlgorithm, abc.ABC):
                 made[key] = self.assignment_for(self.selection(state, *key))
             out[view.client_id] = made[key]
         return out
+
+    def device_evals(self, state: ServerState, views: Sequence[ClientView]) -> list[str]:
+        """Each device on the uniform sub-model it trains (its largest fitting rate) when the run evaluates that
+        sub-model (``eval_widths``, ``x{rate}``), else on the main evaluation: a low-capacity device of HeteroFL runs
+        a small sub-model, and paper 002 scores each client on the model it can run."""
+        widths = {float(p) for p in self.server.eval_widths}
+        if not widths or not views:
+            return super().device_evals(state, views)
+        rates = self.largest_fitting_rate(views, self.rates)
+        return [f"x{rates[v.client_id]:g}" if rates[v.client_id] in widths else MAIN_EVAL for v in views]
 
     # ------------------------------------------------------------------------------------------ client side
     def local_train(

@@ -22,8 +22,9 @@ from dataclasses import dataclass
 import torch
 
 from rayfl.algorithms.payloads import ClientUpdate, Params
+from rayfl.partials import ArrayPartial, ArraySums
 
-__all__ = ["MaskedWeightedMean", "Partial", "PartialSums", "params_bytes", "split_partial"]
+__all__ = ["MaskedWeightedMean", "Partial", "PartialSums", "as_arrays", "params_bytes", "split_partial"]
 
 
 @dataclass(slots=True)
@@ -99,6 +100,11 @@ def split_partial(partial: Partial, shard_of: Mapping[str, int], num_shards: int
     for name, sums in partial.items():
         out[shard_of[name]][name] = sums
     return out
+
+
+def as_arrays(partial: Partial) -> ArrayPartial:
+    """The partial sums as numpy arrays (no copy), the form parameter-server shards reduce (``rayfl/partials.py``)."""
+    return {name: ArraySums(s.weighted.numpy(), s.weight.numpy()) for name, s in partial.items()}
 
 
 def params_bytes(params: Params) -> int:

@@ -54,7 +54,7 @@ from rayfl.models.elastic.cost import CostModel, Costs, units_from_ratios
 from rayfl.models.elastic.space import SearchSpace
 from rayfl.rng import derive_rng
 
-__all__ = ["ClientChoice", "ModelSearch", "SearchResult"]
+__all__ = ["ClientChoice", "ModelSearch", "SearchPool", "SearchResult"]
 
 Criterion = Literal["params", "memory", "bytes"]
 
@@ -71,6 +71,16 @@ class ClientChoice:
     params: float
     peak_memory: float
     comm_bytes: float  # bytes_down + bytes_up
+
+
+@dataclass(frozen=True)
+class SearchPool:
+    """The search's state across rounds: the pool's structures in insertion order, and the distinct structures
+    assigned so far (sorted). Costs and lookup order are rebuilt from these with the cost model (``ModelSearch``'s
+    ``pool_state`` and ``load_pool``), so a resumed search continues exactly."""
+
+    units: np.ndarray  # (pool size, D) unit counts
+    assigned: np.ndarray  # (distinct assigned, D) unit counts
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +178,27 @@ class ModelSearch:
     def pool(self) -> list[tuple[int, ...]]:
         """The pool's structures, in lookup order (criterion descending, then insertion order)."""
         return [tuple(int(u) for u in self._units[i]) for i in self._order]
+
+    def pool_state(self) -> SearchPool:
+        """A copy of the pool and the assigned structures (``SearchPool``)."""
+        assigned = sorted(self._assigned)
+        rows = [np.frombuffer(b, dtype=np.int64) for b in assigned]
+        return SearchPool(
+            self._units.copy(),
+            np.stack(rows) if rows else np.empty((0, self.num_dims), dtype=np.int64),
+        )
+
+    def load_pool(self, pool: SearchPool) -> None:
+        """Replace the pool and the assigned structures by ``pool``'s (costs recomputed with the cost model)."""
+        units = np.asarray(pool.units, dtype=np.int64).reshape(-1, self.num_dims)
+        self._index = {}
+        self._units = np.empty((0, self.num_dims), dtype=np.int64)
+        self._params, self._memory, self._comm = np.empty(0), np.empty(0), np.empty(0)
+        self._order = np.empty(0, dtype=np.int64)
+        self._crit_sorted, self._memory_sorted, self._comm_sorted = np.empty(0), np.empty(0), np.empty(0)
+        self._add(units, self._costs(units))
+        assigned = np.asarray(pool.assigned, dtype=np.int64).reshape(-1, self.num_dims)
+        self._assigned = {np.ascontiguousarray(row).tobytes() for row in assigned}
 
     def _crit(self, params: np.ndarray, memory: np.ndarray, comm: np.ndarray) -> np.ndarray:
         if self.criterion == "params":

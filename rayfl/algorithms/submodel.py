@@ -5,7 +5,8 @@ client gets and *which* global units it covers; they share everything else, whic
 
 * **Fit.** ``fit_mask`` tells which candidate structures fit which clients, with the same cost model the clock uses
   (peak training memory, runtime overhead included, against the memory budget; bytes down plus bytes up against the
-  bandwidth budget, exact for uncompressed transfers and conservative under upload compression).
+  bandwidth budget, exact for uncompressed transfers and conservative under upload compression; the round's training
+  FLOPs against the compute budget when ``system.compute_limit_s`` sets one).
 * **Uniform rates.** ``largest_fitting_rate``: per client, the largest of a list of width rates whose uniform
   sub-model fits (every dimension at that rate), falling back to the smallest rate (the clock then fails the client,
   which is recorded, rather than the method silently breaking a budget).
@@ -31,6 +32,7 @@ from rayfl.algorithms.base import Algorithm, RoundStats
 from rayfl.algorithms.payloads import Aggregate, Assignment, ClientView, ServerState, TensorSlice
 from rayfl.config import TrainConfig
 from rayfl.models.elastic.spec import Selection, SubModelSpec  # a submodule: the package imports rayfl.algorithms
+from rayfl.system.work import TRAIN_FLOPS_PER_FORWARD, samples_per_round
 
 if TYPE_CHECKING:
     from rayfl.models.elastic.cost import CostModel
@@ -99,6 +101,11 @@ class SubModelAlgorithm(Algorithm):
         bandwidth = np.array([v.bandwidth_budget for v in views], dtype=np.float64)
         comm = costs.bytes_down + costs.bytes_up
         fits: np.ndarray = (costs.peak_memory[None, :] <= memory[:, None]) & (comm[None, :] <= bandwidth[:, None])
+        compute = np.array([v.compute_budget for v in views], dtype=np.float64)
+        if np.isfinite(compute).any():  # system.compute_limit_s: the round's training FLOPs fit the compute budget
+            samples = np.array([samples_per_round(self.train, v.num_examples) for v in views], dtype=np.float64)
+            need = TRAIN_FLOPS_PER_FORWARD * costs.flops[None, :] * samples[:, None]
+            fits &= need <= compute[:, None]
         return fits
 
     def uniform_units(self, rate: float) -> tuple[int, ...]:

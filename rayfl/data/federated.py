@@ -3,18 +3,72 @@
 All clients' samples live in a few large numpy arrays in client-major order, with an ``offsets`` array marking where
 each client's rows start (CSR layout). One ``ray.put`` of the container then places every client's data in the object
 store once per run; a host reads its clients' rows as zero-copy, read-only slices.
+
+Sample arrays that can be produced on demand need not be held at all: ``x`` and ``x_test`` may be ``LazyRows``, which
+keep only a recipe (a generator's seed, a text and window starts) and make the rows a caller indexes. Such a data set
+pickles in a few bytes per sample, so the driver, the object store and every host hold the recipe rather than copies of
+the images (``rayfl/data/synthetic.py``, ``rayfl/data/shakespeare.py``).
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 
-__all__ = ["FederatedDataset", "InputKind", "from_client_arrays"]
+__all__ = ["FederatedDataset", "InputKind", "LazyRows", "Rows", "from_client_arrays", "hold_out_client_tests"]
 
 InputKind = Literal["tokens", "image"]
+
+
+class LazyRows(ABC):
+    """A sample array whose rows are made when indexed: ``rows[i]``, ``rows[lo:hi]`` and ``rows[index_array]`` return
+    new numpy arrays equal to what the materialised array would give; ``np.asarray(rows)`` materialises all of them.
+
+    Subclasses give ``shape`` and ``dtype`` and implement ``take`` (rows by position, in the order asked)."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype[Any]
+
+    @abstractmethod
+    def take(self, index: npt.NDArray[np.int64]) -> np.ndarray:
+        """The rows at positions ``index`` (any order, repeats allowed), ``[len(index), *shape[1:]]``."""
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def __getitem__(self, key: int | slice | npt.NDArray[np.integer[Any]] | list[int]) -> np.ndarray:
+        n = len(self)
+        if isinstance(key, slice):
+            return self.take(np.arange(n, dtype=np.int64)[key])
+        if isinstance(key, (int, np.integer)):
+            row = int(key) + (n if key < 0 else 0)
+            if not 0 <= row < n:
+                raise IndexError(f"row {key} out of range for {n} rows")
+            out: np.ndarray = self.take(np.array([row], dtype=np.int64))[0]
+            return out
+        given = np.asarray(key)
+        index = np.flatnonzero(given) if given.dtype == np.bool_ else given.astype(np.int64, copy=False)
+        if index.ndim != 1:
+            raise IndexError("rows are indexed by an int, a slice or a one-dimensional index array")
+        if len(index) and (int(index.min()) < -n or int(index.max()) >= n):
+            raise IndexError(f"row index out of range for {n} rows")
+        return self.take(np.where(index < 0, index + n, index))
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        out = self.take(np.arange(len(self), dtype=np.int64))
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+
+# a sample array: held in full, or made on demand
+Rows = np.ndarray | LazyRows
 
 
 @dataclass(frozen=True)
@@ -25,7 +79,7 @@ class FederatedDataset:
         name: Short name of the source (``"shakespeare"``, ``"cifar10"`` ...).
         input_kind: ``"tokens"`` (int sequences, e.g. characters) or ``"image"`` (uint8 NCHW or float NCHW).
         num_classes: Size of the label space (the vocabulary for next-character prediction).
-        x, y: Training samples of all clients, client-major.
+        x, y: Training samples of all clients, client-major; ``x`` held in full or made on demand (``LazyRows``).
         offsets: ``int64[num_clients + 1]``; client ``c`` owns rows ``offsets[c]:offsets[c + 1]`` of ``x`` and ``y``.
         x_test, y_test: The test set the global model is evaluated on (for LEAF data: the union of the clients'
             test splits, in client order).
@@ -37,10 +91,10 @@ class FederatedDataset:
     name: str
     input_kind: InputKind
     num_classes: int
-    x: np.ndarray
+    x: Rows
     y: np.ndarray
     offsets: np.ndarray
-    x_test: np.ndarray
+    x_test: Rows
     y_test: np.ndarray
     test_offsets: np.ndarray | None = None
     client_names: tuple[str, ...] = ()
@@ -53,6 +107,11 @@ class FederatedDataset:
             raise ValueError("offsets must be non-decreasing")
         if len(self.x) != len(self.y) or len(self.x_test) != len(self.y_test):
             raise ValueError("x and y must have the same number of rows")
+
+    @property
+    def sample_shape(self) -> tuple[int, ...]:
+        """The shape of one sample (``x.shape[1:]``)."""
+        return tuple(int(d) for d in self.x.shape[1:])
 
     @property
     def num_clients(self) -> int:
@@ -122,3 +181,27 @@ def from_client_arrays(
         client_names=client_names,
         meta=dict(meta or {}),
     )
+
+
+def hold_out_client_tests(ds: FederatedDataset, fraction: float, rng: np.random.Generator) -> FederatedDataset:
+    """``ds`` with ``round(fraction x n)`` of every client's ``n`` samples (at least one when ``n >= 2``, never all)
+    moved to its own test set, chosen by one permutation per client drawn from ``rng`` in client order; the test set
+    becomes the union of the clients' (``data.client_test_fraction``)."""
+    if ds.test_offsets is not None:
+        raise ValueError(f"data {ds.name!r} already has per-client test sets; data.client_test_fraction applies to "
+                         "data without them (set it to 0)")  # fmt: skip
+    train: list[tuple[np.ndarray, np.ndarray]] = []
+    test: list[tuple[np.ndarray, np.ndarray]] = []
+    for client in range(ds.num_clients):
+        x, y = ds.client_train(client)
+        n = len(y)
+        k = min(max(round(fraction * n), 1 if n >= 2 else 0), max(n - 1, 0))
+        order = rng.permutation(n)
+        keep, held = np.sort(order[k:]), np.sort(order[:k])
+        train.append((x[keep], y[keep]))
+        test.append((x[held], y[held]))
+    meta = {**ds.meta, "client_test_fraction": fraction}
+    return from_client_arrays(
+        ds.name, ds.input_kind, ds.num_classes, train, np.asarray(ds.x_test), ds.y_test, test=test,
+        client_names=ds.client_names, meta=meta,
+    )  # fmt: skip

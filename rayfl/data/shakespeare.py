@@ -51,6 +51,11 @@ Cache. The build is stored as one Parquet file per setting,
 client's text and cut (a few MB) rather than the exploded windows (``seq_len`` times larger). It is written
 to a temporary file and renamed, so an interrupted build leaves nothing half-written. ``load_shakespeare``
 makes the windows with numpy stride tricks (``sliding_window_view``), without a per-sample Python loop.
+
+Windows on demand. The loaded data set holds the encoded texts once (one byte per character) and one start offset per
+sample; ``TextWindows`` makes a batch's ``seq_len``-character windows when a host indexes them. Exploded, every sample
+would hold ``seq_len`` bytes (80 times the text for the full edition); rows are equal to the exploded ones, so
+training is unchanged (``test_windows_on_demand_equal_the_exploded_windows``).
 """
 
 from __future__ import annotations
@@ -75,7 +80,7 @@ import numpy.typing as npt
 
 from rayfl.config import DataConfig
 from rayfl.config_loader import ConfigError
-from rayfl.data.federated import FederatedDataset, from_client_arrays
+from rayfl.data.federated import FederatedDataset, LazyRows
 from rayfl.rng import derive_rng
 
 __all__ = [
@@ -369,6 +374,23 @@ def make_windows(codes: npt.NDArray[np.uint8], seq_len: int) -> tuple[npt.NDArra
     return x, codes[seq_len:]
 
 
+class TextWindows(LazyRows):
+    """Rows ``codes[starts[i] : starts[i] + seq_len]``, made when indexed (see the module docstring)."""
+
+    dtype = np.dtype(np.uint8)
+
+    def __init__(self, codes: npt.NDArray[np.uint8], starts: npt.NDArray[np.int64], seq_len: int) -> None:
+        self.codes, self.starts, self.seq_len = codes, starts, seq_len
+        self.shape = (len(starts), seq_len)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (TextWindows, (self.codes, self.starts, self.seq_len))
+
+    def take(self, index: npt.NDArray[np.int64]) -> np.ndarray:
+        windows = np.lib.stride_tricks.sliding_window_view(self.codes, self.seq_len)
+        return np.ascontiguousarray(windows[self.starts[index]])
+
+
 def client_windows(
     codes: npt.NDArray[np.uint8], cut: int, seq_len: int
 ) -> tuple[tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint8]], tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint8]]]:
@@ -604,26 +626,41 @@ def load_shakespeare(cfg: DataConfig, cache_dir: Path, seed: int, *, archive: Pa
         chosen = np.sort(rng.choice(len(names), size=cfg.num_clients, replace=False))
     seq_len = cfg.seq_len
     cap = cfg.max_samples_per_client
-    train: list[tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]] = []
-    test: list[tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]] = []
+    texts_of: list[npt.NDArray[np.uint8]] = []
+    train_starts: list[npt.NDArray[np.int64]] = []
+    test_starts: list[npt.NDArray[np.int64]] = []
+    base = 0  # where the client's text starts in the concatenated codes
     for c in chosen.tolist():
-        (xtr, ytr), (xte, yte) = client_windows(encode(texts[c]), cuts[c], seq_len)
-        if 0 < cap < len(xtr):
+        codes = encode(texts[c])
+        cut = cuts[c]
+        # the windows client_windows makes: codes[:cut] and codes[cut:], each window followed by its target
+        train_idx = np.arange(max(0, cut - seq_len), dtype=np.int64)
+        test_idx = np.arange(max(0, len(codes) - cut - seq_len), dtype=np.int64)
+        if 0 < cap < len(train_idx):
             rng = derive_rng(seed, "subsample", c)
-            keep = np.sort(rng.choice(len(xtr), size=cap, replace=False))
-            n_test = min(len(xte), max(1, round(len(xte) * cap / len(xtr))))
-            keep_test = np.sort(rng.choice(len(xte), size=n_test, replace=False))
-            xtr, ytr, xte, yte = xtr[keep], ytr[keep], xte[keep_test], yte[keep_test]
-        train.append((xtr, ytr.astype(np.int64)))
-        test.append((xte, yte.astype(np.int64)))
-    return from_client_arrays(
+            keep = np.sort(rng.choice(len(train_idx), size=cap, replace=False))
+            n_test = min(len(test_idx), max(1, round(len(test_idx) * cap / len(train_idx))))
+            keep_test = np.sort(rng.choice(len(test_idx), size=n_test, replace=False))
+            train_idx, test_idx = train_idx[keep], test_idx[keep_test]
+        texts_of.append(codes)
+        train_starts.append(base + train_idx)
+        test_starts.append(base + cut + test_idx)
+        base += len(codes)
+    all_codes = np.concatenate(texts_of) if texts_of else np.empty((0,), dtype=np.uint8)
+    x_starts = np.concatenate(train_starts) if train_starts else np.empty((0,), dtype=np.int64)
+    t_starts = np.concatenate(test_starts) if test_starts else np.empty((0,), dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum([len(s) for s in train_starts])]).astype(np.int64)
+    test_offsets = np.concatenate([[0], np.cumsum([len(s) for s in test_starts])]).astype(np.int64)
+    return FederatedDataset(
         name="shakespeare",
         input_kind="tokens",
         num_classes=len(VOCAB) + 1,
-        train=train,
-        x_test=np.empty((0, seq_len), dtype=np.uint8),
-        y_test=np.empty((0,), dtype=np.int64),
-        test=test,
+        x=TextWindows(all_codes, x_starts, seq_len),
+        y=all_codes[x_starts + seq_len].astype(np.int64),
+        offsets=offsets,
+        x_test=TextWindows(all_codes, t_starts, seq_len),
+        y_test=all_codes[t_starts + seq_len].astype(np.int64),
+        test_offsets=test_offsets,
         client_names=tuple(names[c] for c in chosen.tolist()),
         meta={"vocab": VOCAB, "oov_index": OOV_INDEX, "seq_len": seq_len, "edition": cfg.edition},
     )

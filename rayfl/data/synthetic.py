@@ -16,24 +16,43 @@ Clients. With ``data.partition`` ``natural`` or ``iid`` every client gets ``synt
 pool of ``num_clients x synthetic_samples`` images is split by ``rayfl.data.partition.dirichlet`` with
 ``dirichlet_alpha``, as CIFAR-10 is: label skew and unequal client sizes, so CPU-sized stand-ins for CIFAR-10
 settings keep their partition kind.
+
+Images on demand. The training images are never held: ``x`` is a ``SyntheticImages`` recipe that makes any rows when
+indexed, so a run with 10,000 clients holds 8 bytes of label per image (and 8 of pool index under ``dirichlet``)
+instead of 3,072 bytes of pixels, in the driver, the object store and every host alike. This reproduces the
+materialised pool exactly, image for image: ``integers(0, 256, dtype=uint8)`` over the full range fills bytes from
+the generator's 32-bit outputs, low byte first, and PCG64 serves 32-bit outputs as the low then the high half of each
+64-bit output, so the pool's bytes are the little-endian bytes of ``random_raw``; an image is 3,072 bytes, 384 64-bit
+outputs, so image ``i`` starts after ``PCG64.advance(384 * i)`` (its blocks after ``advance(6 * i)``).
+``test_synthetic_images_are_todays`` pins both against digests of the arrays the eager generator made. Labels need
+the whole pool once, because the teacher's float32 matrix product is not bitwise the same for a row alone as within
+its 8192-row chunk (BLAS kernels sum in an order that depends on the row's place in the block); ``load_synthetic``
+therefore labels the pool in the very chunks the eager code used, generating and dropping one chunk at a time, and
+keeps only the labels.
 """
 
 from __future__ import annotations
+
+from functools import cached_property
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from rayfl.config import DataConfig
 from rayfl.data import partition
-from rayfl.data.federated import FederatedDataset
+from rayfl.data.federated import FederatedDataset, LazyRows
 from rayfl.rng import derive_rng
 
-__all__ = ["NUM_CLASSES", "TEST_SIZE", "load_synthetic", "synthetic_images"]
+__all__ = ["NUM_CLASSES", "TEST_SIZE", "SyntheticImages", "load_synthetic", "synthetic_images"]
 
 NUM_CLASSES = 10
 TEST_SIZE = 1000
 _GRID = 4  # teacher features: channel means over a _GRID × _GRID grid of blocks
-_CHUNK = 8192  # images labelled per step, to bound the float temporaries
+_CHUNK = 8192  # images labelled per step, to bound the float temporaries (and the labels' BLAS blocks: keep it)
+_IMAGE_SHAPE = (3, 32, 32)
+_RAW_PER_IMAGE = 3 * 32 * 32 // 8  # 64-bit generator outputs per image
+_RAW_PER_BLOCKS = 3 * _GRID * _GRID // 8  # ... per image's grid of blocks
 
 
 def _teacher(seed: int) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
@@ -52,14 +71,102 @@ def _teacher(seed: int) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32
     return per_pixel.astype(np.float32), bias.astype(np.float32)
 
 
+class _Teacher:
+    """Labels chunk by chunk with one float buffer (a fresh 100 MB array per chunk costs more in page faults than
+    the product itself)."""
+
+    def __init__(self, seed: int) -> None:
+        self.weights, self.bias = _teacher(seed)
+        self.buf = np.empty((0, 3 * 32 * 32), dtype=np.float32)
+
+    def label_chunk(self, x: npt.NDArray[np.uint8]) -> npt.NDArray[np.int64]:
+        """Labels of at most ``_CHUNK`` images, computed as one block (the block fixes the float32 sums)."""
+        if len(self.buf) < len(x):
+            self.buf = np.empty((len(x), 3 * 32 * 32), dtype=np.float32)
+        rows = self.buf[: len(x)]
+        np.copyto(rows, x.reshape(len(x), -1), casting="safe")
+        logits = rows @ self.weights + self.bias
+        labels: npt.NDArray[np.int64] = np.argmax(logits, axis=1).astype(np.int64)
+        return labels
+
+
 def _label(x: npt.NDArray[np.uint8], seed: int) -> npt.NDArray[np.int64]:
-    weights, bias = _teacher(seed)
-    flat = x.reshape(len(x), -1)
+    """The teacher's labels of ``x``, in chunks of ``_CHUNK`` rows from its first (the chunks fix the float32 sums)."""
+    teacher = _Teacher(seed)
     out = np.empty(len(x), dtype=np.int64)
     for lo in range(0, len(x), _CHUNK):
-        logits = flat[lo : lo + _CHUNK].astype(np.float32) @ weights + bias
-        out[lo : lo + len(logits)] = np.argmax(logits, axis=1)
+        out[lo : lo + _CHUNK] = teacher.label_chunk(x[lo : lo + _CHUNK])
     return out
+
+
+def _raw_bytes(state: Any, index: npt.NDArray[np.int64], per_item: int) -> npt.NDArray[np.uint8]:
+    """The bytes of items ``index`` of the stream a PCG64 in ``state`` fills ``per_item`` 64-bit outputs per item
+    with (see the module docstring), ``uint8[len(index), 8 * per_item]``; one jump per run of consecutive items."""
+    if len(index) == 0:
+        return np.empty((0, 8 * per_item), dtype=np.uint8)
+    breaks = np.flatnonzero(np.diff(index) != 1) + 1
+    bits = np.random.PCG64()
+    if len(breaks) == 0:  # one run (a client's rows, a labelling chunk): the generator's own array, no copy
+        bits.state = state
+        bits.advance(int(index[0]) * per_item)
+        raw = bits.random_raw(len(index) * per_item).astype("<u8", copy=False)
+        return raw.view(np.uint8).reshape(len(index), -1)
+    out = np.empty((len(index), 8 * per_item), dtype=np.uint8)
+    starts = np.concatenate([[0], breaks]).tolist()
+    ends = [*breaks.tolist(), len(index)]
+    for lo, hi in zip(starts, ends, strict=True):
+        bits.state = state
+        bits.advance(int(index[lo]) * per_item)
+        raw = bits.random_raw((hi - lo) * per_item).astype("<u8", copy=False)
+        out[lo:hi] = raw.view(np.uint8).reshape(hi - lo, -1)
+    return out
+
+
+def _mix(x: npt.NDArray[np.uint8], blocks: npt.NDArray[np.uint8], noise: float) -> None:
+    """``x = (1 - noise) * blocks + noise * x`` in place, per element (so any grouping of rows gives the same)."""
+    block = 32 // _GRID
+    for lo in range(0, len(x), _CHUNK):  # chunks bound the float temporaries
+        up = np.repeat(np.repeat(blocks[lo : lo + _CHUNK], block, 2), block, 3).astype(np.float32)
+        mixed = (1.0 - noise) * up + noise * x[lo : lo + _CHUNK].astype(np.float32)
+        x[lo : lo + _CHUNK] = np.clip(np.rint(mixed), 0, 255).astype(np.uint8)
+
+
+class SyntheticImages(LazyRows):
+    """The images of a synthetic pool, made when indexed: row ``r`` is pool image ``order[r]`` (``r`` without an
+    order) of the stream ``derive_rng(seed, purpose)`` with ``noise`` (see the module docstring). Pickles as its
+    recipe: the seed, the purpose, the noise and the order."""
+
+    dtype = np.dtype(np.uint8)
+
+    def __init__(
+        self, seed: int, purpose: str, num: int, noise: float = 1.0, order: npt.NDArray[np.int64] | None = None
+    ) -> None:
+        if order is not None and len(order) != num:
+            raise ValueError(f"an order of {len(order)} images for a pool of {num}")
+        self.seed, self.purpose, self.num, self.noise, self.order = seed, purpose, num, noise, order
+        self.shape = (num, *_IMAGE_SHAPE)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (SyntheticImages, (self.seed, self.purpose, self.num, self.noise, self.order))
+
+    @cached_property
+    def _states(self) -> tuple[Any, Any]:
+        """The generators' start states: pixels and blocks."""
+        pixels = derive_rng(self.seed, self.purpose).bit_generator.state
+        blocks = derive_rng(self.seed, f"{self.purpose}/blocks").bit_generator.state
+        return pixels, blocks
+
+    def pool(self, index: npt.NDArray[np.int64]) -> npt.NDArray[np.uint8]:
+        """Pool images ``index`` (positions in the stream, not rows of this order)."""
+        pixels, blocks = self._states
+        x = _raw_bytes(pixels, index, _RAW_PER_IMAGE).reshape(len(index), *_IMAGE_SHAPE)
+        if self.noise < 1.0:
+            grid = _raw_bytes(blocks, index, _RAW_PER_BLOCKS).reshape(len(index), 3, _GRID, _GRID)
+            _mix(x, grid, self.noise)
+        return x
+
+    def take(self, index: npt.NDArray[np.int64]) -> np.ndarray:
+        return self.pool(index if self.order is None else self.order[index])
 
 
 def synthetic_images(
@@ -67,24 +174,28 @@ def synthetic_images(
 ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
     """``num`` images ``uint8[num, 3, 32, 32]`` from ``derive_rng(seed, purpose)`` and their labels; ``noise`` < 1
     mixes in random blocks from ``derive_rng(seed, purpose + "/blocks")`` (see the module docstring)."""
-    x = derive_rng(seed, purpose).integers(0, 256, size=(num, 3, 32, 32), dtype=np.uint8)
-    if noise < 1.0:
-        block = 32 // _GRID
-        blocks = derive_rng(seed, f"{purpose}/blocks").integers(0, 256, size=(num, 3, _GRID, _GRID), dtype=np.uint8)
-        for lo in range(0, num, _CHUNK):  # chunks bound the float temporaries
-            up = np.repeat(np.repeat(blocks[lo : lo + _CHUNK], block, 2), block, 3).astype(np.float32)
-            mixed = (1.0 - noise) * up + noise * x[lo : lo + _CHUNK].astype(np.float32)
-            x[lo : lo + _CHUNK] = np.clip(np.rint(mixed), 0, 255).astype(np.uint8)
+    x = SyntheticImages(seed, purpose, num, noise).pool(np.arange(num, dtype=np.int64))
     return x, _label(x, seed)
+
+
+def _pool_labels(images: SyntheticImages) -> npt.NDArray[np.int64]:
+    """Labels of the whole pool, one ``_CHUNK`` of images at a time (the chunks the labels were always made in)."""
+    teacher = _Teacher(images.seed)
+    out = np.empty(images.num, dtype=np.int64)
+    for lo in range(0, images.num, _CHUNK):
+        hi = min(lo + _CHUNK, images.num)
+        out[lo:hi] = teacher.label_chunk(images.pool(np.arange(lo, hi, dtype=np.int64)))
+    return out
 
 
 def load_synthetic(cfg: DataConfig, seed: int) -> FederatedDataset:
     """``cfg.num_clients`` clients with ``cfg.synthetic_samples`` images each on average, and a 1000-image test set
-    (see the module docstring for the split)."""
+    (see the module docstring for the split); the training images are made on demand (``SyntheticImages``)."""
     num_clients, per_client = cfg.num_clients, cfg.synthetic_samples
     if num_clients < 1 or per_client < 1:
         raise ValueError("synthetic data needs data.num_clients >= 1 and data.synthetic_samples >= 1")
-    x, y = synthetic_images(num_clients * per_client, seed, "synthetic_train", cfg.synthetic_noise)
+    pool = SyntheticImages(seed, "synthetic_train", num_clients * per_client, cfg.synthetic_noise)
+    y = _pool_labels(pool)
     x_test, y_test = synthetic_images(TEST_SIZE, seed, "synthetic_test", cfg.synthetic_noise)
     offsets = np.arange(num_clients + 1, dtype=np.int64) * per_client
     meta: dict[str, object] = {
@@ -95,10 +206,12 @@ def load_synthetic(cfg: DataConfig, seed: int) -> FederatedDataset:
         "partition": cfg.partition,
         "noise": cfg.synthetic_noise,
     }
+    x = pool
     if cfg.partition == "dirichlet":
         parts = partition.dirichlet(y, num_clients, cfg.dirichlet_alpha, derive_rng(seed, "partition"))
-        order = np.concatenate(parts)
-        x, y = x[order], y[order]  # one gather into client-major order
+        order = np.concatenate(parts).astype(np.int64)
+        x = SyntheticImages(seed, "synthetic_train", pool.num, cfg.synthetic_noise, order)  # client-major rows
+        y = y[order]
         offsets = np.concatenate([[0], np.cumsum([len(p) for p in parts])]).astype(np.int64)
         meta["dirichlet_alpha"] = cfg.dirichlet_alpha
     width = max(4, len(str(num_clients - 1)))

@@ -9,6 +9,7 @@ evaluate on fixed-size test batches combined in batch order.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, cast
@@ -18,12 +19,12 @@ import torch
 
 from rayfl.algorithms.base import Algorithm
 from rayfl.algorithms.payloads import Aggregate, ClientOutcome, Params, TrainTask
-from rayfl.algorithms.reducers import Partial
 from rayfl.config import BackendConfig, CompressionConfig, ModelConfig
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine.client_state import ClientMemory, ClientStateStore, keeps_state
 from rayfl.engine.host import ClientHost, EvalStats, NumpyParams
 from rayfl.engine.param_server import ParamServerShard, plan_shards
+from rayfl.partials import ArrayPartial
 
 __all__ = [
     "Backend",
@@ -57,6 +58,8 @@ class Backend(Protocol):
     ) -> EvalResult: ...
 
     def close(self) -> None: ...
+
+    def take_faults(self) -> int: ...
 
     def client_states(self) -> dict[int, object]: ...
 
@@ -103,6 +106,9 @@ def combine_eval(stats: Sequence[EvalStats]) -> EvalResult:
     loss_total = 0.0
     for v in loss:  # sequential float64 sum in batch order (np.sum's pairwise order depends on length)
         loss_total += float(v)
+    if any(s.nonfinite for s in stats):
+        # a model whose logits are not finite has no accuracy: NaN, never "0 %" (argmax of NaN picks a class)
+        return EvalResult(accuracy=math.nan, loss=math.nan, num_samples=total, correct_mask=None)
     return EvalResult(
         accuracy=float(correct.sum()) / max(1, total),
         loss=loss_total / max(1, total),
@@ -160,8 +166,7 @@ class LocalBackend:
             for h in range(self.num_hosts)
         ]
         self.shards = [
-            ParamServerShard(s, [n for n, k in self.shard_of.items() if k == s], algorithm.reducer)
-            for s in range(self.num_shards)
+            ParamServerShard(s, [n for n, k in self.shard_of.items() if k == s]) for s in range(self.num_shards)
         ]
         self._threads = torch.get_num_threads()
         self.algorithm = algorithm
@@ -173,7 +178,7 @@ class LocalBackend:
             for shard, own in zip(self.shards, names, strict=True):
                 shard.set_names(own)
         arrays = to_numpy(params)
-        per_shard: list[list[Partial]] = [[] for _ in range(self.num_shards)]
+        per_shard: list[list[ArrayPartial]] = [[] for _ in range(self.num_shards)]
         outcomes: list[ClientOutcome] = []
         keep = keeps_state(self.algorithm, tasks)
         for host, host_tasks in zip(self.hosts, tasks_by_host(tasks, self.sizes, self.num_hosts), strict=True):
@@ -184,7 +189,7 @@ class LocalBackend:
                 host_tasks, arrays, self.shard_of, self.num_shards, *cast(list[ClientMemory | None], held)
             )
             for s, p in enumerate(out[: self.num_shards]):
-                per_shard[s].append(cast(Partial, p))
+                per_shard[s].append(cast(ArrayPartial, p))
             outcomes.extend(cast(list[ClientOutcome], out[self.num_shards]))
             if keep:
                 self.memories.update(host_tasks, out[self.num_shards + 1 :])
@@ -212,6 +217,10 @@ class LocalBackend:
 
     def load_client_states(self, states: dict[int, object]) -> None:
         self.memories.load_client_states(states)
+
+    def take_faults(self) -> int:
+        """Actor failures survived since the last call: none in-process."""
+        return 0
 
     def close(self) -> None:
         torch.set_num_threads(self._threads)

@@ -17,25 +17,30 @@ from typing import Any
 
 import numpy as np
 
-from rayfl.algorithms.base import RoundStats
+from rayfl.algorithms.base import Algorithm, RoundStats
 from rayfl.algorithms.payloads import Aggregate, Assignment, ClientOutcome, LinkDraw, ServerState, TrainTask
 from rayfl.config import ExperimentConfig
 from rayfl.config_loader import check_clients_per_round
 from rayfl.data.federated import FederatedDataset
-from rayfl.engine.backend import EvalResult
-from rayfl.engine.build import bind_algorithm, build_backend, build_clock, build_setup
+from rayfl.engine.backend import Backend, EvalResult
+from rayfl.engine.build import bind_algorithm, build_backend, build_clock, prepare_run
+from rayfl.engine.checkpoint import CheckpointStore
+from rayfl.engine.guard import NonFiniteError, NonFiniteGuard, all_finite
 from rayfl.engine.multieval import (
+    client_accuracies,
     device_accuracy,
     evaluate_models,
     model_fields,
-    named_accuracies,
+    named_evaluations,
     width_structures,
 )
 from rayfl.engine.phases import PhaseSchedule
-from rayfl.engine.records import ClientRecord, EvalRecord, RoundRecord, RunWriter, make_run_dir
+from rayfl.engine.records import ClientAccRecord, ClientRecord, EvalRecord, RoundRecord, RunWriter, make_run_dir
+from rayfl.engine.resume import RunProgress, load_resume_point, resume_progress, take_snapshot
 from rayfl.engine.sampling import sample_clients
 from rayfl.engine.server_tasks import build_task_pool
-from rayfl.system.clock import ClientPlan
+from rayfl.engine.stop import RunInterrupted, StopRequests
+from rayfl.system.clock import ClientPlan, SimClock
 
 __all__ = ["RunResult", "client_records", "mean_finite", "open_run_writer", "run_experiment"]
 
@@ -54,6 +59,13 @@ class RunResult:
     final_eval: EvalResult
     baseline_acc: float
     evals: list[EvalRecord] = field(default_factory=list)  # the algorithm's further evaluated structures
+    # wall seconds of start-up: ray_start_s, setup_s (data, algorithm, initial model), put_s, backend_s (actors)
+    startup_s: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def model_finite(self) -> bool:
+        """Every tensor of the final global state is finite (the CLI exits non-zero otherwise)."""
+        return all_finite(self.state.params) and all_finite(self.state.opt_state)
 
 
 def run_experiment(
@@ -63,129 +75,206 @@ def run_experiment(
     callbacks: Sequence[RoundCallback] = (),
     dataset: FederatedDataset | None = None,
     cache_dir: Path | None = None,
+    resume: Path | None = None,
 ) -> RunResult:
-    """Run one simulation end to end; with ``write`` the records go to a fresh directory under ``output_dir``."""
+    """Run one simulation end to end; with ``write`` the records go to a fresh directory under ``output_dir``; with
+    ``resume`` (a run directory) the run continues there from its newest checkpoint (``engine/resume.py``).
+
+    SIGINT or SIGTERM stops a written run after the round in progress, with a checkpoint, and raises
+    ``RunInterrupted`` (``engine/stop.py``); too many non-finite rounds in a row raise ``NonFiniteError``
+    (``engine/guard.py``). However the run ends, its record files and ``summary.json`` agree."""
     start = time.perf_counter()
-    setup = build_setup(cfg, dataset, cache_dir)
+    point = load_resume_point(cfg, resume) if resume is not None else None  # refused before anything starts
+    setup = prepare_run(cfg, dataset, cache_dir)  # with Ray: started meanwhile, data in the object store
     ds, algorithm = setup.dataset, setup.algorithm
     check_clients_per_round(cfg, ds.num_clients)
     clock = build_clock(cfg, setup)
     bind_algorithm(cfg, setup, clock)
+    backend_start = time.perf_counter()
     backend = build_backend(cfg, setup)
+    startup_s = {**setup.startup_s, "backend_s": time.perf_counter() - backend_start}
     schedule = PhaseSchedule(algorithm, cfg.rounds)  # one phase unless cfg.phases (engine/phases.py)
     pool = build_task_pool(cfg.backend)
     # The run directory appears only once data, traces and backend are ready: bad input leaves nothing behind.
     try:
-        writer = open_run_writer(cfg) if write else None
+        if point is not None:
+            run = resume_progress(cfg, point, clock, backend, schedule)
+        else:
+            writer = open_run_writer(cfg) if write else None
+            store = CheckpointStore(writer.run_dir, cfg.checkpoint.keep) if writer and cfg.checkpoint.every else None
+            guard = NonFiniteGuard(cfg.max_nonfinite_rounds)
+            run = RunProgress(0, algorithm.init_state(setup.params), guard, writer, store)
     except BaseException:
         backend.close()
         raise
-    state = algorithm.init_state(setup.params)
-    records: list[RoundRecord] = []
-    eval_records: list[EvalRecord] = []
-    last_eval = EvalResult(float("nan"), float("nan"), 0)
-    try:
-        for round_idx in range(cfg.rounds):
-            round_start = time.perf_counter()
-            # 0. The phase's algorithm; hand-over at a phase's start; a server phase's work (search).
-            algorithm, state, phase_server_s = schedule.begin_round(round_idx, state, pool)
-            # 1. Check-in: who is sampled, their data sizes and their budgets at the round's simulated start.
-            per_round = schedule.clients_per_round(round_idx, cfg.clients_per_round)
-            client_ids = sample_clients(cfg.seed, round_idx, ds.num_clients, per_round)
-            views = clock.check_in(round_idx, client_ids, [ds.num_examples(int(c)) for c in client_ids])
-            # 2. Assignment: which (sub-)model each client trains.
-            assignments = algorithm.assign(state, round_idx, views)
-            server_s = time.perf_counter() - round_start
-            # 3. Plan: who fits, who fails, how long each takes; only clients that can finish are run.
-            plan = clock.plan(round_idx, views, assignments, state.models)
-            lr = schedule.lr(cfg.train, round_idx)
-            tasks = [
-                train_task(v.client_id, round_idx, cfg.seed, lr, assignments[v.client_id], state, link=plan.link(i))
-                for i, (v, runs) in enumerate(zip(views, plan.runs, strict=True))
-                if runs
-            ]
-            # 4. Local training on the hosts and sharded reduction.
-            aggregate, outcomes = backend.train_and_reduce(tasks, state.params) if tasks else (_NOTHING, [])
-            train_done = time.perf_counter()
-            plan = clock.measured_compute(plan, {o.client_id: o.train_wall_s for o in outcomes})
-            # 5. Server update (skipped when every client failed: the global model stays); the clock moves on.
-            if aggregate.num_clients > 0:
-                aggregate = dataclasses.replace(aggregate, outcomes=tuple(outcomes))
-                state = algorithm.server_update(state, round_idx, aggregate)
-            server_s += time.perf_counter() - train_done
-            sim_duration = clock.advance(plan, server_s, phase_server_s)
-            # 6. Evaluation of the global model (of every global model when the run holds several).
-            evaluated = (round_idx + 1) % cfg.eval_every == 0 or round_idx == cfg.rounds - 1
-            eval_start = time.perf_counter()
-            structure_evals: list[EvalRecord] = []
-            evals = None
-            device_acc = math.nan
-            if evaluated:
-                eval_params = algorithm.eval_params(state)
-                last_eval = backend.evaluate(eval_params, algorithm.eval_units(state))
-                evals = evaluate_models(backend, algorithm, state, last_eval)
-                wanted = algorithm.eval_structures(state)
-                for name, units in width_structures(clock.oracle.family, cfg.eval_widths).items():
-                    if name in wanted:
-                        raise ValueError(f"eval_widths: {name!r} is also a structure {algorithm.name} evaluates")
-                    wanted = {**wanted, name: units}
-                structures = {name: backend.evaluate(eval_params, units) for name, units in wanted.items()}
-                accs = named_accuracies(algorithm, state, evals, structures)
-                named = [*structures.items(), *zip(algorithm.model_names(state)[1:], evals[1:], strict=True)]
-                structure_evals = [EvalRecord(round_idx, n, e.accuracy, e.loss) for n, e in named]
-                # every device of the run, with its budgets now, for the average over devices' models
-                everyone = np.arange(ds.num_clients)
-                census = clock.check_in(round_idx, everyone, [ds.num_examples(int(c)) for c in everyone])
-                device_acc = device_accuracy(accs, algorithm, state, census)
-            now = time.perf_counter()
-            # 7. Records.
-            ok = [o for o in outcomes if o.failure is None]
-            clients = client_records(plan, outcomes, assignments)
-            stats = algorithm.round_stats()
-            weights = np.array([o.num_examples for o in ok], dtype=np.float64)
-            losses = np.array([o.train_loss for o in ok], dtype=np.float64)
-            record = RoundRecord(
-                round_idx=round_idx,
-                sim_time_s=clock.now,
-                train_loss=float(weights @ losses / weights.sum()) if len(ok) else math.nan,
-                test_acc=last_eval.accuracy if evaluated else math.nan,
-                test_loss=last_eval.loss if evaluated else math.nan,
-                clients_run=len(outcomes),
-                clients_failed=len(client_ids) - len(ok),
-                bytes_down=sum(o.bytes_down for o in outcomes),
-                bytes_up=sum(o.bytes_up for o in outcomes if o.failure in (None, "link_up")),  # lost uploads were sent
-                wall_time_s=now - start,
-                round_wall_s=now - round_start,
-                train_wall_s=train_done - round_start,
-                eval_wall_s=now - eval_start,
-                lr=lr,
-                sim_duration_s=sim_duration,
-                clients_sampled=len(client_ids),
-                **system_fields(plan.memory_util[plan.runs], plan.bandwidth_util[plan.runs], clients, stats),
-                server_train_s=stats.server_train_s,
-                phase=schedule.phase_at(round_idx).name,
-                **model_fields(ds, evals, algorithm, state, outcomes),
-                device_acc=device_acc,
-            )
-            records.append(record)
-            eval_records.extend(structure_evals)
-            if writer is not None:
-                writer.append_evals(structure_evals)
-                writer.append_clients(clients)
-                writer.append(record)
-            for callback in callbacks:
-                callback(record)
-    finally:
-        backend.close()
-        if writer is not None:
-            writer.close()
+    writer, records, eval_records = run.writer, run.records, run.eval_records
     baseline = most_frequent_label_accuracy(ds)
-    if writer is not None:
-        summary = _summary(cfg, records, last_eval, baseline)
-        if cfg.phases:
-            summary["phases"] = schedule.summary(records, state)
-        writer.finish(summary)
-    return RunResult(records, state, writer.run_dir if writer else None, last_eval, baseline, eval_records)
+    status = "finished"
+    with StopRequests(enabled=writer is not None) as stop:
+        try:
+            for round_idx in range(run.next_round, cfg.rounds):
+                round_start = time.perf_counter()
+                # 0. The phase's algorithm; hand-over at a phase's start; a server phase's work (search).
+                algorithm, state, phase_server_s = schedule.begin_round(round_idx, run.state, pool)
+                # 1. Check-in: who is sampled, their data sizes and their budgets at the round's simulated start.
+                per_round = schedule.clients_per_round(round_idx, cfg.clients_per_round)
+                client_ids = sample_clients(cfg.seed, round_idx, ds.num_clients, per_round)
+                views = clock.check_in(round_idx, client_ids, [ds.num_examples(int(c)) for c in client_ids])
+                # 2. Assignment: which (sub-)model each client trains (and state it grows, e.g. a search pool).
+                assignments, state = algorithm.assign_with_state(state, round_idx, views)
+                server_s = time.perf_counter() - round_start
+                # 3. Plan: who fits, who fails, how long each takes; only clients that can finish are run.
+                work = algorithm.train_flops(round_idx, views, assignments)  # None: the model's FLOPs x samples
+                train = schedule.train(cfg.train, round_idx)  # a phase may train with its own epochs
+                plan = clock.plan(round_idx, views, assignments, state.models, train, work)
+                lr = schedule.lr(cfg.train, round_idx)
+                tasks = [
+                    train_task(v.client_id, round_idx, cfg.seed, lr, assignments[v.client_id], state, plan.link(i))
+                    for i, (v, runs) in enumerate(zip(views, plan.runs, strict=True))
+                    if runs
+                ]
+                # 4. Local training on the hosts and sharded reduction.
+                aggregate, outcomes = backend.train_and_reduce(tasks, state.params) if tasks else (_NOTHING, [])
+                train_done = time.perf_counter()
+                plan = clock.measured_compute(plan, {o.client_id: o.train_wall_s for o in outcomes})
+                # 5. Server update (skipped when every client failed: the global model stays), refused when it is not
+                # finite (the round is rolled back, engine/guard.py); the clock moves on.
+                rolled_back = False
+                if aggregate.num_clients > 0:
+                    aggregate = dataclasses.replace(aggregate, outcomes=tuple(outcomes))
+                    # no server step runs on a non-finite aggregate (None: the guard rolls the round back)
+                    new = algorithm.server_update(state, round_idx, aggregate) if all_finite(aggregate.params) else None
+                    checked = run.guard.check(round_idx, state, new)
+                    rolled_back, state = checked is not new, checked
+                run.state = state
+                server_s += time.perf_counter() - train_done
+                sim_duration = clock.advance(plan, server_s, phase_server_s)
+                # 6. Evaluation of the global model (of every global model when the run holds several).
+                evaluated = (round_idx + 1) % cfg.eval_every == 0 or round_idx == cfg.rounds - 1
+                eval_start = time.perf_counter()
+                evals: list[EvalResult] | None = None
+                structure_evals: list[EvalRecord] = []
+                client_accs: list[ClientAccRecord] = []
+                device_acc = math.nan
+                if evaluated:
+                    run.last_eval, evals, structure_evals, device_acc, client_accs = evaluate_round(
+                        cfg, backend, algorithm, state, clock, ds, round_idx
+                    )
+                now = time.perf_counter()
+                # 7. Records, and a checkpoint when one is due (its state file first, so its size and time are in the
+                # round's record; its manifest after the record files, which it measures).
+                ok = [o for o in outcomes if o.failure is None]
+                clients = client_records(plan, outcomes, assignments)
+                stats = algorithm.round_stats()
+                weights = np.array([o.num_examples for o in ok], dtype=np.float64)
+                losses = np.array([o.train_loss for o in ok], dtype=np.float64)
+                record = RoundRecord(
+                    round_idx=round_idx,
+                    sim_time_s=clock.now,
+                    train_loss=float(weights @ losses / weights.sum()) if len(ok) else math.nan,
+                    test_acc=run.last_eval.accuracy if evaluated else math.nan,
+                    test_loss=run.last_eval.loss if evaluated else math.nan,
+                    clients_run=len(outcomes),
+                    clients_failed=len(client_ids) - len(ok),
+                    bytes_down=sum(o.bytes_down for o in outcomes),
+                    bytes_up=sum(o.bytes_up for o in outcomes if o.failure in (None, "link_up")),  # lost uploads
+                    wall_time_s=run.wall_offset_s + now - start,
+                    round_wall_s=now - round_start,
+                    train_wall_s=train_done - round_start,
+                    eval_wall_s=now - eval_start,
+                    lr=lr,
+                    sim_duration_s=sim_duration,
+                    clients_sampled=len(client_ids),
+                    **system_fields(plan.memory_util[plan.runs], plan.bandwidth_util[plan.runs], clients, stats),
+                    server_train_s=stats.server_train_s,
+                    phase=schedule.phase_at(round_idx).name,
+                    **model_fields(evals, state, outcomes, client_accs),
+                    device_acc=device_acc,
+                    train_macs=float(plan.train_flops[plan.runs].sum()) / 2.0 if len(plan.train_flops) else 0.0,
+                    faults=backend.take_faults(),
+                    rolled_back=int(rolled_back),
+                )
+                run.next_round = round_idx + 1
+                stopping = stop.requested  # decided here, so that a stopping round always writes its checkpoint
+                with stop.critical():
+                    pending = None
+                    if run.store is not None and _checkpoint_due(cfg, round_idx, stopping):
+                        began = time.perf_counter()  # gathering the snapshot (client memories) counts too
+                        snapshot = take_snapshot(run, clock, backend, schedule, record.wall_time_s)
+                        pending = run.store.write_state(snapshot)
+                        spent = time.perf_counter() - began
+                        record = dataclasses.replace(record, checkpoint_bytes=pending.state_bytes, checkpoint_s=spent)
+                    records.append(record)
+                    eval_records.extend(structure_evals)
+                    if writer is not None:
+                        writer.append_evals(structure_evals)
+                        writer.append_client_accs(client_accs)
+                        writer.append_clients(clients)
+                        writer.append(record)
+                        if pending is not None and run.store is not None:
+                            run.store.commit(pending, writer.sizes(sync=True))
+                for callback in callbacks:
+                    callback(record)
+                run.guard.raise_if_exhausted(round_idx)
+                if stopping and run.next_round < cfg.rounds:  # a stop asked for in the last round changes nothing
+                    status = "interrupted"
+                    break
+        except NonFiniteError:
+            status = "stopped: non-finite model"
+            raise
+        except KeyboardInterrupt:
+            status = "interrupted"  # a second signal, or Ctrl-C where no handler could be installed
+            raise
+        except BaseException as err:
+            status = f"error: {type(err).__name__}"
+            raise
+        finally:
+            backend.close()
+            if writer is not None:
+                with stop.critical():  # the Parquet files and summary.json are written whole, whatever arrives
+                    writer.finish(_summary(cfg, schedule, records, run, baseline, status))
+    if stop.signum is not None and status == "interrupted":
+        saved = run.store.manifests()[-1] if run.store is not None and run.store.manifests() else None
+        raise RunInterrupted(stop.signum, run.next_round, writer.run_dir if writer else None, saved)
+    run_dir = writer.run_dir if writer else None
+    return RunResult(records, run.state, run_dir, run.last_eval, baseline, eval_records, startup_s)
+
+
+def _checkpoint_due(cfg: ExperimentConfig, round_idx: int, stopping: bool) -> bool:
+    """Every ``checkpoint.every`` rounds, after the last round, and when a signal stops the run."""
+    every = cfg.checkpoint.every
+    return every > 0 and ((round_idx + 1) % every == 0 or round_idx == cfg.rounds - 1 or stopping)
+
+
+def evaluate_round(
+    cfg: ExperimentConfig,
+    backend: Backend,
+    algorithm: Algorithm,
+    state: ServerState,
+    clock: SimClock,
+    ds: FederatedDataset,
+    round_idx: int,
+) -> tuple[EvalResult, list[EvalResult], list[EvalRecord], float, list[ClientAccRecord]]:
+    """An evaluated round: the main evaluation, every global model's, the named structures' (``evals.csv`` rows),
+    the average over devices' models and, with per-client test data, each client's accuracy on its model."""
+    eval_params = algorithm.eval_params(state)
+    main = backend.evaluate(eval_params, algorithm.eval_units(state))
+    evals = evaluate_models(backend, algorithm, state, main)
+    wanted = algorithm.eval_structures(state)
+    for name, units in width_structures(clock.oracle.family, cfg.eval_widths).items():
+        if name in wanted:
+            raise ValueError(f"eval_widths: {name!r} is also a structure {algorithm.name} evaluates")
+        wanted = {**wanted, name: units}
+    structures = {name: backend.evaluate(eval_params, units) for name, units in wanted.items()}
+    named_evals = named_evaluations(algorithm, state, evals, structures)
+    accs = {name: e.accuracy for name, e in named_evals.items()}
+    named = [*structures.items(), *zip(algorithm.model_names(state)[1:], evals[1:], strict=True)]
+    structure_evals = [EvalRecord(round_idx, n, e.accuracy, e.loss) for n, e in named]
+    # every device of the run, with its budgets now, for the average over devices' models
+    everyone = np.arange(ds.num_clients)
+    census = clock.check_in(round_idx, everyone, [ds.num_examples(int(c)) for c in everyone])
+    client_accs = client_accuracies(ds, named_evals, algorithm, state, census, round_idx)
+    return main, evals, structure_evals, device_accuracy(accs, algorithm, state, census), client_accs
 
 
 _NOTHING = Aggregate(params={}, coverage={}, num_clients=0)
@@ -244,6 +333,7 @@ def client_records(
             p_down=links.get(int(c), (math.nan, math.nan))[0],
             p_up=links.get(int(c), (math.nan, math.nan))[1],
             model_id=assignments[int(c)].model_id,
+            train_macs=float(plan.train_flops[i]) / 2.0 if plan.failure[i] is None and len(plan.train_flops) else 0.0,
         )
         for i, c in enumerate(plan.client_id)
     ]
@@ -284,9 +374,16 @@ def open_run_writer(cfg: ExperimentConfig) -> RunWriter:
 
 
 def _summary(
-    cfg: ExperimentConfig, records: list[RoundRecord], final: EvalResult, baseline: float
+    cfg: ExperimentConfig,
+    schedule: PhaseSchedule,
+    records: list[RoundRecord],
+    run: RunProgress,
+    baseline: float,
+    status: str,
 ) -> dict[str, object]:
-    return {
+    """``summary.json``: the run's outcome from the rounds recorded so far, however it ended (``status``)."""
+    final = run.last_eval
+    summary: dict[str, object] = {
         "name": cfg.name,
         "algorithm": cfg.algorithm_label,
         "final_test_acc": final.accuracy,
@@ -295,4 +392,20 @@ def _summary(
         "rounds": len(records),
         "wall_time_s": records[-1].wall_time_s if records else 0.0,
         "sim_time_s": records[-1].sim_time_s if records else 0.0,
+        "status": status,
+        "rounds_rolled_back": sum(r.rolled_back for r in records),
+        "rounds_all_failed": sum(1 for r in records if r.clients_sampled > 0 and r.clients_failed == r.clients_sampled),
+        "final_model_finite": all_finite(run.state.params) and all_finite(run.state.opt_state),
     }
+    if cfg.phases:
+        try:
+            summary["phases"] = schedule.summary(records, run.state)
+        except Exception:  # an error in a phase's own report must not hide the run's outcome
+            if status == "finished":
+                raise
+            log.exception("the phases' summary could not be made")
+    last = schedule.algorithm_at(min(max(run.next_round - 1, 0), cfg.rounds - 1))
+    extra = last.run_summary(run.state)  # the last phase's own figures under its name (FedTrans: the family it grew)
+    if extra:
+        summary[last.name] = extra
+    return summary

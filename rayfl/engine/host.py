@@ -32,7 +32,7 @@ from rayfl.algorithms.base import Algorithm
 from rayfl.algorithms.compression import compress_update, upload_bytes
 from rayfl.algorithms.multimodel import model_key, model_params
 from rayfl.algorithms.payloads import Assignment, ClientOutcome, ClientUpdate, TrainTask
-from rayfl.algorithms.reducers import Partial, params_bytes, split_partial
+from rayfl.algorithms.reducers import Partial, as_arrays, params_bytes, split_partial
 from rayfl.algorithms.submodel import first_k
 from rayfl.config import BackendConfig, CompressionConfig, ModelConfig
 from rayfl.data.federated import FederatedDataset
@@ -61,6 +61,7 @@ class EvalStats:
     correct: np.ndarray
     count: np.ndarray
     correct_mask: tuple[np.ndarray, ...] = ()  # per batch: which samples were predicted right (per-client accuracy)
+    nonfinite: int = 0  # samples whose logits held a NaN or an infinity (the evaluation is then NaN, not 0 %)
 
 
 def as_tensors(params: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:
@@ -76,8 +77,13 @@ def _seeded_rng(task: TrainTask, device: torch.device) -> Iterator[None]:
     ``(seed, "local", round, client)`` while a client trains, and restored afterwards: a client's training is the same
     on whichever host, backend or order it runs."""
     devices = [device] if device.type == "cuda" else []
+    seed = derive_seed(task.seed, "local", task.round_idx, task.client_id)
     with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(derive_seed(task.seed, "local", task.round_idx, task.client_id))
+        if devices:
+            torch.manual_seed(seed)
+        else:  # the CPU generator alone: torch.manual_seed also queues lazy seeds for CUDA, XPU and MTIA, recording
+            # a formatted stack trace for each (2-3 ms a client); the CPU generator ends in the same state
+            torch.default_generator.manual_seed(seed)
         yield
 
 
@@ -186,7 +192,8 @@ class ClientHost:
     ) -> tuple[object, ...]:
         """Train ``tasks`` in client-id order.
 
-        Returns ``num_shards`` partial sums (one per shard, so Ray can route each to its shard as its own object)
+        Returns ``num_shards`` partial sums as numpy arrays (one per shard, so Ray can route each to its shard as its
+        own object)
         followed by the list of per-client ``ClientOutcome``s. When the round's clients carry memories
         (``client_state.keeps_state``), ``memories`` holds each task's (aligned with ``tasks``, ``None`` for a client
         with none yet) and every task's next memory follows the outcomes, in the order of ``tasks``.
@@ -205,7 +212,8 @@ class ClientHost:
                 self.algorithm.reducer.accumulate(partial, update, shapes)
             outcomes.append(outcome)
         after = [kept[t.client_id] for t in tasks] if keep else []
-        return (*split_partial(partial, shard_of, num_shards), outcomes, *after)
+        shares = [as_arrays(p) for p in split_partial(partial, shard_of, num_shards)]  # numpy: shards load no torch
+        return (*shares, outcomes, *after)
 
     def _run_client(
         self,
@@ -389,17 +397,19 @@ class ClientHost:
         n = len(batch_ids)
         loss_sum, correct, count = np.zeros(n), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
         masks: list[np.ndarray] = []
+        nonfinite = 0
         with torch.no_grad():
             for i, b in enumerate(batch_ids):
                 lo, hi = b * batch_size, min((b + 1) * batch_size, len(ds.y_test))
                 logits = model(to_input(ds.x_test[lo:hi], self.input_spec, self.device))
                 labels = torch.from_numpy(np.asarray(ds.y_test[lo:hi], dtype=np.int64)).to(self.device)
                 loss_sum[i] = float(nn.functional.cross_entropy(logits, labels, reduction="sum"))
+                nonfinite += int((~torch.isfinite(logits).all(dim=1)).sum())
                 right = logits.argmax(dim=1) == labels
                 correct[i] = int(right.sum())
                 count[i] = hi - lo
                 masks.append(right.cpu().numpy())
-        return EvalStats(np.asarray(batch_ids, dtype=np.int64), loss_sum, correct, count, tuple(masks))
+        return EvalStats(np.asarray(batch_ids, dtype=np.int64), loss_sum, correct, count, tuple(masks), nonfinite)
 
 
 def _on_cpu(update: ClientUpdate) -> ClientUpdate:

@@ -1,9 +1,11 @@
 """Evaluation and record columns of runs that hold several global models (``ServerState.models``).
 
 Each model is scored on the whole test set (its test accuracy), and, where the data set splits its test set by client,
-every client's test rows are scored on the model the algorithm would assign it (``Algorithm.client_model_id``); the
-mean of those per-client accuracies is paper 002's "average client accuracy". Single-model runs get the average client
-accuracy too (on the one evaluated model) and keep every other column as before.
+every client's test rows are scored on the model the algorithm would assign it (``Algorithm.client_model``, which
+sees the client's budgets at the evaluated round's end); the mean of those per-client accuracies is paper 002's
+"average client accuracy", and each client's own figure is recorded (``client_accs.csv``, the report's box plot).
+Single-model runs get the average client accuracy too (on the one evaluated model) and keep every other column as
+before.
 
 The device average (``device_accuracy``) needs no per-client test data: every device of the run is scored by the
 whole-test-set accuracy of the evaluation that scores its model (``Algorithm.device_evals``), so a model counts as
@@ -23,17 +25,19 @@ from rayfl.algorithms.multimodel import model_params
 from rayfl.algorithms.payloads import ClientOutcome, ClientView, ServerState
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine.backend import Backend, EvalResult
+from rayfl.engine.records import ClientAccRecord
 from rayfl.models.elastic.spec import SubModelSpec
 
 if TYPE_CHECKING:
     from rayfl.models.elastic import ElasticFamily
 
 __all__ = [
-    "client_accuracy",
+    "client_accuracies",
     "device_accuracy",
     "evaluate_models",
     "model_fields",
     "named_accuracies",
+    "named_evaluations",
     "width_structures",
 ]
 
@@ -61,19 +65,24 @@ def width_structures(family: ElasticFamily | None, widths: Sequence[float]) -> d
     return {f"x{p:g}": space.units(SubModelSpec.uniform(space, float(p)).ratios) for p in widths}
 
 
-def named_accuracies(
+def named_evaluations(
     algorithm: Algorithm, state: ServerState, evals: Sequence[EvalResult], structures: Mapping[str, EvalResult]
-) -> dict[str, float]:
+) -> dict[str, EvalResult]:
     """Every evaluation of a round by name: the main one (``MAIN_EVAL``), each structure of ``eval_structures`` and
     each global model after the first (``model_names``)."""
-    accs = {MAIN_EVAL: evals[0].accuracy}
-    accs.update({name: e.accuracy for name, e in structures.items()})
+    named = {MAIN_EVAL: evals[0], **structures}
     names = algorithm.model_names(state)
     if len(names) != len(evals):
         raise ValueError(f"{algorithm.name}: model_names gives {len(names)} names for {len(evals)} global models")
-    for name, e in zip(names[1:], evals[1:], strict=True):
-        accs[name] = e.accuracy
-    return accs
+    named.update(zip(names[1:], evals[1:], strict=True))
+    return named
+
+
+def named_accuracies(
+    algorithm: Algorithm, state: ServerState, evals: Sequence[EvalResult], structures: Mapping[str, EvalResult]
+) -> dict[str, float]:
+    """The accuracy of every evaluation of ``named_evaluations``."""
+    return {name: e.accuracy for name, e in named_evaluations(algorithm, state, evals, structures).items()}
 
 
 def device_accuracy(
@@ -89,33 +98,44 @@ def device_accuracy(
     return float(np.mean([accs[name] for name in names]))
 
 
-def client_accuracy(
-    dataset: FederatedDataset, evals: Sequence[EvalResult], algorithm: Algorithm, state: ServerState
-) -> float:
-    """Mean over clients with test data of the accuracy of their test rows on the model each would be assigned
-    (NaN when the test set is not split by client or an evaluation carries no per-sample results)."""
+def client_accuracies(
+    dataset: FederatedDataset,
+    named: Mapping[str, EvalResult],
+    algorithm: Algorithm,
+    state: ServerState,
+    views: Sequence[ClientView],
+    round_idx: int,
+) -> list[ClientAccRecord]:
+    """Each client with test data (``views``: every client of the run, in id order, with its budgets now): the accuracy
+    of its test rows on the model it uses, the evaluation of ``named`` that ``Algorithm.device_evals`` gives it (by
+    default the global model ``Algorithm.client_model`` picks). Empty when the test set is not split by client or an
+    evaluation carries no per-sample results."""
     offsets = dataset.test_offsets
-    if offsets is None or any(e.correct_mask is None for e in evals):
-        return math.nan
-    per_client: list[float] = []
-    for client_id in range(dataset.num_clients):
-        lo, hi = int(offsets[client_id]), int(offsets[client_id + 1])
+    if offsets is None:
+        return []
+    names = algorithm.device_evals(state, views)
+    if any(named[name].correct_mask is None for name in set(names)):
+        return []
+    rows: list[ClientAccRecord] = []
+    for view, name in zip(views, names, strict=True):
+        lo, hi = int(offsets[view.client_id]), int(offsets[view.client_id + 1])
         if hi == lo:
             continue
-        mask = evals[algorithm.client_model_id(state, client_id)].correct_mask
+        mask = named[name].correct_mask
         assert mask is not None
-        per_client.append(float(np.mean(mask[lo:hi])))
-    return float(np.mean(per_client)) if per_client else math.nan
+        model_id = algorithm.client_model(state, view)
+        rows.append(ClientAccRecord(round_idx, view.client_id, model_id, name, float(np.mean(mask[lo:hi])), hi - lo))
+    return rows
 
 
 def model_fields(
-    dataset: FederatedDataset,
     evals: Sequence[EvalResult] | None,
-    algorithm: Algorithm,
     state: ServerState,
     outcomes: Sequence[ClientOutcome],
+    client_accs: Sequence[ClientAccRecord] = (),
 ) -> dict[str, Any]:
-    """A round record's multi-model columns; ``evals`` is ``None`` in a round without evaluation."""
+    """A round record's multi-model columns; ``evals`` is ``None`` in a round without evaluation. The average client
+    accuracy is the mean of ``client_accs`` (NaN without per-client test data)."""
     count = max(1, len(state.models))
     fields: dict[str, Any] = {"num_models": count}
     if count > 1:
@@ -124,5 +144,5 @@ def model_fields(
     if evals is not None:
         if count > 1:
             fields["model_accs"] = " ".join(str(e.accuracy) for e in evals)
-        fields["client_acc"] = client_accuracy(dataset, evals, algorithm, state)
+        fields["client_acc"] = float(np.mean([r.test_acc for r in client_accs])) if client_accs else math.nan
     return fields

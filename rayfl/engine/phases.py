@@ -9,8 +9,11 @@ checkpoint needs nothing beyond the round index and the state. The driver asks t
   else ``init_state`` on the previous parameters). A *server phase* (an algorithm with ``server_round``, e.g. FedorAS's
   search) then does its round's work on the server, with a ``TaskPool`` for parallel work, and returns its modelled
   server seconds, which the clock adds (``system.server_time: measured`` replaces them by measured time).
-* ``clients_per_round(round_idx, default)``: 0 in server phases (no client trains), else the run's figure.
-* ``lr(train, round_idx)``: the client learning rate, with the schedule running over the phase's own rounds.
+* ``clients_per_round(round_idx, default)``: 0 in server phases (no client trains), else the phase's own figure or
+  the run's.
+* ``train(train, round_idx)`` and ``lr(train, round_idx)``: the round's local training (the run's ``train`` with the
+  phase's own ``lr`` and ``epochs``; the clock prices those epochs) and its client learning rate, the schedule
+  running over the phase's own rounds.
 
 At the end, ``summary`` gives per phase its rounds, simulated seconds and last accuracy, plus ``phase_result(state)``
 of algorithms that report one (FedorAS's search: the chosen path per tier), taken from the phase's final state.
@@ -75,10 +78,14 @@ class PhaseResult(Protocol):
 
 @dataclass(frozen=True)
 class Phase:
+    """A phase's rounds ``[start, start + rounds)``, its algorithm (built with the phase's own local training,
+    ``algorithm.train``) and its clients per round (0: the run's)."""
+
     name: str
     start: int
     rounds: int
     algorithm: Algorithm
+    clients_per_round: int = 0
 
 
 class PhasedAlgorithm(Algorithm):
@@ -170,11 +177,18 @@ class PhaseSchedule:
         return algorithm, state, server_s
 
     def clients_per_round(self, round_idx: int, default: int) -> int:
-        return 0 if isinstance(self.algorithm_at(round_idx), ServerPhase) else default
+        phase = self.phase_at(round_idx)
+        if isinstance(phase.algorithm, ServerPhase):
+            return 0
+        return phase.clients_per_round or default
+
+    def train(self, train: TrainConfig, round_idx: int) -> TrainConfig:
+        """The local training of round ``round_idx``: its phase's (``train`` itself in a run without phases)."""
+        return train if self._phased is None else self.phase_at(round_idx).algorithm.train
 
     def lr(self, train: TrainConfig, round_idx: int) -> float:
         phase = self.phase_at(round_idx)
-        return round_lr(train, round_idx - phase.start, phase.rounds)
+        return round_lr(self.train(train, round_idx), round_idx - phase.start, phase.rounds)
 
     def _record_result(self, index: int, state: ServerState) -> None:
         algorithm = self.phases[index].algorithm
@@ -209,6 +223,8 @@ def build_run_algorithm(cfg: ExperimentConfig) -> Algorithm:
     phases: list[Phase] = []
     start = 0
     for p in cfg.phases:
-        phases.append(Phase(p.name, start, p.rounds, build_algorithm(p.algorithm, cfg.train)))
+        own = {k: v for k, v in (("lr", p.lr), ("epochs", p.epochs)) if v}
+        algorithm = build_algorithm(p.algorithm, replace(cfg.train, **own))  # type: ignore[arg-type]
+        phases.append(Phase(p.name, start, p.rounds, algorithm, p.clients_per_round))
         start += p.rounds
     return PhasedAlgorithm(phases, cfg.train)

@@ -11,17 +11,20 @@ __all__ = ["ProgressLine"]
 
 
 class ProgressLine:
-    """Prints ``round 7/20 | acc 31.2% | loss 2.41 | 1.9 s/round | ETA 0:25`` for each finished round."""
+    """Prints ``round 7/20 | acc 31.2% | loss 2.41 | 1.9 s/round | ETA 0:25`` for each finished round, flagging a
+    round in which every sampled client failed and a round rolled back because its server step was not finite."""
 
     def __init__(self, stream: TextIO, total_rounds: int) -> None:
         self.stream = stream
         self.total = total_rounds
         self._round_s = 0.0
+        self._seen = 0  # rounds this process ran (a resumed run starts past round 0)
 
     def __call__(self, record: RoundRecord) -> None:
         done = record.round_idx + 1
         self._round_s += record.round_wall_s
-        per_round = self._round_s / done  # start-up excluded, so the ETA is not inflated by it
+        self._seen += 1
+        per_round = self._round_s / self._seen  # start-up excluded, so the ETA is not inflated by it
         eta = int(per_round * (self.total - done))
         acc = "" if math.isnan(record.test_acc) else f" | acc {100 * record.test_acc:5.2f}%"
         line = (
@@ -29,5 +32,11 @@ class ProgressLine:
             f" | clients {record.clients_sampled - record.clients_failed}/{record.clients_sampled} ok"
             f" | sim {record.sim_time_s / 3600:6.3f} h | {per_round:5.2f} s/round | ETA {eta // 60}:{eta % 60:02d}"
         )
+        if record.clients_sampled > 0 and record.clients_failed == record.clients_sampled:
+            line += " | ALL CLIENTS FAILED: model unchanged"
+        if record.rolled_back:
+            line += " | NOT FINITE: round rolled back"
+        if record.faults:  # Ray actors that died this round and whose work was re-run (engine/recovery.py)
+            line += f" | {record.faults} dead actor{'s' if record.faults > 1 else ''} replaced"
         self.stream.write(line + "\n")
         self.stream.flush()

@@ -2,8 +2,11 @@
 
 ``RoundRecord`` is one row; ``RunWriter`` owns a run directory: the resolved config (``config.yaml``), one CSV row
 appended and flushed per round (so an interrupted run keeps every finished round), ``rounds.parquet`` rewritten as
-rounds finish, and ``summary.json`` at the end. ``evals.csv`` holds the further structures an algorithm has
-evaluated per round (``EvalRecord``: one row per round and name).
+rounds finish, and the Parquet files and ``summary.json`` once more when the run ends, however it ends (finished,
+stopped by a signal or by an error). ``evals.csv`` holds the further structures an algorithm has evaluated per round
+(``EvalRecord``: one row per round and name). A resumed run reopens its directory with ``RunWriter.reopen``, cutting
+the CSV files back to the lengths its checkpoint recorded. ``client_accs.csv`` (data with per-client test
+sets) holds each client's accuracy per evaluated round (``ClientAccRecord``).
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import csv
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, TextIO
@@ -20,7 +23,15 @@ from typing import Any, TextIO
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-__all__ = ["ClientRecord", "EvalRecord", "RoundRecord", "RunWriter", "check_run_name", "make_run_dir"]
+__all__ = [
+    "ClientAccRecord",
+    "ClientRecord",
+    "EvalRecord",
+    "RoundRecord",
+    "RunWriter",
+    "check_run_name",
+    "make_run_dir",
+]
 
 
 @dataclass(frozen=True)
@@ -65,6 +76,18 @@ class RoundRecord:
     # the mean over all devices of the accuracy of the model each uses (``Algorithm.device_evals``: FedHeN's simple
     # devices on the simple model, complex devices on the complex one); NaN in a round without evaluation
     device_acc: float = math.nan
+    # 1 when the round's aggregate or server step was not finite and the global model was rolled back to the state
+    # before it (engine/guard.py); the round's simulated time and client failures stand
+    rolled_back: int = 0
+    # the checkpoint written after this round (engine/checkpoint.py): bytes of its state file and wall seconds spent
+    # gathering and writing it (its small manifest follows the record); 0 and NaN in rounds without one
+    checkpoint_bytes: int = 0
+    checkpoint_s: float = math.nan
+    # Ray actors (client hosts, parameter-server shards) that died during the round and whose work was re-run
+    faults: int = 0
+    # multiply-accumulates of the round's local training over the clients that ran (3 x forward MACs x samples
+    # processed, paper 002's training cost)
+    train_macs: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -88,6 +111,20 @@ class ClientRecord:
     p_down: float = math.nan  # unstable links: width ratio of the model that arrived (NaN: perfect links, not run)
     p_up: float = math.nan  # and of the update that reached the server
     model_id: int = 0  # which global model it was assigned
+    train_macs: float = 0.0  # multiply-accumulates of its round's local training (planned; 0 when it did not run)
+
+
+@dataclass(frozen=True)
+class ClientAccRecord:
+    """One client's test accuracy in an evaluated round, on the model it would be assigned (data with per-client test
+    sets only): the average client accuracy's parts, and paper 002's per-client box plot."""
+
+    round_idx: int
+    client_id: int
+    model_id: int
+    evaluation: str  # the evaluation that scored it (``Algorithm.device_evals``: main, a model's or a structure's name)
+    test_acc: float
+    num_test: int
 
 
 @dataclass(frozen=True)
@@ -109,6 +146,7 @@ def _schema(cls: type) -> pa.Schema:
 _SCHEMA = _schema(RoundRecord)
 _CLIENT_SCHEMA = _schema(ClientRecord)
 _EVAL_SCHEMA = _schema(EvalRecord)
+_CLIENT_ACC_SCHEMA = _schema(ClientAccRecord)
 
 
 def check_run_name(name: str) -> str:
@@ -137,63 +175,145 @@ def make_run_dir(output_dir: str | Path, name: str) -> Path:
     raise RuntimeError(f"no free run directory under {root}")
 
 
-class RunWriter:
-    """Writes a run directory as the run goes."""
+class _CsvTable:
+    """One record file: ``<name>.csv`` appended and flushed row by row, the rows kept for ``<name>.parquet``."""
 
-    def __init__(self, run_dir: Path, resolved_config: Mapping[str, Any]) -> None:
+    def __init__(self, run_dir: Path, name: str, cls: type, schema: pa.Schema, rows: list[Any] | None = None) -> None:
+        self.name, self.cls, self.schema = name, cls, schema
+        self.optional = name in _OPTIONAL_PARQUET
+        self.path = run_dir / f"{name}.csv"
+        self.rows: list[Any] = [] if rows is None else rows
+        names = [f.name for f in fields(cls)]
+        self.file: TextIO = self.path.open("w" if rows is None else "a", newline="")
+        self.writer = csv.DictWriter(self.file, fieldnames=names)
+        if rows is None:
+            self.writer.writeheader()
+            self.file.flush()
+
+    @classmethod
+    def reopen(cls, run_dir: Path, name: str, record: type, schema: pa.Schema, size: int) -> _CsvTable:
+        """The table of an existing run cut back to its first ``size`` bytes (a checkpoint's length), its rows read
+        back from that part exactly as they were written (floats round-trip through ``repr``)."""
+        path = run_dir / f"{name}.csv"
+        have = path.stat().st_size
+        if have < size:
+            raise ValueError(f"{path}: holds {have} bytes, fewer than the {size} the checkpoint recorded")
+        with path.open("r+b") as raw:
+            raw.truncate(size)
+        kinds = {f.name: _PARSERS.get(str(f.type), float) for f in fields(record)}
+        with path.open(newline="") as text:
+            reader = csv.DictReader(text)
+            if reader.fieldnames != list(kinds):
+                raise ValueError(f"{path}: its columns are not the ones this version of rayfl writes")
+            rows = [record(**{k: kinds[k](v) for k, v in row.items()}) for row in reader]
+        return cls(run_dir, name, record, schema, rows)
+
+    def append(self, records: Sequence[Any]) -> None:
+        self.rows.extend(records)
+        self.writer.writerows(asdict(r) for r in records)
+        self.file.flush()
+
+    def size(self, sync: bool = False) -> int:
+        """Bytes written so far (``sync``: forced to disk first, as a checkpoint that refers to them needs)."""
+        self.file.flush()
+        if sync:
+            os.fsync(self.file.fileno())
+        return os.fstat(self.file.fileno()).st_size
+
+    def write_parquet(self, run_dir: Path) -> None:
+        if self.optional and not self.rows:  # client_accs: only runs with per-client test data have rows
+            return
+        table = pa.Table.from_pylist([asdict(r) for r in self.rows], schema=self.schema)
+        tmp = run_dir / f"{self.name}.parquet.tmp"
+        pq.write_table(table, tmp)
+        os.replace(tmp, run_dir / f"{self.name}.parquet")
+
+    def close(self) -> None:
+        if not self.file.closed:
+            self.file.close()
+
+
+_PARSERS: dict[str, Callable[[str], Any]] = {"int": int, "str": str}
+_TABLES: tuple[tuple[str, type, pa.Schema], ...] = (
+    ("rounds", RoundRecord, _SCHEMA),
+    ("clients", ClientRecord, _CLIENT_SCHEMA),
+    ("evals", EvalRecord, _EVAL_SCHEMA),
+    ("client_accs", ClientAccRecord, _CLIENT_ACC_SCHEMA),
+)
+_OPTIONAL_PARQUET = frozenset({"client_accs"})  # its Parquet file only when it has rows
+
+
+class RunWriter:
+    """Writes a run directory as the run goes; ``reopen`` continues one from a checkpoint's record lengths."""
+
+    def __init__(
+        self, run_dir: Path, resolved_config: Mapping[str, Any] | None, *, sizes: Mapping[str, int] | None = None
+    ):
         self.run_dir = run_dir
-        self.rows: list[RoundRecord] = []
-        _atomic_write(run_dir / "config.yaml", _yaml(resolved_config))
-        self._csv: TextIO = (run_dir / "rounds.csv").open("w", newline="")
-        self._writer = csv.DictWriter(self._csv, fieldnames=[f.name for f in fields(RoundRecord)])
-        self._writer.writeheader()
-        self.client_rows: list[ClientRecord] = []
-        self._clients_csv: TextIO = (run_dir / "clients.csv").open("w", newline="")
-        self._clients_writer = csv.DictWriter(self._clients_csv, fieldnames=[f.name for f in fields(ClientRecord)])
-        self._clients_writer.writeheader()
-        self.eval_rows: list[EvalRecord] = []
-        self._evals_csv: TextIO = (run_dir / "evals.csv").open("w", newline="")
-        self._evals_writer = csv.DictWriter(self._evals_csv, fieldnames=[f.name for f in fields(EvalRecord)])
-        self._evals_writer.writeheader()
+        if sizes is None:
+            if resolved_config is not None:
+                _atomic_write(run_dir / "config.yaml", _yaml(resolved_config))
+            self._tables = {name: _CsvTable(run_dir, name, cls, schema) for name, cls, schema in _TABLES}
+        else:
+            self._tables = {
+                name: _CsvTable.reopen(run_dir, name, cls, schema, int(sizes[name])) for name, cls, schema in _TABLES
+            }
+
+    @classmethod
+    def reopen(cls, run_dir: Path, sizes: Mapping[str, int]) -> RunWriter:
+        """The writer of an existing run directory whose record files are cut back to ``sizes`` (``sizes()`` at a
+        checkpoint): what later rounds appended is dropped, since the resumed run writes those rounds again."""
+        return cls(run_dir, None, sizes=sizes)
+
+    @property
+    def rows(self) -> list[RoundRecord]:
+        return self._tables["rounds"].rows
+
+    @property
+    def client_rows(self) -> list[ClientRecord]:
+        return self._tables["clients"].rows
+
+    @property
+    def eval_rows(self) -> list[EvalRecord]:
+        return self._tables["evals"].rows
+
+    @property
+    def client_acc_rows(self) -> list[ClientAccRecord]:
+        return self._tables["client_accs"].rows
+
+    def append_client_accs(self, records: list[ClientAccRecord]) -> None:
+        self._tables["client_accs"].append(records)
 
     def append_evals(self, records: list[EvalRecord]) -> None:
-        self.eval_rows.extend(records)
-        self._evals_writer.writerows(asdict(r) for r in records)
-        self._evals_csv.flush()
+        self._tables["evals"].append(records)
 
     def append_clients(self, records: list[ClientRecord]) -> None:
-        self.client_rows.extend(records)
-        self._clients_writer.writerows(asdict(r) for r in records)
-        self._clients_csv.flush()
+        self._tables["clients"].append(records)
 
     def append(self, record: RoundRecord, parquet_every: int = 10) -> None:
-        self.rows.append(record)
-        self._writer.writerow(asdict(record))
-        self._csv.flush()
+        self._tables["rounds"].append([record])
         if len(self.rows) % parquet_every == 0:
             self.write_parquet()
 
+    def sizes(self, sync: bool = False) -> dict[str, int]:
+        """Bytes of every record file so far, by table name (what a checkpoint records and ``reopen`` cuts back to)."""
+        return {name: table.size(sync) for name, table in self._tables.items()}
+
     def write_parquet(self) -> None:
-        for name, rows, schema in (
-            ("rounds", self.rows, _SCHEMA),
-            ("clients", self.client_rows, _CLIENT_SCHEMA),
-            ("evals", self.eval_rows, _EVAL_SCHEMA),
-        ):
-            table = pa.Table.from_pylist([asdict(r) for r in rows], schema=schema)
-            tmp = self.run_dir / f"{name}.parquet.tmp"
-            pq.write_table(table, tmp)
-            os.replace(tmp, self.run_dir / f"{name}.parquet")
+        for table in self._tables.values():
+            table.write_parquet(self.run_dir)
 
     def finish(self, summary: Mapping[str, Any]) -> None:
+        """Parquet files and ``summary.json`` from the rows written so far: called however the run ends (finished,
+        stopped by a signal or an error), so the CSV, Parquet and summary files always hold the same rounds."""
         self.write_parquet()
         self.close()
         clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in summary.items()}
         _atomic_write(self.run_dir / "summary.json", json.dumps(clean, indent=2) + "\n")
 
     def close(self) -> None:
-        for f in (self._csv, self._clients_csv, self._evals_csv):
-            if not f.closed:
-                f.close()
+        for table in self._tables.values():
+            table.close()
 
 
 def _yaml(data: Mapping[str, Any]) -> str:

@@ -8,6 +8,7 @@ from typing import Any
 from torch import nn
 
 from rayfl.config import (
+    CellNetConfig,
     CharBertConfig,
     CharLSTMConfig,
     CharTransformerConfig,
@@ -61,6 +62,7 @@ _BUILDERS: dict[type[Any], Callable[[Any, InputSpec], nn.Module]] = {
     CharBertConfig: _elastic,
     FemnistCNNConfig: _elastic,
     SupernetConfig: _elastic,
+    CellNetConfig: _elastic,
     CustomModelConfig: _custom,
 }
 

@@ -9,12 +9,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 import numpy as np
 import torch
 from torch import nn
 
 __all__ = ["InputSpec", "client_spec", "module_device", "to_input"]
+
+
+class _Shaped(Protocol):
+    """A sample array as far as a spec needs it: held in full or made on demand (``rayfl.data.federated.Rows``)."""
+
+    @property
+    def shape(self) -> tuple[int, ...]: ...
 
 
 @dataclass(frozen=True)
@@ -28,7 +36,7 @@ class InputSpec:
     std: tuple[float, ...] = ()
 
     @staticmethod
-    def of(input_kind: str, num_classes: int, x: np.ndarray, meta: Mapping[str, object]) -> InputSpec:
+    def of(input_kind: str, num_classes: int, x: _Shaped, meta: Mapping[str, object]) -> InputSpec:
         mean = meta.get("mean", ())
         std = meta.get("std", ())
         return InputSpec(

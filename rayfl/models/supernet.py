@@ -14,6 +14,10 @@ global pooling and a linear classifier. Candidates (``SupernetConfig.ops``):
 A block computes ``x + op(x)`` (identity: ``x``), so a skipped block is exactly the identity. Batch norms use batch
 statistics (``track_running_stats=False``, as every rayfl family), so there are no running statistics to aggregate.
 
+A *realised path* (``model.path``: one op name per block, FedorAS's per-tier models) is the same family restricted
+to that path's ops: a stand-alone network whose tensors have the supernet's names, so the supernet's weights copy over
+by name and the cost model prices it with the very pieces that priced the path inside the supernet.
+
 Why dimensions of size one: a *subspace* (the ops a client may use this round, paper Eq. 2) and a *path* (one op per
 layer) are then ordinary unit vectors of the family. ``build(units)`` builds a model holding exactly the ops whose
 unit is 1, with the global tensor names, so the engine's hosts build, load and scatter a client's subspace like any
@@ -214,13 +218,20 @@ class SupernetFamily(ElasticFamily):
         self.layer_stage = [s for s, blocks in enumerate(cfg.blocks_per_stage) for _ in range(blocks)]
         self.num_layers = len(self.layer_stage)
         self.identity = self.op_names.index(IDENTITY) if IDENTITY in self.op_names else None
-        dims = tuple(
-            Dimension(f"layers.{layer}.{op}", 1, skippable=True)
+        self.path = self._realised_path(cfg.path)
+        # the (layer, op) pairs the model has: all of them, or a realised path's one op per layer
+        self.layer_ops = tuple(
+            (layer, op)
             for layer in range(self.num_layers)
-            for op in self.op_names
+            for op in (range(self.num_ops) if self.path is None else (self.path[layer],))
         )
+        self._dim = {pair: d for d, pair in enumerate(self.layer_ops)}
+        self._index = tuple(np.array(self.layer_ops, dtype=np.int64).T)  # (layers, ops) of the dimensions
+        self._available = np.zeros((self.num_layers, self.num_ops), dtype=bool)
+        self._available[self._index] = True
+        dims = tuple(Dimension(f"layers.{layer}.{op}", 1, skippable=True) for layer, op in self.layer_ops)
         with torch.device("meta"):
-            full = self._model([range(self.num_ops)] * self.num_layers)
+            full = self._model([np.flatnonzero(row).tolist() for row in self._available])
         layouts: dict[str, TensorLayout] = {}
         for name, tensor in full.state_dict().items():
             parts = name.split(".")
@@ -228,16 +239,34 @@ class SupernetFamily(ElasticFamily):
             layouts[name] = TensorLayout(tuple(tensor.shape), (None,) * tensor.dim(), gate)
         self.space = SearchSpace(dims, layouts, classifier=("head.weight", "head.bias"))
 
+    def _realised_path(self, names: Sequence[str]) -> tuple[int, ...] | None:
+        """Op indices of ``model.path`` (None for the whole supernet)."""
+        if not names:
+            return None
+        if len(names) != self.num_layers:
+            raise ValueError(f"model.path names {len(names)} ops; the supernet has {self.num_layers} searchable blocks")
+        unknown = [n for n in names if n not in self.op_names]
+        if unknown:
+            raise ValueError(f"model.path: {unknown} are not among model.ops {list(self.op_names)}")
+        return tuple(self.op_names.index(n) for n in names)
+
     # --- units <-> ops -----------------------------------------------------------------------------------------
     def dim_of(self, layer: int, op: int) -> int:
-        return layer * self.num_ops + op
+        """The dimension of op ``op`` in layer ``layer`` (``layer x num_ops + op`` for the whole supernet)."""
+        return self._dim[(layer, op)]
+
+    def layer_op(self, dim: int) -> tuple[int, int]:
+        """``(layer, op)`` of a dimension (the inverse of ``dim_of``)."""
+        return self.layer_ops[dim]
 
     def units_of_mask(self, mask: np.ndarray) -> tuple[int, ...]:
-        """Units of a subspace: ``mask[l, o]`` says layer ``l`` holds op ``o``."""
+        """Units of a subspace: ``mask[l, o]`` says layer ``l`` holds op ``o`` (only ops the model has)."""
         m = np.asarray(mask, dtype=bool)
         if m.shape != (self.num_layers, self.num_ops):
             raise ValueError(f"a subspace mask has shape {(self.num_layers, self.num_ops)}, got {m.shape}")
-        return tuple(int(v) for v in m.reshape(-1))
+        if (m & ~self._available).any():
+            raise ValueError("the mask holds ops this model (a realised path) does not have")
+        return tuple(int(v) for v in m[self._index])
 
     def units_of_path(self, path: Sequence[int] | np.ndarray) -> tuple[int, ...]:
         mask = np.zeros((self.num_layers, self.num_ops), dtype=bool)
@@ -245,7 +274,13 @@ class SupernetFamily(ElasticFamily):
         return self.units_of_mask(mask)
 
     def mask_of_units(self, units: Sequence[int]) -> np.ndarray:
-        return np.asarray(units, dtype=bool).reshape(self.num_layers, self.num_ops)
+        mask = np.zeros((self.num_layers, self.num_ops), dtype=bool)
+        mask[self._index] = np.asarray(units, dtype=bool)
+        return mask
+
+    def path_names(self, path: Sequence[int] | np.ndarray) -> tuple[str, ...]:
+        """The op names of a path (a realised path's ``model.path``)."""
+        return tuple(self.op_names[int(o)] for o in path)
 
     # --- ElasticFamily -----------------------------------------------------------------------------------------
     def _model(self, present: Sequence[Sequence[int]]) -> SupernetModel:
@@ -269,18 +304,18 @@ class SupernetFamily(ElasticFamily):
         sizes = [res]
         for _ in c[1:]:
             sizes.append((sizes[-1] + 1) // 2)
-        for layer, stage in enumerate(self.layer_stage):
-            for op, name in enumerate(self.op_names):
-                if name == IDENTITY:
-                    continue
-                pieces.append(
-                    CostUnit(
-                        ("supernet-op", name, c[stage], sizes[stage]),
-                        (),
-                        self.dim_of(layer, op),
-                        _op_maker(name, c[stage], sizes[stage]),
-                    )
+        for layer, op in self.layer_ops:
+            name, stage = self.op_names[op], self.layer_stage[layer]
+            if name == IDENTITY:
+                continue
+            pieces.append(
+                CostUnit(
+                    ("supernet-op", name, c[stage], sizes[stage]),
+                    (),
+                    self.dim_of(layer, op),
+                    _op_maker(name, c[stage], sizes[stage]),
                 )
+            )
         for s in range(len(c) - 1):
             pieces.append(CostUnit(("supernet-reduction", c[s], c[s + 1], sizes[s]), (), None, _red_maker(c, s, sizes)))
         pieces.append(

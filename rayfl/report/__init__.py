@@ -21,20 +21,24 @@ from rayfl.report.paper import (
     table3_markdown,
     utilisation_markdown,
 )
-from rayfl.report.plots import XAxis, plot_accuracy
+from rayfl.report.phases import phases_markdown
+from rayfl.report.plots import XAxis, plot_accuracy, plot_client_accuracy
 from rayfl.report.runs import RunRecords, load_run, unique_labels
-from rayfl.report.tables import markdown_table, system_table
+from rayfl.report.tables import cost_table, markdown_table, system_table
 
 __all__ = [
     "ACCURACY_VS_ROUNDS_PNG",
     "ACCURACY_VS_SIM_HOURS_PNG",
+    "CLIENT_ACCURACY_PNG",
     "REPORT_MD",
     "UTILISATION_PNG",
     "RunRecords",
     "XAxis",
+    "cost_table",
     "load_run",
     "markdown_table",
     "plot_accuracy",
+    "plot_client_accuracy",
     "report",
     "unique_labels",
 ]
@@ -43,6 +47,7 @@ log = logging.getLogger(__name__)
 
 ACCURACY_VS_ROUNDS_PNG = "accuracy_vs_rounds.png"
 ACCURACY_VS_SIM_HOURS_PNG = "accuracy_vs_sim_hours.png"
+CLIENT_ACCURACY_PNG = "client_accuracy.png"
 REPORT_MD = "report.md"
 
 
@@ -55,10 +60,13 @@ def report(
 
     * ``accuracy_vs_rounds.png`` — test accuracy against round index;
     * ``accuracy_vs_sim_hours.png`` — against simulated hours, only when some run has nonzero simulated time;
+    * ``client_accuracy.png`` — a box plot of each run's per-client accuracies, when some run recorded them;
     * with the paper layouts: ``utilisation.png`` (Figure 6) and, per setting, ``accuracy_vs_rounds_<setting>.png``
       and ``accuracy_vs_sim_hours_<setting>.png`` (Figure 12);
-    * ``report.md`` — the returned Markdown text (a heading, the table, with the paper layouts Table 3 and the
-      utilisation table, links to the plots, and each run's per-round system table).
+    * ``report.md`` — the returned Markdown text (a heading, the table, the client-accuracy and training-cost table
+      when some run recorded training MACs or per-client accuracies, with the paper layouts Table 3 and the
+      utilisation table, links to the plots, each multi-phase run's phases with their per-tier results, and each
+      run's per-round system table).
 
     Args:
         run_dirs: the run directories to compare, in table/legend order.
@@ -90,8 +98,18 @@ def report(
         sections.append("")
     if paper is None:
         paper = len({setting_of(run) for run in runs}) > 1
+    if any(run.total_train_macs is not None or run.client_accs() is not None for run in runs):
+        sections += ["## Client accuracy and training cost (paper 002)", "", cost_table(runs)]
+        if any(run.client_accs() is not None for run in runs):
+            box = plot_client_accuracy(runs, target / CLIENT_ACCURACY_PNG)
+            sections += [f"![client accuracy]({box.name})", ""]
+            pngs.append(box)
     if paper:
         pngs += _paper_sections(runs, target, sections)
+    for label, run in zip(unique_labels(runs), runs, strict=True):
+        phases = phases_markdown(run)
+        if phases is not None:
+            sections += [f"## {label}: phases", "", phases]
     for label, run in zip(unique_labels(runs), runs, strict=True):
         table = system_table(run)
         if table is not None:

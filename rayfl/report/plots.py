@@ -20,7 +20,7 @@ from matplotlib.ticker import MaxNLocator
 from rayfl.report.atomic import replace_file
 from rayfl.report.runs import RunRecords, unique_labels
 
-__all__ = ["XAxis", "plot_accuracy"]
+__all__ = ["XAxis", "plot_accuracy", "plot_client_accuracy"]
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +128,37 @@ def plot_accuracy(
     else:
         axes.text(0.5, 0.5, "no evaluated rounds", ha="center", va="center", transform=axes.transAxes)
 
+    figure.tight_layout()
+    replace_file(out_path, lambda tmp: figure.savefig(tmp, format="png"))
+    log.info("wrote %s", out_path)
+    return out_path
+
+
+def plot_client_accuracy(runs: Sequence[RunRecords], out_png: str | Path, labels: Sequence[str] | None = None) -> Path:
+    """Box plot of the clients' accuracies (percent) at each run's last evaluated round, one box per run (paper
+    002's Figure 6), with each run's mean (the average client accuracy) as a marker. Runs without per-client
+    accuracies (``client_accs.csv``) are left out with a warning; the figure is written regardless."""
+    out_path = Path(out_png)
+    figure = Figure(figsize=(max(4.0, 1.6 * len(runs) + 2.0), 4.5), dpi=100)
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot(1, 1, 1)
+    data: list[list[float]] = []
+    names: list[str] = []
+    for label, run in zip(unique_labels(runs) if labels is None else labels, runs, strict=True):
+        rows = run.client_accs()
+        if rows is None:
+            log.warning("run %s has no per-client accuracies; left out of the box plot", run.path)
+            continue
+        data.append([100.0 * float(v) for v in rows["test_acc"]])
+        names.append(label)
+    if data:
+        axes.boxplot(data, showmeans=True)
+        axes.set_xticks(range(1, len(names) + 1), names, rotation=15, ha="right", fontsize="small")
+    else:
+        axes.text(0.5, 0.5, "no per-client accuracies", ha="center", va="center", transform=axes.transAxes)
+    axes.set_ylabel("Client test accuracy (%)")
+    axes.set_title("Accuracy of each client on the model it uses")
+    axes.grid(True, axis="y", alpha=0.3)
     figure.tight_layout()
     replace_file(out_path, lambda tmp: figure.savefig(tmp, format="png"))
     log.info("wrote %s", out_path)

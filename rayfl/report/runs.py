@@ -190,6 +190,34 @@ class RunRecords:
         return None if column is None else int(column.fillna(0).sum())
 
     @property
+    def total_train_macs(self) -> float | None:
+        """Multiply-accumulates of all clients' local training over the run (paper 002's training cost), or None
+        when the run did not record them."""
+        column = self.column("train_macs")
+        return None if column is None else float(column.fillna(0.0).sum())
+
+    @property
+    def final_client_acc(self) -> float | None:
+        """The average client accuracy at the last round that recorded one (data with per-client test sets)."""
+        return self._last_finite("client_acc")
+
+    @property
+    def num_models(self) -> int | None:
+        """Global models at the end of the run (FedTrans: the models it made, the initial one included)."""
+        value = self._last_finite("num_models")
+        return None if value is None else int(value)
+
+    def client_accs(self) -> pd.DataFrame | None:
+        """Each client's accuracy at the last evaluated round that recorded them (``client_accs.csv``), or None."""
+        path = self.path / "client_accs.csv"
+        if not path.is_file():
+            return None
+        rows = pd.read_csv(path, keep_default_na=False)
+        if rows.empty or "round_idx" not in rows.columns:
+            return None
+        return rows[rows["round_idx"] == rows["round_idx"].max()].reset_index(drop=True)
+
+    @property
     def total_bytes(self) -> int | None:
         """Bytes sent down plus bytes sent up over all rounds, or None when neither column exists."""
         parts = [self.column(name) for name in ("bytes_down", "bytes_up")]

@@ -6,7 +6,16 @@ from collections.abc import Sequence
 
 from rayfl.report.runs import RunRecords, unique_labels
 
-__all__ = ["MISSING", "SYSTEM_COLUMNS", "TABLE_COLUMNS", "format_percent", "markdown_table", "system_table"]
+__all__ = [
+    "COST_COLUMNS",
+    "MISSING",
+    "SYSTEM_COLUMNS",
+    "TABLE_COLUMNS",
+    "cost_table",
+    "format_percent",
+    "markdown_table",
+    "system_table",
+]
 
 MISSING = "—"
 """What a cell shows when the run did not record the quantity."""
@@ -149,4 +158,54 @@ def markdown_table(runs: Sequence[RunRecords]) -> str:
     lines = [header, rule]
     for label, run in zip(unique_labels(runs), runs, strict=True):
         lines.append("| " + " | ".join(_row(label, run)) + " |")
+    return "\n".join(lines) + "\n"
+
+
+COST_COLUMNS: tuple[str, ...] = (
+    "Run",
+    "Client acc",
+    "IQR",
+    "Models",
+    "Model accs",
+    "Train GMACs",
+    "Network MB",
+)
+
+
+def _iqr(run: RunRecords) -> float | None:
+    rows = run.client_accs()
+    if rows is None:
+        return None
+    q1, q3 = rows["test_acc"].astype(float).quantile([0.25, 0.75])
+    return float(q3 - q1)
+
+
+def _model_accs(run: RunRecords) -> str | None:
+    if "model_accs" not in run.rounds.columns:
+        return None
+    texts = [str(t) for t in run.rounds["model_accs"] if isinstance(t, str) and t.strip()]
+    if not texts:
+        return None
+    return " / ".join(f"{100.0 * float(a):.1f}" for a in texts[-1].split())
+
+
+def cost_table(runs: Sequence[RunRecords]) -> str:
+    """Paper 002's comparison: the average client accuracy at the last evaluated round and the spread of the clients'
+    accuracies (interquartile range, percentage points), the global models at the end and each one's accuracy (%),
+    the clients' training multiply-accumulates over the run (3 x forward MACs x samples) and the bytes moved."""
+    header = "| " + " | ".join(COST_COLUMNS) + " |"
+    rule = "|---|" + "|".join("---:" for _ in COST_COLUMNS[1:]) + "|"
+    lines = [header, rule]
+    for label, run in zip(unique_labels(runs), runs, strict=True):
+        iqr, macs, total_bytes = _iqr(run), run.total_train_macs, run.total_bytes
+        cells = [
+            _cell(label),
+            format_percent(run.final_client_acc),
+            _number(None if iqr is None else 100.0 * iqr, ".2f"),
+            _number(run.num_models, "d"),
+            _cell(_model_accs(run)),
+            _number(None if macs is None else macs / 1e9, ".1f"),
+            _number(None if total_bytes is None else total_bytes / 1e6, ".1f"),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

@@ -6,8 +6,10 @@ Per client in round ``r`` starting at simulated time ``T`` (all times in simulat
    ``comm_limit_s`` at its current download and upload rates (``2 L / (1/down + 1/up)`` bytes for equal download and
    upload sizes, i.e. ``L x rate`` when both rates are equal).
 2. *Fit*: the assignment's peak training memory must fit the memory budget and ``down/rate_down + up/rate_up`` must
-   fit ``comm_limit_s`` (failure ``memory`` or ``bandwidth``); an unavailable client fails ``unavailable``, and so does
-   one whose download or upload rate is zero at ``T`` (no network: a zero-bandwidth span or an all-zero trace).
+   fit ``comm_limit_s`` (failure ``memory`` or ``bandwidth``); with ``compute_limit_s``, the round's training FLOPs
+   must fit what the client's compute speed does within that limit (failure ``compute``); an unavailable client
+   fails ``unavailable``, and so does one whose download or upload rate is zero at ``T`` (no network: a
+   zero-bandwidth span or an all-zero trace).
 3. *Timeline*: the download starts at ``T`` and takes the exact integral of the bandwidth log; compute takes
    ``train FLOPs / compute speed`` (modelled) from the end of the download; the upload follows. A client whose memory
    value drops below its need during its compute window fails ``memory_dip`` (paper 000, Appendix D.2.2), one that
@@ -27,13 +29,13 @@ Everything here is a function of the seed, the traces and the assignments: the h
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from rayfl.algorithms.payloads import Assignment, ClientView, LinkDraw
 from rayfl.config import ModelConfig, SystemConfig, TrainConfig
-from rayfl.system.costs import CostOracle
+from rayfl.system.costs import CostOracle, samples_per_round
 from rayfl.system.links import LinkModel, attempted, column_levels, delivered
 from rayfl.system.resources import ResourceSource, build_source
 
@@ -59,6 +61,8 @@ class ClientPlan:
     # per client: the budget it exceeded although it ran (assignments with enforce_budgets=False), else ""
     over_budget: tuple[str, ...] = ()
     links: tuple[LinkDraw | None, ...] = ()  # per client: what its unstable links deliver ((): perfect links)
+    # per client: FLOPs of its round's local training (3 x forward FLOPs x samples processed; empty: not planned)
+    train_flops: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     def link(self, i: int) -> LinkDraw | None:
         """The link draw of the ``i``-th client (None with perfect links)."""
@@ -120,10 +124,18 @@ class SimClock:
     def check_in(self, round_idx: int, clients: np.ndarray, num_examples: Sequence[int]) -> list[ClientView]:
         mem = self.memory.at(clients, self.now, round_idx)
         bw = self._bandwidth_budget(clients, round_idx)
+        flops = self._compute_budget(clients, round_idx)
         return [
-            ClientView(int(c), int(n), float(m), float(b))
-            for c, n, m, b in zip(clients, num_examples, mem, bw, strict=True)
+            ClientView(int(c), int(n), float(m), float(b), float(f))
+            for c, n, m, b, f in zip(clients, num_examples, mem, bw, flops, strict=True)
         ]
+
+    def _compute_budget(self, clients: np.ndarray, round_idx: int) -> np.ndarray:
+        """Training FLOPs each client can do within ``compute_limit_s`` at its compute speed (inf without a limit)."""
+        if self.cfg.compute_limit_s <= 0:
+            return np.full(len(clients), np.inf)
+        budget: np.ndarray = self.compute.at(clients, self.now, round_idx) * self.cfg.compute_limit_s
+        return budget
 
     def _bandwidth_budget(self, clients: np.ndarray, round_idx: int) -> np.ndarray:
         down = self.down.at(clients, self.now, round_idx)
@@ -138,9 +150,13 @@ class SimClock:
         views: Sequence[ClientView],
         assignments: Mapping[int, Assignment],
         models: Sequence[ModelConfig] = (),
+        train: TrainConfig | None = None,
+        train_flops: np.ndarray | None = None,
     ) -> ClientPlan:
         """``models``: the architectures of a multi-model run's global models (``ServerState.models``), so each
-        client's costs are those of the model it was assigned."""
+        client's costs are those of the model it was assigned; ``train``: this round's local training when it is not
+        the run's (a phase with its own epochs); ``train_flops``: each client's training FLOPs when the algorithm
+        counts them itself (``Algorithm.train_flops``), instead of the model's FLOPs per sample times its samples."""
         clients = np.array([v.client_id for v in views], dtype=np.int64)
         n = len(clients)
         costs = self.oracle.model_costs([assignments[int(c)] for c in clients], models)
@@ -156,10 +172,12 @@ class SimClock:
         draws = self.links.draw(round_idx, clients, self.now)
         sent_down, sent_up, cut_off = self._link_bytes(clients, assignments, draws, costs.bytes_down, costs.bytes_up)
         download = self.down.transfer_time(clients, t0, 8.0 * sent_down, round_idx)
-        samples = np.array([self._samples(v.num_examples) for v in views], dtype=np.float64)
+        samples = np.array([self._samples(v.num_examples, train or self.train) for v in views], dtype=np.float64)
         speed = self.compute.at(clients, self.now, round_idx)
+        work = costs.train_flops_per_sample * samples if train_flops is None else np.asarray(train_flops, np.float64)
+        flops_budget = np.array([v.compute_budget for v in views], dtype=np.float64)
         with np.errstate(divide="ignore", invalid="ignore"):
-            compute = np.where(np.isfinite(speed), costs.train_flops_per_sample * samples / speed, 0.0)
+            compute = np.where(np.isfinite(speed), work / speed, 0.0)
         upload = self.up.transfer_time(clients, t0 + download + compute, 8.0 * sent_up, round_idx)
         # a client with no network at check-in (a zero-bandwidth span, or an all-zero trace) is offline this round
         available = (self.availability.at(clients, self.now, round_idx) >= 0.5) & (rate_down > 0) & (rate_up > 0)
@@ -177,6 +195,8 @@ class SimClock:
                 exceeded = "memory"
             elif comm_need_s[i] > self.cfg.comm_limit_s:
                 exceeded = "bandwidth"
+            elif work[i] > flops_budget[i]:
+                exceeded = "compute"
             elif need[i] > lowest[i]:
                 exceeded = "memory_dip"
             over_budget.append(exceeded if not enforce[i] else "")
@@ -207,6 +227,7 @@ class SimClock:
             failure=tuple(failure),
             over_budget=tuple(over_budget),
             links=tuple(draws) if self.links.enabled else (),
+            train_flops=work,
         )
 
     def _link_bytes(
@@ -231,16 +252,10 @@ class SimClock:
             cut_off[i] = delivered(draw.down_run, n) == 0 and not draw.padding
         return down, up, cut_off
 
-    def _samples(self, num_examples: int) -> int:
+    @staticmethod
+    def _samples(num_examples: int, t: TrainConfig) -> int:
         """Samples a client processes in local training (epochs over its data, capped by ``max_steps``)."""
-        t = self.train
-        steps_per_epoch = -(-num_examples // t.batch_size)
-        total = t.epochs * num_examples
-        if t.max_steps:
-            full_epochs, extra = divmod(t.max_steps, max(steps_per_epoch, 1))
-            if full_epochs < t.epochs:
-                total = full_epochs * num_examples + min(extra * t.batch_size, num_examples)
-        return total
+        return samples_per_round(t, num_examples)
 
     def measured_compute(self, plan: ClientPlan, wall_s: Mapping[int, float]) -> ClientPlan:
         """With ``compute_time: measured``, replace modelled compute by measured training time x the scale."""

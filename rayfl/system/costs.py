@@ -27,10 +27,9 @@ from rayfl.config import CompressionConfig, ModelConfig, TrainConfig
 from rayfl.models import InputSpec, build_model
 from rayfl.models.elastic.cost import CostModel, optimizer_slots, saved_tensors
 from rayfl.models.elastic.family import ElasticFamily
+from rayfl.system.work import TRAIN_FLOPS_PER_FORWARD, samples_per_round
 
-__all__ = ["AssignmentCosts", "CostOracle"]
-
-TRAIN_FLOPS_PER_FORWARD = 3.0  # forward + backward (about twice the forward) per sample
+__all__ = ["TRAIN_FLOPS_PER_FORWARD", "AssignmentCosts", "CostOracle", "samples_per_round"]
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ this package imports neither Ray nor torch.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rayfl.tune.resources import TrialResources, trial_backend, trial_bundles
@@ -28,8 +29,11 @@ __all__ = [
 ]
 
 
-def run_sweep(sweep: Sweep, *, overrides: Sequence[str] = (), verbose: int = 0) -> SweepResult:
-    """Run a checked sweep (``rayfl.tune.sweep.run_sweep``, imported on call: it loads Ray and pandas)."""
+def run_sweep(
+    sweep: Sweep, *, overrides: Sequence[str] = (), verbose: int = 0, resume: Path | None = None
+) -> SweepResult:
+    """Run a checked sweep, or resume it in its folder (``rayfl.tune.sweep.run_sweep``, imported on call: it loads
+    Ray and pandas)."""
     from rayfl.tune.sweep import run_sweep as run
 
-    return run(sweep, overrides=overrides, verbose=verbose)
+    return run(sweep, overrides=overrides, verbose=verbose, resume=resume)

@@ -1,14 +1,17 @@
 """The numbers a trial reports to Tune every round, and the columns of the sweep's results table.
 
 Per round (``RoundMetrics``): the round, the simulated time (``sim_time_s``, the time axis schedulers such as ASHA use),
-the test accuracy and loss carried forward from the last evaluated round (NaN before the first evaluation), the
-training loss, clients run and failed, memory and bandwidth utilisation and, for model search, the search's numbers.
+the test accuracy and loss and the average client accuracy carried forward from the last evaluated round (NaN before
+the first evaluation), the training loss, clients run and failed, dead actors replaced and whether the round was
+rolled back, memory and bandwidth utilisation, for model search the search's numbers, and the training MACs so far
+and the number of global models (paper 002's cost figures).
 Nothing here imports Ray; ``trainable.py`` hands these dicts to ``tune.report``.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -27,11 +30,16 @@ REPORTED_METRICS: tuple[str, ...] = (
     "clients_sampled",
     "clients_run",
     "clients_failed",
+    "faults",
+    "rolled_back",
     "memory_util",
     "bandwidth_util",
     "search_s",
     "distinct_structures",
     "hit_rate",
+    "client_acc",
+    "train_gmacs",
+    "num_models",
 )
 
 # Per-trial figures of the results table that a sweep may rank trials by (``metric:``) or plot.
@@ -49,6 +57,10 @@ TABLE_METRICS: tuple[str, ...] = (
     "search_s",  # mean seconds per round
     "rounds_done",
     "wall_s",
+    "client_acc",  # the average client accuracy at the last round that recorded one (paper 002)
+    "train_gmacs",  # the clients' training multiply-accumulates over the run, in 10^9
+    "network_mb",  # bytes down plus up over the run, in 10^6
+    "models",  # global models at the end (FedTrans: the family it grew)
 )
 
 
@@ -58,11 +70,34 @@ class RoundMetrics:
     def __init__(self) -> None:
         self._acc = math.nan
         self._loss = math.nan
+        self._client_acc = math.nan
+        self._macs = 0.0
+
+    @property
+    def carried(self) -> dict[str, float]:
+        """What is carried from round to round (a checkpoint keeps it for a resumed trial): the last evaluation's
+        accuracy and loss, the last average client accuracy and the training MACs so far."""
+        return {
+            "test_acc": self._acc,
+            "test_loss": self._loss,
+            "client_acc": self._client_acc,
+            "train_macs": self._macs,
+        }
+
+    def carry(self, carried: Mapping[str, float]) -> None:
+        """Continue from ``carried`` (as ``carried`` gave it; a value it lacks keeps its start)."""
+        self._acc = carried.get("test_acc", self._acc)
+        self._loss = carried.get("test_loss", self._loss)
+        self._client_acc = carried.get("client_acc", self._client_acc)
+        self._macs = carried.get("train_macs", self._macs)
 
     def __call__(self, record: RoundRecord) -> dict[str, Any]:
         evaluated = math.isfinite(record.test_acc)
         if evaluated:
             self._acc, self._loss = record.test_acc, record.test_loss
+        if math.isfinite(record.client_acc):
+            self._client_acc = record.client_acc
+        self._macs += record.train_macs
         return {
             "round_idx": record.round_idx,
             "rounds_done": record.round_idx + 1,
@@ -74,9 +109,14 @@ class RoundMetrics:
             "clients_sampled": record.clients_sampled,
             "clients_run": record.clients_run,
             "clients_failed": record.clients_failed,
+            "faults": record.faults,  # Ray actors that died in the round and were replaced (engine/recovery.py)
+            "rolled_back": record.rolled_back,  # the round's non-finite update was refused (engine/guard.py)
             "memory_util": record.memory_util,
             "bandwidth_util": record.bandwidth_util,
             "search_s": record.search_s,
             "distinct_structures": record.distinct_structures,
             "hit_rate": record.hit_rate,
+            "client_acc": self._client_acc,
+            "train_gmacs": self._macs / 1e9,  # so far
+            "num_models": record.num_models,
         }

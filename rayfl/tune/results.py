@@ -4,8 +4,9 @@ Each row holds the trial's swept values, its status (``completed``; ``stopped`` 
 ``error``), and figures read back from its run directory with ``rayfl.report.load_run`` (the same reader as
 ``rayfl report``): final and best test accuracy, final test loss, simulated hours, memory and bandwidth utilisation
 (means over rounds), failed clients, distinct structures, hit rate and search time (model search), rounds done, wall
-time and the run directory. Reading the run directories rather than Tune's last report keeps a stopped or failed
-trial's rows as complete as its records.
+time, the average client accuracy, training GMACs, network MB and global models (paper 002), and the run directory.
+Reading the run directories rather than Tune's last report keeps a stopped or failed trial's rows as complete as its
+records.
 """
 
 from __future__ import annotations
@@ -91,6 +92,10 @@ def _figures(run_dir: Path) -> tuple[dict[str, float], int | None]:
         "search_s": _mean(run.column("search_s")),
         "rounds_done": float(run.rounds_run),
         "wall_s": _none_nan(run.wall_time_s),
+        "client_acc": _none_nan(run.final_client_acc),
+        "train_gmacs": math.nan if run.total_train_macs is None else run.total_train_macs / 1e9,
+        "network_mb": math.nan if run.total_bytes is None else run.total_bytes / 1e6,
+        "models": _none_nan(None if run.num_models is None else float(run.num_models)),
     }
     planned = run.config.get("rounds")
     return figures, int(planned) if isinstance(planned, int) else None
@@ -156,7 +161,15 @@ def best_trial(table: pd.DataFrame, metric: str, mode: Literal["max", "min"]) ->
     return dict(table.loc[index])
 
 
-PERCENT_COLUMNS = {"test_acc", "best_test_acc", "memory_util", "bandwidth_util", "failure_rate", "hit_rate"}
+PERCENT_COLUMNS = {
+    "test_acc",
+    "best_test_acc",
+    "memory_util",
+    "bandwidth_util",
+    "failure_rate",
+    "hit_rate",
+    "client_acc",
+}
 COLUMN_HEADERS = {
     "test_acc": "Final acc",
     "best_test_acc": "Best acc",
@@ -171,6 +184,10 @@ COLUMN_HEADERS = {
     "search_s": "Search ms/round",
     "rounds_done": "Rounds",
     "wall_s": "Wall s",
+    "client_acc": "Client acc",
+    "train_gmacs": "Train GMACs",
+    "network_mb": "Network MB",
+    "models": "Models",
 }
 
 
@@ -182,8 +199,10 @@ def _cell(column: str, value: Any) -> str:
             return f"{100.0 * value:.1f}%"
         if column == "search_s":
             return f"{1000.0 * value:.2f}"
-        if column in ("clients_failed", "distinct_structures", "rounds_done"):
+        if column in ("clients_failed", "distinct_structures", "rounds_done", "models"):
             return f"{value:.0f}"
+        if column in ("train_gmacs", "network_mb"):
+            return f"{value:.1f}"
         return f"{value:.3g}" if column not in ("sim_hours", "test_loss", "wall_s") else f"{value:.3f}"
     return str(value)
 

@@ -68,7 +68,8 @@ class SchedulerConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class PlotConfig:
-    """A figure of the results table: one panel per metric against swept key ``x``, one line per value of ``lines``."""
+    """A figure of the results table: one panel per metric against swept key ``x``, one line per value of ``lines``;
+    when ``x`` is a metric of the table, one point per trial instead (a scatter, one colour per value of ``lines``)."""
 
     x: str
     lines: str = ""
@@ -229,8 +230,11 @@ def _check_metrics(cfg: SweepConfig, params: Sequence[Param], source: YamlSource
         keys = [p.key for p in params]
         for name in ("x", "lines"):
             value = getattr(cfg.plot, name)
+            if name == "x" and value in TABLE_METRICS:
+                continue  # a figure of the table: one point per trial (client accuracy against training MACs)
             if (value or name == "x") and value not in keys:
-                raise source.error(("plot", name), f"'{value}' is not a swept key; swept: {', '.join(keys) or 'none'}")
+                known = f"swept: {', '.join(keys) or 'none'}" + ("; or a results metric" if name == "x" else "")
+                raise source.error(("plot", name), f"'{value}' is not a swept key; {known}")
         for index, metric in enumerate(cfg.plot.metrics):
             if metric not in TABLE_METRICS:
                 raise source.error(

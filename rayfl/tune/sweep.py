@@ -3,6 +3,7 @@
 A sweep writes one fresh folder ``<output_dir>/<name>`` (``name-1`` ... when taken)::
 
     sweep.yaml          the sweep file as given, plus the command-line overrides
+    resume.json         the sweep file's path and the overrides, for ``rayfl sweep --resume`` (``resume_sweep``)
     trials/<trial>/     one normal run directory per trial (``rayfl report`` reads them)
     tune/               Tune's own records
     results.csv, results.parquet, results.md    one row per trial
@@ -16,6 +17,7 @@ otherwise wait forever for a placement group that can never be granted.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import time
@@ -35,7 +37,9 @@ from rayfl.tune.spec import Sweep
 from rayfl.tune.trainable import run_trial
 from rayfl.tune.trials import TrialPlan
 
-__all__ = ["SweepResult", "run_sweep"]
+__all__ = ["RESUME_FILE", "SweepResult", "load_resumed_sweep", "run_sweep"]
+
+RESUME_FILE = "resume.json"
 
 log = logging.getLogger(__name__)
 
@@ -50,24 +54,43 @@ class SweepResult:
     best: Mapping[str, Any] | None
     files: list[Path]
     wall_s: float
+    unfinished: int = 0  # trials an interruption left unfinished or unstarted (``rayfl sweep --resume`` runs them)
 
 
-def run_sweep(sweep: Sweep, *, overrides: Sequence[str] = (), verbose: int = 0) -> SweepResult:
-    """Run every trial of ``sweep`` with Tune and tabulate them; ``verbose`` is Tune's console verbosity (0-2)."""
+def run_sweep(
+    sweep: Sweep, *, overrides: Sequence[str] = (), verbose: int = 0, resume: Path | None = None
+) -> SweepResult:
+    """Run every trial of ``sweep`` with Tune and tabulate them; ``verbose`` is Tune's console verbosity (0-2). With
+    ``resume`` (the folder of an interrupted run of this sweep) Tune restores it (``Tuner.restore``): finished trials
+    stay, interrupted ones continue from their last reported checkpoint (``checkpoints.py``), the others start."""
     import ray
+    from ray import tune
 
     from rayfl.engine.ray_backend import ensure_ray
 
     began = time.perf_counter()
     cfg = sweep.config
-    sweep_dir = make_run_dir(sweep.output_dir, sweep.name).absolute()
+    if resume is None:
+        sweep_dir = make_run_dir(sweep.output_dir, sweep.name).absolute()
+        _write_copy(sweep, overrides, sweep_dir / "sweep.yaml")
+        (sweep_dir / RESUME_FILE).write_text(
+            json.dumps({"file": str(Path(sweep.file).absolute()), "overrides": list(overrides)})
+        )
+    else:
+        sweep_dir = resume.absolute()
     plan = dataclasses.replace(sweep.plan, trials_dir=sweep_dir / "trials")
-    _write_copy(sweep, overrides, sweep_dir / "sweep.yaml")
     started = ensure_ray(sweep.checked[0].backend)
     try:
         _check_fits(plan, sweep, ray.cluster_resources())
-        grid = _tuner(sweep, plan, sweep_dir, verbose).fit()
+        if resume is None:
+            tuner = _tuner(sweep, plan, sweep_dir, verbose)
+        else:
+            tuner = tune.Tuner.restore(
+                str(sweep_dir / "tune"), _trainable(sweep, plan), resume_unfinished=True, resume_errored=True
+            )
+        grid = tuner.fit()
         outcomes = [_outcome(result, plan) for result in grid]
+        unfinished = max(0, expected_trials(sweep) - grid.num_terminated - grid.num_errors)
     finally:
         if started:
             ray.shutdown()
@@ -83,7 +106,30 @@ def run_sweep(sweep: Sweep, *, overrides: Sequence[str] = (), verbose: int = 0) 
         text += f"\n![{png.stem}]({png.name})\n"
     (sweep_dir / "results.md").write_text(text, encoding="utf-8")
     files.append(sweep_dir / "results.md")
-    return SweepResult(sweep_dir, table, text, best, files, time.perf_counter() - began)
+    return SweepResult(sweep_dir, table, text, best, files, time.perf_counter() - began, unfinished)
+
+
+def expected_trials(sweep: Sweep) -> int:
+    """How many trials the sweep runs: ``num_samples`` times every combination of its grid values."""
+    count = sweep.config.num_samples
+    for param in sweep.params:
+        if param.kind == "grid":
+            count *= len(param.values)
+    return count
+
+
+def _trainable(sweep: Sweep, plan: TrialPlan) -> Any:
+    """The trial function with its plan and per-trial placement group (the same on a fresh start and a restore)."""
+    from ray import tune
+
+    keys = [p.key for p in sweep.params]
+    strategy = sweep.config.trial_resources.strategy
+
+    def resources(config: dict[str, Any]) -> Any:
+        point = {k: config[k] for k in keys}
+        return tune.PlacementGroupFactory(plan.bundles(plan.config(point)), strategy=strategy)
+
+    return tune.with_resources(tune.with_parameters(run_trial, plan=plan), resources=resources)
 
 
 def _tuner(sweep: Sweep, plan: TrialPlan, sweep_dir: Path, verbose: int) -> Any:
@@ -93,11 +139,6 @@ def _tuner(sweep: Sweep, plan: TrialPlan, sweep_dir: Path, verbose: int) -> Any:
 
     cfg = sweep.config
     keys = [p.key for p in sweep.params]
-    strategy = cfg.trial_resources.strategy
-
-    def resources(config: dict[str, Any]) -> Any:
-        point = {k: config[k] for k in keys}
-        return tune.PlacementGroupFactory(plan.bundles(plan.config(point)), strategy=strategy)
 
     def trial_name(trial: Any) -> str:
         index = str(trial.trial_id).rsplit("_", 1)[-1]
@@ -114,9 +155,8 @@ def _tuner(sweep: Sweep, plan: TrialPlan, sweep_dir: Path, verbose: int) -> Any:
             grace_period=s.grace_period_s,
             reduction_factor=s.reduction_factor,
         )
-    trainable = tune.with_resources(tune.with_parameters(run_trial, plan=plan), resources=resources)
     return tune.Tuner(
-        trainable,
+        _trainable(sweep, plan),
         param_space=tune_space(sweep.params),
         tune_config=tune.TuneConfig(
             # the variant generator limits concurrency itself (TuneConfig's limit applies to Searchers only)
@@ -131,6 +171,8 @@ def _tuner(sweep: Sweep, plan: TrialPlan, sweep_dir: Path, verbose: int) -> Any:
             storage_path=str(sweep_dir),
             verbose=verbose,
             failure_config=tune.FailureConfig(max_failures=0),
+            # the trials' rayfl checkpoints, reported as Tune checkpoints (checkpoints.py): Tune keeps the last two
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
         ),
     )
 
@@ -140,6 +182,26 @@ def _outcome(result: Any, plan: TrialPlan) -> TrialOutcome:
     point = {p.key: result.config[p.key] for p in plan.params}
     error = "" if result.error is None else f"{type(result.error).__name__}: {result.error}".splitlines()[0][:300]
     return TrialOutcome(name, point, plan.trials_dir / name, errored=result.error is not None, error=error)
+
+
+def load_resumed_sweep(sweep_dir: Path) -> tuple[Sweep, list[str]]:
+    """The sweep an interrupted sweep folder was started from, with its command-line overrides; a ``ConfigError``
+    when the folder is not a sweep's or its sweep file changed since (a restore must run the same trials)."""
+    from rayfl.config_loader import ConfigError
+    from rayfl.tune.spec import load_sweep
+
+    info_path = sweep_dir / RESUME_FILE
+    if not info_path.is_file() or not (sweep_dir / "tune").is_dir():
+        raise ConfigError(f"not a sweep folder that can resume (no {RESUME_FILE} or tune/)", file=str(sweep_dir))
+    info = json.loads(info_path.read_text())
+    file, overrides = Path(info["file"]), [str(o) for o in info["overrides"]]
+    copy = (sweep_dir / "sweep.yaml").read_text(encoding="utf-8")
+    if not file.is_file() or not copy.startswith(file.read_text(encoding="utf-8")):
+        raise ConfigError(
+            f"the sweep file {file} is gone or changed since the sweep started (its copy is sweep.yaml): restore it",
+            file=str(sweep_dir),
+        )
+    return load_sweep(file, overrides), overrides
 
 
 def _check_fits(plan: TrialPlan, sweep: Sweep, cluster: Mapping[str, float]) -> None:

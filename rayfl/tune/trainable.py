@@ -3,15 +3,20 @@
 Tune calls ``run_trial(config, plan=...)`` inside the trial's placement group (bundle 0); ``config`` holds the trial's
 swept values under their dotted keys. The trial rebuilds its experiment config from the plan, names its run directory
 after the Tune trial (``<sweep>/trials/<trial name>``, a normal run directory that ``rayfl report`` reads), runs, and
-hands Tune one metrics dict per round (``metrics.RoundMetrics``). When a scheduler stops the trial early, the round
-rows written so far stay in the run directory (``rounds.csv`` is flushed every round).
+hands Tune one metrics dict per round (``metrics.RoundMetrics``), with the round's rayfl checkpoint when it wrote one,
+so that ``rayfl sweep --resume`` continues the trial from it (``checkpoints.py``). When a scheduler stops the trial
+early, the round rows written so far stay in the run directory (``rounds.csv`` is flushed every round).
 """
 
 from __future__ import annotations
 
 import logging
+import shutil
+import tempfile
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rayfl.tune.checkpoints import pack, restore_into
 from rayfl.tune.metrics import RoundMetrics
 
 if TYPE_CHECKING:
@@ -24,26 +29,45 @@ log = logging.getLogger(__name__)
 
 
 class TuneReporter:
-    """A round callback that reports each round's metrics to Tune."""
+    """A round callback that reports each round's metrics to Tune, with the round's rayfl checkpoint when it wrote one
+    (``checkpoints.py``)."""
 
-    def __init__(self, run_dir_hint: str) -> None:
-        self._metrics = RoundMetrics()
-        self._run_dir = run_dir_hint
+    def __init__(self, run_dir: Path, metrics: RoundMetrics | None = None) -> None:
+        self._metrics = metrics or RoundMetrics()
+        self._run_dir = run_dir
 
     def __call__(self, record: RoundRecord) -> None:
         from ray import tune
 
-        tune.report({**self._metrics(record), "run_dir": self._run_dir})
+        metrics = {**self._metrics(record), "run_dir": str(self._run_dir)}
+        if record.checkpoint_bytes <= 0:
+            tune.report(metrics)
+            return
+        with tempfile.TemporaryDirectory(prefix="rayfl-ckpt-") as tmp:
+            folder = pack(self._run_dir, record.round_idx + 1, Path(tmp), self._metrics.carried)
+            tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(str(folder)))  # copied before it returns
 
 
 def run_trial(config: dict[str, Any], *, plan: TrialPlan) -> None:
-    """Tune's function trainable for rayfl sweeps."""
+    """Tune's function trainable for rayfl sweeps; a restored trial resumes its run from Tune's checkpoint."""
     from ray import tune
 
     trial_name = tune.get_context().get_trial_name()
     point = {p.key: config[p.key] for p in plan.params}
     cfg = plan.config(point, name=trial_name)
-    reporter = TuneReporter(str(plan.trials_dir / trial_name))
+    run_dir = plan.trials_dir / trial_name
+    metrics = RoundMetrics()
+    resume: Path | None = None
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is not None and plan.mode != "search_only":
+        with checkpoint.as_directory() as folder:
+            info = restore_into(Path(folder), run_dir)
+        metrics.carry(info.carried)
+        resume = run_dir
+        log.info("trial %s: resuming from %s", trial_name, info.manifest)
+    elif run_dir.exists():  # restarted from scratch (no checkpoint reported yet): its partial records go
+        shutil.rmtree(run_dir)
+    reporter = TuneReporter(run_dir, metrics)
     log.info("trial %s: %s", trial_name, point)
     if plan.mode == "search_only":
         from rayfl.engine.search_only import run_search_only
@@ -52,4 +76,4 @@ def run_trial(config: dict[str, Any], *, plan: TrialPlan) -> None:
     else:
         from rayfl.engine.driver import run_experiment
 
-        run_experiment(cfg, callbacks=[reporter])
+        run_experiment(cfg, callbacks=[reporter], resume=resume)

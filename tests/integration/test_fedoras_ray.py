@@ -1,4 +1,5 @@
-"""FedorAS's three-phase run and its parallel search give the same numbers in-process and on Ray."""
+"""FedorAS's three-phase run (supernet training, search, per-tier fine-tuning) and its parallel search give the same
+numbers in-process and on Ray."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from rayfl.algorithms.fedoras import FedorASState
+from rayfl.algorithms.fedoras_finetune import FinetuneState
 from rayfl.algorithms.fedoras_search import SearchState
 from rayfl.engine.driver import RunResult, run_experiment
 from tests.helpers import tiny_image_dataset
@@ -30,8 +31,10 @@ def test_three_phase_run_is_bit_identical_in_process_and_on_ray() -> None:
     assert [tuple(getattr(r, k) for k in _KEYS) for r in local.records] == [
         tuple(getattr(r, k) for k in _KEYS) for r in ray_run.records
     ]
-    assert {r.phase for r in ray_run.records} == {"supernet", "search", "supernet-again"}
-    assert isinstance(ray_run.state.algo_state, FedorASState)
+    assert {r.phase for r in ray_run.records} == {"supernet", "search", "finetune"}
+    assert [r.model_accs for r in local.records] == [r.model_accs for r in ray_run.records]  # every tier's model
+    assert isinstance(ray_run.state.algo_state, FinetuneState) and ray_run.state.models == local.state.models
+    assert list(local.state.params) == list(ray_run.state.params)
     for name in local.state.params:
         assert torch.equal(local.state.params[name], ray_run.state.params[name]), name
 

@@ -24,7 +24,14 @@ from rayfl.report import REPORT_MD, report
 from rayfl.system.resources import Log, TraceReplay
 from tests.helpers import tiny_config, tiny_image_dataset
 
-SYNTH = ["data.name=synthetic", "model.name=cnn", "model.channels=[4]", "data.num_clients=6", "clients_per_round=3"]
+SYNTH = [
+    "data.name=synthetic",
+    "model.name=cnn",
+    "model.channels=[4]",
+    "data.num_clients=6",
+    "clients_per_round=3",
+    "train.sequence_loss=last",
+]
 
 
 def _trace(path: Path, kind: str, rows: str) -> Path:
@@ -80,6 +87,16 @@ def test_model_that_cannot_read_the_data_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"model.name: model 'cnn' reads image inputs but data .* gives tokens"):
         run_experiment(cfg, dataset=text_ds)
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_sequence_loss_on_images_is_refused_naming_the_default_file_and_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # the embedded default (Shakespeare) trains on every position; overriding only data and model used to crash mid-run
+    err = _cli_error(capsys, ["validate", "data.name=synthetic", "model.name=cnn"])
+    assert "default.yaml:" in err and "train.sequence_loss: 'all' trains on every position" in err
+    assert "set train.sequence_loss=last" in err
+    load_config(None, ["data.name=synthetic", "model.name=cnn", "train.sequence_loss=last"])  # accepted
 
 
 @pytest.mark.parametrize("name", ["../x", "a/b", "..", ".hidden", "", "x\\y"])

@@ -171,6 +171,8 @@ def test_full_yaml_round_trips_through_dump_config(tmp_path: Path) -> None:
         "system",
         "compression",
         "phases",
+        "checkpoint",
+        "max_nonfinite_rounds",
     ]
     assert list(dumped["train"])[:3] == ["epochs", "max_steps", "batch_size"]
 
@@ -332,6 +334,7 @@ def test_out_of_range_number_matches_documented_message(tmp_path: Path) -> None:
         ("data:\n  seq_len: 1\n", "data.seq_len", "must be >= 2, got 1"),
         ("rounds: 0\n", "rounds", "must be >= 1, got 0"),
         ("train:\n  lr_decay: 1.5\n", "train.lr_decay", "<= 1"),
+        ("backend:\n  max_actor_failures: -1\n", "backend.max_actor_failures", "must be >= 0, got -1"),
     ],
 )
 def test_bounds(tmp_path: Path, text: str, key_path: str, fragment: str) -> None:

@@ -10,7 +10,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from rayfl.config import CharBertConfig, CNNConfig, FemnistCNNConfig, ResNetConfig, SupernetConfig, ViTConfig
+from rayfl.config import (
+    CellNetConfig,
+    CharBertConfig,
+    CNNConfig,
+    FemnistCNNConfig,
+    ResNetConfig,
+    SupernetConfig,
+    ViTConfig,
+)
 from rayfl.models.elastic.bert import CharBertFamily
 from rayfl.models.elastic.convnets import FemnistCNNFamily, HeteroCNNFamily
 from rayfl.models.elastic.cost import CostModel, Costs, units_from_ratios
@@ -84,6 +92,13 @@ def _supernet(cfg: Any, spec: InputSpec) -> ElasticFamily:
     return SupernetFamily(cfg, in_channels=channels, num_classes=spec.num_classes, image_size=size)
 
 
+def _cellnet(cfg: Any, spec: InputSpec) -> ElasticFamily:
+    from rayfl.models.cellnet.module import CellNetFamily  # the cellnet package imports this package's modules
+
+    channels, size = _image(spec, cfg)
+    return CellNetFamily(cfg, in_channels=channels, num_classes=spec.num_classes, image_size=size)
+
+
 def _char_bert(cfg: Any, spec: InputSpec) -> ElasticFamily:
     if spec.input_kind != "tokens":
         raise ValueError(f"model.name={cfg.name!r} needs token inputs, but the data gives {spec.input_kind}")
@@ -102,6 +117,7 @@ FAMILIES: dict[type[Any], Callable[[Any, InputSpec], ElasticFamily]] = {
     FemnistCNNConfig: _femnist_cnn,
     CharBertConfig: _char_bert,
     SupernetConfig: _supernet,
+    CellNetConfig: _cellnet,
 }
 
 

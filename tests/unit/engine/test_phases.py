@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -45,18 +46,19 @@ def cost_model(cfg: ExperimentConfig) -> CostModel:
 def test_schedule_maps_rounds_to_phases() -> None:
     algorithm = build_run_algorithm(fedoras_tiny_config(kind="local"))
     assert isinstance(algorithm, PhasedAlgorithm)
-    schedule = PhaseSchedule(algorithm, 6)
-    assert [schedule.phase_at(r).name for r in range(6)] == ["supernet"] * 2 + ["search"] * 3 + ["supernet-again"]
-    assert [schedule.clients_per_round(r, 4) for r in range(6)] == [4, 4, 0, 0, 0, 4]
+    schedule = PhaseSchedule(algorithm, 7)
+    assert [schedule.phase_at(r).name for r in range(7)] == ["supernet"] * 2 + ["search"] * 3 + ["finetune"] * 2
+    assert [schedule.clients_per_round(r, 4) for r in range(7)] == [4, 4, 0, 0, 0, 4, 4]
     single = PhaseSchedule(build_run_algorithm(tiny_config(kind="local")), 3)
-    assert [schedule.index_of(r) for r in range(6)] == [0, 0, 1, 1, 1, 2] and single.index_of(2) == 0
+    assert [schedule.index_of(r) for r in range(7)] == [0, 0, 1, 1, 1, 2, 2] and single.index_of(2) == 0
 
 
 def test_three_phase_run_covers_every_phase_in_records_clock_and_report(tmp_path: Path) -> None:
     result = _fedoras(2, tmp_path)
     records = result.records
-    assert [r.phase for r in records] == ["supernet"] * 2 + ["search"] * 3 + ["supernet-again"]
-    assert [r.clients_run for r in records] == [4, 4, 0, 0, 0, 4]
+    assert [r.phase for r in records] == ["supernet"] * 2 + ["search"] * 3 + ["finetune"] * 2
+    assert [r.clients_run for r in records] == [4, 4, 0, 0, 0, 4, 4]
+    assert [r.num_models for r in records] == [1] * 5 + [4] * 2  # one model per tier in the fine-tuning phase
     times = [r.sim_time_s for r in records]
     assert all(b > a for a, b in itertools.pairwise(times))  # every phase moves the one clock
     search = records[2:5]
@@ -64,7 +66,7 @@ def test_three_phase_run_covers_every_phase_in_records_clock_and_report(tmp_path
     assert all(math.isnan(r.train_loss) for r in search) and all(r.bytes_down == 0 for r in search)
     assert all(math.isfinite(r.train_loss) for r in records if r.phase != "search")
     summary = json.loads((result.run_dir / "summary.json").read_text())  # type: ignore[operator]
-    assert [p["name"] for p in summary["phases"]] == ["supernet", "search", "supernet-again"]
+    assert [p["name"] for p in summary["phases"]] == ["supernet", "search", "finetune"]
     assert sum(p["sim_time_s"] for p in summary["phases"]) == pytest.approx(records[-1].sim_time_s)
     tiers = summary["phases"][1]["result"]["tiers"]  # the search reports its chosen path per tier
     assert [t["tier"] for t in tiers] == [0, 1, 2, 3] and sum(t["clients"] for t in tiers) == 12
@@ -72,8 +74,10 @@ def test_three_phase_run_covers_every_phase_in_records_clock_and_report(tmp_path
         low, high = t["flops_bracket"]
         assert low <= t["flops"] <= high and len(t["path"]) == 3 and 0.0 <= t["test_acc"] <= 1.0
     assert "result" not in summary["phases"][0]
+    tuned = summary["phases"][2]["result"]["tiers"]  # the fine-tuning reports each tier's model
+    assert [t["path"] for t in tuned] == [t["path"] for t in tiers] and all(0 <= t["test_acc"] <= 1 for t in tuned)
     rows = (result.run_dir / "rounds.csv").read_text().splitlines()  # type: ignore[operator]
-    assert "phase" in rows[0].split(",") and len(rows) == 7
+    assert "phase" in rows[0].split(",") and len(rows) == 8
 
 
 def test_search_state_is_handed_over_and_hosts_do_not_change_results() -> None:
@@ -133,6 +137,42 @@ def test_fedavg_then_fedavg_equals_one_fedavg_run() -> None:
         assert torch.equal(one.state.params[name], two.state.params[name])
 
 
+def test_a_phase_may_have_its_own_clients_per_round_learning_rate_and_epochs(tmp_path: Path) -> None:
+    """Phase b samples 2 clients a round at lr 0.01 with the cosine schedule over its own 2 rounds, and trains 2 epochs
+    (its clients' modelled compute time doubles); phase a keeps the run's 5 clients, lr 0.05 and one
+    epoch; a phase's clients beyond the data are refused."""
+    base = tiny_config(kind="local", num_hosts=1)
+    one_epoch = dataclasses.replace(
+        base,
+        rounds=3,
+        output_dir=str(tmp_path / "runs"),
+        train=dataclasses.replace(base.train, lr_schedule="cosine"),
+        phases=(
+            PhaseConfig(name="a", rounds=1, algorithm=FedAvgConfig()),
+            PhaseConfig(name="b", rounds=2, algorithm=FedAvgConfig(), clients_per_round=2, lr=0.01),
+        ),
+    )
+    b = dataclasses.replace(one_epoch.phases[1], epochs=2)
+    two_epochs = dataclasses.replace(one_epoch, name="two", phases=(one_epoch.phases[0], b))
+    runs = [run_experiment(c, dataset=tiny_image_dataset()) for c in (one_epoch, two_epochs)]
+    assert [r.clients_sampled for r in runs[1].records] == [5, 2, 2]
+    assert [r.lr for r in runs[1].records] == [0.05, 0.01, pytest.approx(0.005)]
+    clients = [pd.read_csv(r.run_dir / "clients.csv") for r in runs]  # type: ignore[operator]
+    phase_a = clients[0].round_idx == 0
+    assert (clients[1].compute_s[phase_a] == clients[0].compute_s[phase_a]).all()
+    assert (clients[1].compute_s[~phase_a] == 2 * clients[0].compute_s[~phase_a]).all()
+    schedule = PhaseSchedule(build_run_algorithm(two_epochs), 3)
+    assert [schedule.train(two_epochs.train, r).epochs for r in range(3)] == [1, 2, 2]
+    path = tmp_path / "bad.yaml"
+    path.write_text(
+        "rounds: 2\ndata: {name: synthetic, num_clients: 4}\nmodel: {name: cnn}\nclients_per_round: 2\nphases:\n"
+        "  - {name: a, rounds: 2, clients_per_round: 5, algorithm: {name: fedavg}}\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(ConfigError, match=r"phases\[0\]\.clients_per_round: 5 exceeds data.num_clients=4"):
+        load_config(path)
+
+
 @pytest.mark.parametrize(
     ("yaml_text", "message"),
     [
@@ -153,7 +193,7 @@ def test_fedavg_then_fedavg_equals_one_fedavg_run() -> None:
         ("rounds: 2\ndata: {name: synthetic}\nmodel: {name: supernet, ops: [conv1, conv9]}\n", "unknown op 'conv9'"),
         (
             "rounds: 2\ndata: {name: synthetic}\nmodel: {name: supernet}\n"
-            "algorithm: {name: fedoras, tier_shares: [0.5, 0.4]}\n",
+            "algorithm: {name: fedoras, tiers: {shares: [0.5, 0.4]}}\n",
             "sum to 1",
         ),
     ],

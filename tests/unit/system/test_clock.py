@@ -52,6 +52,20 @@ def test_budgets_decide_who_fits() -> None:
     assert set(plan_one(clock, [0, 1, 2, 3]).failure) == {"memory", "bandwidth"}
 
 
+def test_compute_budgets_fail_clients_whose_round_needs_more_flops() -> None:
+    """``compute_limit_s``: the budget is speed x limit in FLOPs; the need is 3 x forward FLOPs x samples."""
+    clock, _, _ = clock_for(SystemConfig())
+    flops = float(clock.oracle.costs([Assignment()]).train_flops_per_sample[0]) * 20  # 20 samples, one epoch
+    assert all(np.isinf(v.compute_budget) for v in clock.check_in(0, np.array([0]), [20]))  # no limit: no budget
+    speeds = (0.5 * flops / 1e9, 2.0 * flops / 1e9)  # GFLOP/s: half and twice what one second of training needs
+    clock, _, _ = clock_for(SystemConfig(compute=ResourceConfig(source="levels", values=speeds), compute_limit_s=1.0))
+    views = clock.check_in(0, np.array([0, 1, 2, 3]), [20] * 4)
+    assert sorted(v.compute_budget for v in views) == pytest.approx([0.5 * flops] * 2 + [2.0 * flops] * 2)
+    plan = clock.plan(0, views, {c: Assignment() for c in range(4)})
+    assert sorted(str(f) for f in plan.failure) == ["None", "None", "compute", "compute"]
+    np.testing.assert_allclose(plan.train_flops, flops)
+
+
 def test_a_memory_dip_during_training_fails_the_client() -> None:
     clock, need, _nbytes = clock_for(SystemConfig(bandwidth_down=ResourceConfig(source="constant", low=1.0)))
     plan = plan_one(clock, [0])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 
 from rayfl.engine.records import RoundRecord
@@ -39,4 +41,37 @@ def test_accuracy_and_loss_are_carried_until_the_next_evaluation() -> None:
     assert (third["test_acc"], third["test_loss"], third["evaluated"]) == (0.4, 2.0, False)
     assert third["sim_time_s"] == 30.0 and third["rounds_done"] == 3
     assert (third["clients_run"], third["clients_failed"], third["memory_util"], third["hit_rate"]) == (3, 1, 0.5, 0.25)
+    fourth = metrics(dataclasses.replace(record(3, math.nan, math.nan), faults=2, rolled_back=1))
+    assert (third["faults"], third["rolled_back"], fourth["faults"], fourth["rolled_back"]) == (0, 0, 2, 1)
     assert set(third) == set(REPORTED_METRICS)
+
+
+def test_client_accuracy_is_carried_and_training_macs_add_up() -> None:
+    metrics = RoundMetrics()
+    base = record(0, math.nan, math.nan)
+    first = metrics(dataclasses.replace(base, train_macs=2e9, num_models=1))
+    second = metrics(dataclasses.replace(base, round_idx=1, client_acc=0.6, train_macs=3e9, num_models=2))
+    third = metrics(dataclasses.replace(base, round_idx=2, train_macs=1e9, num_models=2))
+    assert math.isnan(first["client_acc"]) and first["train_gmacs"] == 2.0
+    assert (second["client_acc"], second["train_gmacs"], second["num_models"]) == (0.6, 5.0, 2)
+    assert (third["client_acc"], third["train_gmacs"]) == (0.6, 6.0)
+
+
+def test_a_resumed_trial_carries_on_from_what_its_checkpoint_kept() -> None:
+    """``carried`` goes through the trial checkpoint's JSON; a fresh ``RoundMetrics`` given it reports the next
+    rounds exactly as the uninterrupted one does (accuracy, loss, client accuracy, MACs so far)."""
+    base = record(0, math.nan, math.nan)
+    rounds = [
+        dataclasses.replace(base, round_idx=0, test_acc=0.3, test_loss=1.5, client_acc=0.2, train_macs=2e9),
+        dataclasses.replace(base, round_idx=1, train_macs=3e9),
+        dataclasses.replace(base, round_idx=2, train_macs=1e9),
+    ]
+    whole = RoundMetrics()
+    want = [whole(r) for r in rounds]
+    first = RoundMetrics()
+    first(rounds[0])
+    resumed = RoundMetrics()
+    resumed.carry(json.loads(json.dumps(first.carried)))
+    got = [resumed(r) for r in rounds[1:]]
+    assert got == want[1:]
+    assert got[-1]["train_gmacs"] == 6.0 and got[-1]["test_acc"] == 0.3 and got[-1]["client_acc"] == 0.2

@@ -1,0 +1,96 @@
+"""Digests of the deterministic part of shipped experiments' records, to check that engine work changes no result.
+
+Each config is run shortened (``--overrides``, default ``rounds=2``) in this process and reduced to one digest per
+record kind: every ``RoundRecord`` field except the wall-clock ones, every ``ClientRecord`` and ``EvalRecord``, the
+final global parameters (bytes) and the trivial baseline. Run it before and after a change and compare the JSON::
+
+    python benchmarks/records_digest.py experiments/paper/cpu/*.yaml experiments/fedhen/*.yaml --out before.json
+    ... change ...
+    python benchmarks/records_digest.py experiments/paper/cpu/*.yaml experiments/fedhen/*.yaml --compare before.json
+
+Configs whose data cannot be loaded here (CIFAR-10, Shakespeare without network) are reported as skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+# host-clock fields: they differ between any two runs
+WALL_FIELDS = frozenset(
+    {"wall_time_s", "round_wall_s", "train_wall_s", "eval_wall_s", "search_s", "server_train_s", "hit_rate"}
+)
+
+
+def _hash(items: list[Any]) -> str:
+    return hashlib.sha256(repr(items).encode()).hexdigest()[:16]
+
+
+def digest_result(result: Any) -> dict[str, str]:
+    """Digests of one ``RunResult``: rounds (without wall-clock fields), evals, final parameters, baseline."""
+    rounds = [
+        [(f.name, getattr(r, f.name)) for f in dataclasses.fields(r) if f.name not in WALL_FIELDS]
+        for r in result.records
+    ]
+    params = hashlib.sha256()
+    for name in sorted(result.state.params):
+        params.update(name.encode())
+        params.update(result.state.params[name].detach().contiguous().numpy().tobytes())
+    return {
+        "rounds": _hash(rounds),
+        "evals": _hash([dataclasses.astuple(e) for e in result.evals]),
+        "params": params.hexdigest()[:16],
+        "baseline": repr(result.baseline_acc),
+        "final": repr((result.final_eval.accuracy, result.final_eval.loss)),
+    }
+
+
+def digest_config(path: str, overrides: list[str]) -> dict[str, str]:
+    from rayfl.config_loader import load_config
+    from rayfl.engine.driver import run_experiment
+
+    with tempfile.TemporaryDirectory(prefix="rayfl-digest-") as out:
+        cfg = load_config(path, [*overrides, f"output_dir={out}"])
+        result = run_experiment(cfg, write=True)
+        assert result.run_dir is not None
+        clients = (result.run_dir / "clients.csv").read_text(encoding="utf-8")
+    return {**digest_result(result), "clients": hashlib.sha256(clients.encode()).hexdigest()[:16]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("configs", nargs="+")
+    parser.add_argument("--overrides", nargs="*", default=["rounds=2", "backend.kind=local"])
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--compare", type=Path, help="a JSON file written by --out: exit 1 on any difference")
+    args = parser.parse_args()
+    digests: dict[str, Any] = {}
+    for path in args.configs:
+        began = time.perf_counter()
+        try:
+            digests[path] = digest_config(path, list(args.overrides))
+        except Exception as err:  # report and go on: data that cannot be had here (CIFAR-10, Shakespeare)
+            digests[path] = {"skipped": f"{type(err).__name__}: {err}"[:200]}
+        sys.stderr.write(f"{path}: {time.perf_counter() - began:.1f} s\n")
+    text = json.dumps(digests, indent=1, sort_keys=True)
+    if args.out is not None:
+        args.out.write_text(text + "\n", encoding="utf-8")
+    print(text)
+    if args.compare is not None:
+        before = json.loads(args.compare.read_text(encoding="utf-8"))
+        changed = [p for p in digests if p in before and before[p] != digests[p]]
+        for p in changed:
+            print(f"CHANGED {p}: {before[p]} -> {digests[p]}")
+        print(f"{len(digests) - len(changed)} of {len(digests)} configs identical")
+        raise SystemExit(1 if changed else 0)
+
+
+if __name__ == "__main__":
+    main()

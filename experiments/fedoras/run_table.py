@@ -1,0 +1,173 @@
+"""FedorAS against rand-init, tier-aware FedAvg and FjORD per tier (paper 003 Tab. 4-5, Fig. 3), CPU-sized.
+
+Runs, on one setting (synthetic images, LDA alpha = 1.0, 20 clients in 4 tiers by compute speed):
+
+1. ``cpu.yaml``: FedorAS's three phases (supernet training, NSGA-II search, per-tier fine-tuning from the supernet);
+2. rand-init: ``tier_aware.yaml`` with ``architectures: given`` and the paths FedorAS chose (same architectures, random
+   initialisation, trained for as many rounds as FedorAS's supernet training and fine-tuning together);
+3. rand-init for the fine-tuning phase's rounds only (the same architectures and training budget as FedorAS's third
+   phase: what the supernet's weights are worth at equal fine-tuning);
+4. ``tier_aware.yaml``: tier-aware FedAvg (a random in-bracket path per tier, random initialisation);
+5. ``fjord.yaml``: FjORD (ordered dropout on a ResNet-18, tier t's clients up to width p_t).
+
+and writes a markdown table per tier (test accuracy averaged over the last 5 rounds and at the last round, forward
+MFLOPs and parameters of the tier's model) with the simulated time of every phase, plus the accuracy each tier's
+chosen path had with the supernet's weights before fine-tuning. ``--set key=value`` overrides apply to cpu.yaml;
+``seed`` and ``data.*`` ones to every run, ``model.*`` ones also to the baselines in the supernet's space (e.g. all
+nine ops and six local epochs:
+``--set "model.ops=[conv1,ds3_e0.5,ds3_e1,ds3_e2,mb1_e2,mb3_e0.5,mb3_e1,mb3_e2,identity]" --set phases.0.epochs=6``).
+
+    python experiments/fedoras/run_table.py [--set KEY=VALUE ...] [--out results.md] [--output-dir runs/fedoras]
+        [--fjord-run DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from rayfl.config import ExperimentConfig, FedorASFinetuneConfig
+from rayfl.config_loader import load_config
+from rayfl.engine.build import build_clock, build_setup
+from rayfl.engine.driver import RunResult, run_experiment
+
+HERE = Path(__file__).parent
+RECENT = 5  # the table's accuracy: the mean over the last RECENT evaluated rounds
+
+
+def run(cfg: ExperimentConfig, label: str) -> tuple[RunResult, dict[str, Any]]:
+    began = time.perf_counter()
+    result = run_experiment(cfg)
+    assert result.run_dir is not None
+    summary = json.loads((result.run_dir / "summary.json").read_text())
+    print(f"{label}: {result.run_dir} ({time.perf_counter() - began:.0f} s wall)", flush=True)
+    return result, summary
+
+
+def finetune_only(base: ExperimentConfig, name: str, rounds: int, **algorithm: Any) -> ExperimentConfig:
+    """``base`` (tier_aware.yaml) as a fine-tuning-only run of ``rounds`` rounds with other algorithm settings."""
+    phase = base.phases[0]
+    assert isinstance(phase.algorithm, FedorASFinetuneConfig)
+    tuned = dataclasses.replace(
+        phase, name=name, rounds=rounds, algorithm=dataclasses.replace(phase.algorithm, **algorithm)
+    )
+    return dataclasses.replace(base, name=f"fedoras_{name}", rounds=rounds, phases=(tuned,))
+
+
+def recent_tier_accs(result: RunResult, last: int) -> np.ndarray:
+    """Each tier model's test accuracy averaged over the run's ``last`` evaluated rounds (``model_accs``): one
+    evaluation swings by a few points from round to round at this scale."""
+    rows = [r.model_accs.split() for r in result.records if r.model_accs]
+    return np.asarray(rows[-last:], dtype=np.float64).mean(axis=0)
+
+
+def fjord_tiers(cfg: ExperimentConfig, evals: pd.DataFrame) -> list[dict[str, float]]:
+    """Per FjORD width (one per tier): the x p sub-model's last test accuracy (``evals.csv``), forward FLOPs and
+    parameters."""
+    from rayfl.models.elastic.spec import SubModelSpec
+
+    oracle = build_clock(cfg, build_setup(cfg)).oracle
+    cost, family = oracle.elastic, oracle.family
+    assert cost is not None and family is not None
+    out = []
+    for p in cfg.eval_widths:
+        units = family.space.units(SubModelSpec.uniform(family.space, float(p)).ratios)
+        c = cost.evaluate(np.array([units]))
+        accs = evals[evals.name == f"x{p:g}"].sort_values("round_idx").test_acc.to_numpy()
+        out.append(
+            {
+                "width": float(p),
+                "test_acc": float(accs[-1]),
+                "recent_acc": float(accs[-RECENT:].mean()),
+                "flops": float(c.flops[0]),
+                "params": float(c.params[0]),
+            }
+        )
+    return out
+
+
+def phase_times(summary: dict[str, Any]) -> str:
+    phases = summary.get("phases") or [{"name": "all", "sim_time_s": summary["sim_time_s"]}]
+    return ", ".join(f"{p['name']} {p['sim_time_s']:.0f} s" for p in phases)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--set", dest="overrides", action="append", default=[], help="KEY=VALUE for cpu.yaml")
+    parser.add_argument("--out", default=str(HERE / "results.md"))
+    parser.add_argument("--output-dir", default="runs/fedoras")
+    parser.add_argument("--smoke", action="store_true", help="two rounds per phase, to check the pipeline")
+    parser.add_argument("--fjord-run", help="take FjORD from this finished run of fjord.yaml instead of running it")
+    args = parser.parse_args()
+    out_dir = [f"output_dir={args.output_dir}"]
+    common = [o for o in args.overrides if o.startswith(("seed=", "data."))]  # every run's setting
+    shared = [*common, *(o for o in args.overrides if o.startswith("model."))]  # runs in the supernet's space
+    smoke = ["rounds=6", "phases.0.rounds=2", "phases.1.rounds=2", "phases.2.rounds=2"] if args.smoke else []
+    short = ["rounds=2", "phases.0.rounds=2"] if args.smoke else []
+
+    fedoras_cfg = load_config(HERE / "cpu.yaml", [*args.overrides, *smoke, *out_dir])
+    fedoras, fedoras_summary = run(fedoras_cfg, "FedorAS")
+    phases = fedoras_summary["phases"]
+    searched, tuned = phases[1]["result"]["tiers"], phases[2]["result"]["tiers"]
+    paths = tuple(tuple(t["path"]) for t in tuned)
+
+    base = load_config(HERE / "tier_aware.yaml", [*shared, *short, *out_dir])
+    budget = base.rounds
+    finetune_rounds = fedoras_cfg.phases[2].rounds
+    runs = {
+        "rand-init": finetune_only(base, "rand_init", budget, architectures="given", paths=paths),
+        f"rand-init ({finetune_rounds} rounds)": finetune_only(
+            base, "rand_init_short", finetune_rounds, architectures="given", paths=paths
+        ),
+        "tier-aware FedAvg": base,
+    }
+    results = {label: run(cfg, label) for label, cfg in runs.items()}
+    if args.fjord_run:
+        fjord_cfg = load_config(Path(args.fjord_run) / "config.yaml")
+        fjord_summary = json.loads((Path(args.fjord_run) / "summary.json").read_text())
+        evals = pd.read_csv(Path(args.fjord_run) / "evals.csv")
+    else:
+        fjord_cfg = load_config(HERE / "fjord.yaml", [*common, *(["rounds=2"] if args.smoke else []), *out_dir])
+        fjord, fjord_summary = run(fjord_cfg, "FjORD")
+        assert fjord.run_dir is not None
+        evals = pd.read_csv(fjord.run_dir / "evals.csv")
+    fjord_rows = fjord_tiers(fjord_cfg, evals)
+
+    recent = {"FedorAS": recent_tier_accs(fedoras, RECENT)}
+    recent.update({label: recent_tier_accs(result, RECENT) for label, (result, _) in results.items()})
+    lines = [
+        f"| tier | method | test acc (mean of last {RECENT} rounds) | final | MFLOPs | params | path |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for tier, row in enumerate(tuned):
+        entries = [("FedorAS", row), ("supernet weights, no fine-tuning", searched[tier])]
+        for label, (_, summary) in results.items():
+            entries.append((label, summary["phases"][0]["result"]["tiers"][tier]))
+        for label, t in entries:
+            mean = f"{100 * recent[label][tier]:.1f} %" if label in recent else "-"
+            acc, mflops, path = 100 * t["test_acc"], t["flops"] / 1e6, " ".join(t["path"])
+            lines.append(f"| {tier} | {label} | {mean} | {acc:.1f} % | {mflops:.2f} | {t['params']:,.0f} | {path} |")
+        f = fjord_rows[tier]
+        lines.append(
+            f"| {tier} | FjORD (x{f['width']:g}) | {100 * f['recent_acc']:.1f} % | {100 * f['test_acc']:.1f} % "
+            f"| {f['flops'] / 1e6:.2f} | {f['params']:,.0f} | ResNet-18 at x{f['width']:g} |"
+        )
+    lines += ["", "Simulated time per phase:", ""]
+    lines.append(f"- FedorAS: {phase_times(fedoras_summary)}")
+    for label, (_, summary) in results.items():
+        lines.append(f"- {label}: {phase_times(summary)}")
+    lines.append(f"- FjORD: {phase_times(fjord_summary)}")
+    lines.append(f"\nMost-frequent-label baseline: {100 * fedoras_summary['baseline_acc']:.1f} %.")
+    Path(args.out).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,183 @@
+"""FedTrans beside HeteroFL and FedAvg at CPU size, with paper 002's protocol and figures (Sec. 5.1-5.2, Table 2).
+
+    PYTHONPATH=$PWD python experiments/fedtrans/run_table.py [--seeds 0 1 2] [--rounds 150] [--ablations]
+
+Per seed, with the same data, budgets and training set-up (``cpu.yaml``):
+
+* **FedTrans** grows its family from HeteroFL's conv net;
+* **HeteroFL** trains the largest model FedTrans grew (its transformation log, read from the FedTrans run's
+  ``summary.json``: the paper gives its baselines "the largest model transformed by FedTrans"), each client the
+  largest of HeteroFL's rates whose sub-model's training FLOPs fit its compute budget, with HeteroFL's scaler, static
+  batch norm and label masking; every client is scored on the sub-model it can train (``eval_widths``);
+* **FedAvg** trains the initial model, which every client can train.
+
+With ``--ablations``, the first seed also runs FedTrans without soft aggregation (each model averages its own
+clients: paper Table 3's "-s") and with large-to-small sharing (Table 1's "l2s").
+
+Writes ``results.md`` (per seed and mean over seeds: average client accuracy, its interquartile range, each model's
+accuracy, models, total training MACs, network volume; the ablations; and Table 2's CIFAR-10 rows),
+``client_accuracy.png`` (the clients' accuracies at the end, per method, first seed) and ``accuracy_vs_macs.png``
+(average client accuracy against cumulative training MACs, paper Figure 7). Runs go to ``runs/fedtrans/seed<S>/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import time
+from pathlib import Path
+
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from rayfl.config import HETEROFL_RATES
+from rayfl.config_loader import load_config
+from rayfl.engine.driver import run_experiment
+from rayfl.report import load_run, plot_client_accuracy
+from rayfl.report.runs import RunRecords
+from rayfl.report.tables import cost_table
+
+HERE = Path(__file__).resolve().parent
+METHODS = ("fedtrans", "heterofl", "fedavg")
+PAPER = """Paper 002, Table 2, CIFAR-10 (MobileNetV3-small start, 100 clients per round, mean of 3 runs):
+
+| Method | Avg. client acc (%) | IQR (%) | Cost (PMACs) | Network (MB) |
+|---|---:|---:|---:|---:|
+| FedTrans | 78.29 | 5.25 | 0.86 | 1368.4 |
+| HeteroFL | 64.51 | 7.00 | 4.31 | 1828.4 |
+"""
+
+
+def _run(overrides: list[str], out: Path) -> Path:
+    cfg = load_config(HERE / "cpu.yaml", [f"output_dir={out}", *overrides])
+    done = out / cfg.name
+    if (done / "summary.json").is_file():  # a finished run of an earlier call: reused (delete it to re-run)
+        logging.info("%s: reused", done)
+        return done
+    began = time.perf_counter()
+    result = run_experiment(cfg)
+    assert result.run_dir is not None
+    logging.info("%s: %.0f s", result.run_dir, time.perf_counter() - began)
+    return result.run_dir
+
+
+def run_seed(seed: int, rounds: int, root: Path) -> dict[str, Path]:
+    out = root / f"seed{seed}"
+    common = [f"seed={seed}", f"rounds={rounds}"]
+    dirs = {"fedtrans": _run([*common, "name=fedtrans"], out)}
+    family = json.loads((dirs["fedtrans"] / "summary.json").read_text())["fedtrans"]["models"]
+    largest = json.dumps(family[-1])
+    rates = json.dumps(sorted(HETEROFL_RATES))
+    heterofl = ["name=heterofl", "algorithm.name=heterofl", "model.scaler=true", f"model.transforms={largest}"]
+    dirs["heterofl"] = _run([*common, *heterofl, f"eval_widths={rates}"], out)
+    dirs["fedavg"] = _run([*common, "name=fedavg", "algorithm.name=fedavg"], out)
+    return dirs
+
+
+def _iqr(run: RunRecords) -> float:
+    rows = run.client_accs()
+    assert rows is not None
+    q1, q3 = rows["test_acc"].astype(float).quantile([0.25, 0.75])
+    return 100.0 * float(q3 - q1)
+
+
+def mean_table(seeds: dict[int, dict[str, Path]]) -> str:
+    """Mean (and range) over seeds of the headline figures."""
+    lines = [
+        "| Method | Avg. client acc (%) | IQR (%) | Models | Train GMACs | Network MB |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for method in METHODS:
+        runs = [load_run(dirs[method]) for dirs in seeds.values()]
+        acc = [100.0 * (r.final_client_acc or float("nan")) for r in runs]
+        iqr = [_iqr(r) for r in runs]
+        models = [r.num_models or 1 for r in runs]
+        macs = [(r.total_train_macs or 0.0) / 1e9 for r in runs]
+        net = [(r.total_bytes or 0) / 1e6 for r in runs]
+
+        def fmt(values: list[float], spec: str) -> str:
+            text = format(statistics.fmean(values), spec)
+            return text if len(values) == 1 else f"{text} ({format(min(values), spec)}-{format(max(values), spec)})"
+
+        lines.append(
+            f"| {method} | {fmt(acc, '.2f')} | {fmt(iqr, '.2f')} | {fmt(models, '.1f')} | {fmt(macs, '.0f')} | "
+            f"{fmt(net, '.0f')} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot_accuracy_vs_macs(runs: dict[str, RunRecords], out_png: Path) -> Path:
+    """Average client accuracy (evaluated rounds) against the training MACs spent so far, one line per method."""
+    figure = Figure(figsize=(6.5, 4.2), dpi=100)
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot(1, 1, 1)
+    for method, run in runs.items():
+        rounds = run.rounds
+        spent = pd.to_numeric(rounds["train_macs"]).cumsum() / 1e9
+        acc = pd.to_numeric(rounds["client_acc"])
+        keep = acc.notna()
+        axes.plot(spent[keep], 100.0 * acc[keep], marker="o", markersize=3, label=method)
+    axes.set_xlabel("Cumulative training GMACs")
+    axes.set_ylabel("Average client accuracy (%)")
+    axes.grid(True, alpha=0.3)
+    axes.legend(loc="best", fontsize="small")
+    figure.tight_layout()
+    figure.savefig(out_png, format="png")
+    return out_png
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--rounds", type=int, default=150)
+    parser.add_argument("--runs", type=Path, default=Path("runs/fedtrans"))
+    parser.add_argument("--out", type=Path, default=HERE)
+    parser.add_argument("--ablations", action="store_true")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("rayfl.engine").setLevel(logging.WARNING)
+    seeds = {seed: run_seed(seed, args.rounds, args.runs) for seed in args.seeds}
+    sections = [
+        "# FedTrans beside HeteroFL and FedAvg at CPU size",
+        "",
+        f"`PYTHONPATH=$PWD python experiments/fedtrans/run_table.py --seeds {' '.join(map(str, args.seeds))} "
+        f"--rounds {args.rounds}` (setting: `cpu.yaml`; see `README.md`).",
+        "",
+        f"## Mean over seeds {', '.join(map(str, args.seeds))}",
+        "",
+        mean_table(seeds),
+    ]
+    for seed, dirs in seeds.items():
+        runs = [load_run(dirs[m]) for m in METHODS]
+        summary = json.loads((dirs["fedtrans"] / "summary.json").read_text())["fedtrans"]
+        sections += [f"## Seed {seed}", "", cost_table(runs), "FedTrans's models (transformation logs):", ""]
+        sections += [f"- model {k}: `{list(log)}`" for k, log in enumerate(summary["models"])]
+        sections += ["", "Transformations:", ""]
+        sections += [
+            f"- after round {t['round_idx']}: model {t['child']} from {t['parent']}, "
+            + ("forced" if t["doc"] is None else f"DoC {t['doc']:.5f}")
+            for t in summary["transformations"]
+        ]
+        sections.append("")
+    first = seeds[args.seeds[0]]
+    if args.ablations:
+        seed, out = args.seeds[0], args.runs / f"seed{args.seeds[0]}"
+        common = [f"seed={seed}", f"rounds={args.rounds}"]
+        variants = {
+            "fedtrans-s": ["algorithm.soft_aggregation=false"],
+            "fedtrans-l2s": ["algorithm.share_large_to_small=true"],
+        }
+        dirs = [first["fedtrans"], *(_run([*common, f"name={n}", *o], out) for n, o in variants.items())]
+        sections += [f"## Ablations (seed {seed})", "", cost_table([load_run(d) for d in dirs])]
+    runs = {m: load_run(first[m]) for m in METHODS}
+    plot_client_accuracy(list(runs.values()), args.out / "client_accuracy.png", labels=list(METHODS))
+    plot_accuracy_vs_macs(runs, args.out / "accuracy_vs_macs.png")
+    sections += [PAPER, "![clients](client_accuracy.png)", "", "![accuracy vs MACs](accuracy_vs_macs.png)", ""]
+    (args.out / "results.md").write_text("\n".join(sections))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,219 @@
+"""Dead Ray actors replaced: a client host or parameter-server shard that dies mid-run costs a restart, not the run.
+
+What Ray does, and what this module does on top (issue 12, item 2):
+
+* **Ray restarts the process.** Hosts and shards are created with ``max_restarts=-1``: when an actor's process dies
+  (SIGKILL, the kernel's or Ray's OOM killer, its node lost), Ray starts a new one in the same slot (the same
+  placement-group bundle) and re-runs its constructor with the same arguments. Those are small on purpose: a host's
+  data set is not one of them but travels, as an object-store reference, with every call (``RayClientHost`` in
+  ``ray_backend.py``), and the host builds itself from it on the first call that finds it unbuilt. Ray 2.60 does not
+  keep a restartable actor's object-store constructor arguments alive (ray-project/ray#53727: measured, the restart
+  fails with ``ReferenceCountingAssertionError`` once the driver dropped the reference) and logs an error for every
+  run that has such an actor; a reference carried by the calls has neither problem. A host holds nothing that later
+  rounds depend on (its built models and caches are rebuilt on demand, every client's data comes from the object
+  store and its state from the driver's ``ClientStateStore``), so the restarted host is as good as the dead one. A
+  shard's tensor names go with every ``reduce`` call, as its constructor knows only the first shard plan.
+* **The driver re-runs the lost work.** Actor calls keep Ray's default ``max_task_retries=0``: the call in flight fails
+  (``ActorUnavailableError``/``ActorDiedError``) and :class:`Recovery` resubmits it, unchanged, once the actor answers
+  again. Ray's own task retries are not used, because the driver must (a) count the failures of a round for the
+  ``faults`` record and the give-up limit (``backend.max_actor_failures``), which Ray's silent retries would hide,
+  and (b) bound the wait for a replacement (``backend.start_timeout_s``) with a clear message. Re-running is safe
+  and gives the same bits: a host's ``run_round`` is a pure function of its arguments (each client's randomness is
+  derived from seed, round and client; its memory is an argument), and a shard's ``reduce`` is a pure function of
+  the previous tensors and every host's partial sum, which it receives together in one call, so no partial sum is
+  ever half-merged into a shard and nothing has to be discarded.
+* **Lineage reconstruction is not relied on** (it needs ``max_task_retries`` on the actor calls, see above). Objects
+  that a dead worker had already returned (partial sums, client memories) live in the node's object store or, when
+  small, in the driver's, so a killed process loses none of them. An object lost with its node makes the call that
+  reads it fail: a shard's reduction then has its inputs recomputed by re-running the round's hosts
+  (``InputsLost``); a host's call is re-run as it is. Client memories lost with a node cannot be recomputed (their
+  round is over): the host's call keeps failing and the run gives up at the limit, with Ray's "lost" reason.
+
+An actor that dies while idle and is restarted by Ray before the driver's next call to it has lost no work; that
+next call simply runs on the replacement and is not counted (the count is of calls that had to be re-run).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+__all__ = ["ActorFailureError", "InputsLost", "Recovery", "Step", "actor_died", "lost"]
+
+log = logging.getLogger(__name__)
+
+K = TypeVar("K", bound=Hashable)
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+class ActorFailureError(RuntimeError):
+    """The run gave up on dead Ray actors: more failures in one round than allowed, or a replacement that did not
+    come. Its message is one line, for the CLI."""
+
+
+class InputsLost(Exception):
+    """A step's call failed because an object it reads was lost with the process or node that held it: the calls
+    that made those objects must run again (``Step.recompute_inputs``)."""
+
+
+@dataclass(frozen=True)
+class Step:
+    """One actor's share of a backend call, resubmitted as it is when the actor dies.
+
+    ``submit`` sends the call and returns its object references; the one at ``probe`` is fetched (its value is what
+    the caller needs, and it is ready when the call finished). ``label`` names the actor in messages ("client host
+    1"); ``ready`` submits a round trip to the actor, used to wait for its replacement. ``recompute_inputs``: the
+    call reads other steps' results (a shard's partial sums), so an object it cannot read is recomputed by running
+    those steps again (``gather`` raises ``InputsLost``) instead of resubmitting this call alone.
+    """
+
+    label: str
+    submit: Callable[[], Sequence[Any]]
+    ready: Callable[[], Any]
+    probe: int = 0
+    recompute_inputs: bool = False
+
+
+def _one_line(err: BaseException) -> str:
+    """The first line of a Ray error, without colour codes (Ray's messages run over many lines)."""
+    text = _ANSI.sub("", str(err)).strip()
+    return " ".join(text.splitlines()[0].split()) if text else type(err).__name__
+
+
+def _lost_kinds() -> tuple[type[BaseException], ...]:
+    import ray.exceptions as rex
+
+    return (rex.RayActorError, rex.ObjectLostError, rex.WorkerCrashedError, rex.NodeDiedError, rex.OutOfMemoryError)
+
+
+def actor_died(err: BaseException) -> bool:
+    """Whether ``err`` says the actor that ran the call died (or became unreachable) while it had the call."""
+    import ray.exceptions as rex
+
+    return isinstance(err, rex.RayActorError) and not isinstance(err, rex.RayTaskError)
+
+
+def lost(err: BaseException) -> bool:
+    """Whether ``err`` is a loss to a dead process or node (the actor, a worker, an object, a node), as opposed to an
+    error of the code: directly, or as the reason a call could not read its arguments."""
+    import ray.exceptions as rex
+
+    if isinstance(err, _lost_kinds()) and not isinstance(err, rex.RayTaskError):
+        return True
+    cause = getattr(err, "cause", None) if isinstance(err, rex.RayTaskError) else None
+    return cause is not None and cause is not err and isinstance(cause, _lost_kinds())
+
+
+class Recovery:
+    """Runs the calls of one backend step over several actors, waits for replacements and re-runs what was lost;
+    counts the failures (per round for the limit, since the last ``take_faults`` for the record)."""
+
+    def __init__(self, max_failures: int, restart_timeout_s: float) -> None:
+        self.max_failures = max_failures
+        self.restart_timeout_s = restart_timeout_s
+        self.round_idx: int | None = None
+        self._in_round = 0
+        self._since_taken = 0
+        self.restart_s: list[float] = []  # how long each replacement took to answer (for benchmarks and logs)
+
+    def begin_round(self, round_idx: int) -> None:
+        """The limit counts failures per round: a new round starts the count afresh."""
+        if round_idx != self.round_idx:
+            self.round_idx = round_idx
+            self._in_round = 0
+
+    def take_faults(self) -> int:
+        """Failures survived since the last call (the driver calls it once per round, for ``RoundRecord.faults``)."""
+        taken, self._since_taken = self._since_taken, 0
+        self._in_round = 0
+        return taken
+
+    def gather(self, steps: Mapping[K, Step], submitted: dict[K, list[Any]] | None = None) -> dict[K, Any]:
+        """Submit every step and collect the probe values as the calls finish (key -> value). A step whose call was
+        lost (its actor died, or an object it needs went with a dead process or node) is resubmitted, unchanged, once
+        the actor answers again (or ``InputsLost`` is raised for a ``recompute_inputs`` step whose actor lives on);
+        any other error (the code's own) propagates as it is. ``submitted``, when given, receives each step's
+        references (of its last, successful, call)."""
+        import ray
+
+        refs = submitted if submitted is not None else {}
+        refs.update({k: list(s.submit()) for k, s in steps.items()})
+        results: dict[K, Any] = {}
+        pending = {refs[k][steps[k].probe]: k for k in steps}
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            key = pending.pop(done[0])
+            try:
+                results[key] = ray.get(done[0])
+            except Exception as err:
+                if not lost(err):
+                    raise
+                if steps[key].recompute_inputs and not actor_died(err):
+                    self.failed(steps[key].label, err)
+                    raise InputsLost(_one_line(err)) from err
+                self.replace(steps[key], err)
+                refs[key] = list(steps[key].submit())
+                pending[refs[key][steps[key].probe]] = key
+        return results
+
+    def failed(self, label: str, err: BaseException) -> None:
+        """Count one failure; past ``max_failures`` in this round the run gives up."""
+        self._in_round += 1
+        self._since_taken += 1
+        if self._in_round > self.max_failures:
+            count = f"{self._in_round} Ray actor failure{'s' if self._in_round > 1 else ''}"
+            raise ActorFailureError(
+                f"{self._where()}{count} in one round, more than backend.max_actor_failures={self.max_failures}; "
+                f"the last: {label}: {_one_line(err)} (look for the cause in the Ray logs, "
+                "e.g. the OOM killer; give the hosts more memory or fewer clients, or raise "
+                "backend.max_actor_failures)"
+            ) from err
+
+    def _where(self) -> str:
+        return "" if self.round_idx is None else f"round {self.round_idx}: "
+
+    def replace(self, step: Step, err: BaseException) -> None:
+        """Count the failure and wait until Ray's replacement of the actor answers."""
+        self.failed(step.label, err)
+        began = time.perf_counter()
+        self._wait_ready(step)
+        took = time.perf_counter() - began
+        self.restart_s.append(took)
+        log.warning(
+            "%s died (%s); its replacement answered after %.2f s and re-runs its work (failure %d of at most %d in "
+            "round %s)",
+            step.label,
+            _one_line(err),
+            took,
+            self._in_round,
+            self.max_failures,
+            self.round_idx,
+        )
+
+    def _wait_ready(self, step: Step) -> None:
+        """Wait for the actor to answer (``step.ready`` is a call Ray itself retries while the actor restarts; should
+        one still fail as ``ActorUnavailableError``, it is the same death, asked again until the timeout). An actor
+        Ray will not restart (``ActorDiedError``: its constructor failed, or its arguments are gone) is given up
+        on."""
+        import ray
+        import ray.exceptions as rex
+
+        deadline = time.monotonic() + self.restart_timeout_s
+        while True:
+            try:
+                ray.get(step.ready(), timeout=max(deadline - time.monotonic(), 0.0))
+                return
+            except (rex.GetTimeoutError, rex.ActorUnavailableError):
+                if time.monotonic() >= deadline:
+                    raise ActorFailureError(
+                        f"{step.label} died and Ray did not restart it within {self.restart_timeout_s:g} s "
+                        "(backend.start_timeout_s); the cluster may have lost the resources it needs"
+                    ) from None
+                time.sleep(0.05)
+            except rex.ActorDiedError as dead:
+                raise ActorFailureError(f"{step.label} died and Ray cannot restart it: {_one_line(dead)}") from dead

@@ -1,0 +1,374 @@
+"""Dead Ray actors replaced (issue 12, item 2): real ``ClientHost`` and ``ParamServerShard`` processes are SIGKILLed
+mid-run, and the run completes with the same records (every deterministic column), evaluations and final weights as
+an undisturbed run, with the failures counted in ``faults``; a host that keeps dying ends the run with one clear line.
+
+Timing is made deterministic without touching the engine: the test's algorithm (or shard class) calls ``Pause.at`` at
+one chosen point (a client's training in a round, a host's first evaluation, a shard's second reduction); the first
+process to get there writes its pid to a file and waits; the test reads that pid, checks it is one of the backend's
+actor processes (their pids asked from the actors at start-up), and SIGKILLs it while the call is in flight. The
+replacement reaches the same point, finds the slot taken and goes on, so it computes exactly what the dead one would
+have. The undisturbed run is the in-process backend, which the Ray backend equals bit for bit
+(``test_backend_equivalence.py``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import ray
+import torch
+from torch import nn
+
+from rayfl.algorithms import FedAvg
+from rayfl.algorithms.fedrescue import FedResCuE
+from rayfl.algorithms.payloads import ClientUpdate, TrainTask
+from rayfl.config import ExperimentConfig
+from rayfl.config_loader import load_config
+from rayfl.data.federated import FederatedDataset
+from rayfl.engine import build as build_module
+from rayfl.engine import driver as driver_module
+from rayfl.engine import ray_backend as ray_backend_module
+from rayfl.engine.driver import RunResult, run_experiment
+from rayfl.engine.param_server import ParamServerShard
+from rayfl.engine.records import RoundRecord
+from rayfl.engine.sampling import sample_clients
+from rayfl.models.inputs import InputSpec
+from rayfl.partials import ArrayPartial, NumpyParams
+from tests.helpers import tiny_config, tiny_image_dataset
+
+pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_local")]
+
+REPO = Path(__file__).resolve().parents[2]
+# measured per run (wall clock), or the count under test
+NOT_COMPARED = {"wall_time_s", "round_wall_s", "train_wall_s", "eval_wall_s", "search_s", "server_train_s", "faults"}
+KILL_TIMEOUT_S = 120.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Pause:
+    """The first ``times`` processes to call ``at`` each claim a slot, write their pid to ``label.N.pid`` and wait to
+    be killed; later calls (the replacements) go straight on."""
+
+    directory: str
+    label: str
+    times: int = 1
+
+    def at(self) -> None:
+        for n in range(self.times):
+            claim = Path(self.directory) / f"{self.label}.{n}.claim"
+            try:
+                os.close(os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            except FileExistsError:
+                continue
+            tmp = claim.with_suffix(".tmp")
+            tmp.write_text(str(os.getpid()))
+            tmp.rename(claim.with_suffix(".pid"))
+            time.sleep(KILL_TIMEOUT_S)
+            raise RuntimeError(f"{self.label}: pid {os.getpid()} was not killed")
+
+
+class PausingFedAvg(FedAvg):
+    """FedAvg that pauses where the test kills: a client's training in a round, a host's first evaluation."""
+
+    train_pause: Pause | None = None
+    train_at: tuple[int, int] = (-1, -1)  # (round, client)
+    eval_pause: Pause | None = None
+
+    def local_train(
+        self, model: nn.Module, x: np.ndarray, y: np.ndarray, task: TrainTask, input_spec: InputSpec
+    ) -> ClientUpdate:
+        if self.train_pause is not None and (task.round_idx, task.client_id) == self.train_at:
+            self.train_pause.at()
+        return super().local_train(model, x, y, task, input_spec)
+
+    def eval_model(self) -> nn.Module | None:
+        if self.eval_pause is not None:  # a host builds its evaluation model at its first evaluation
+            self.eval_pause.at()
+        return super().eval_model()
+
+
+def pausing_shard(pause: Pause, on_call: int) -> type[ParamServerShard]:
+    """A parameter-server shard whose ``on_call``-th reduction (counted per process) pauses. Made in a function so
+    that Ray ships the class by value, with its pause."""
+
+    class PausingShard(ParamServerShard):
+        calls = 0
+
+        def reduce(
+            self, previous: NumpyParams, *partials: ArrayPartial, names: Sequence[str] | None = None
+        ) -> tuple[NumpyParams, dict[str, float]]:
+            self.calls += 1
+            if self.calls == on_call:
+                pause.at()
+            return super().reduce(previous, *partials, names=names)
+
+    return PausingShard
+
+
+class PausingFedResCuE(FedResCuE):
+    """FedResCuE that pauses where the test kills: a client's training in a round."""
+
+    train_pause: Pause | None = None
+    train_at: tuple[int, int] = (-1, -1)
+
+    def local_train(
+        self, model: nn.Module, x: np.ndarray, y: np.ndarray, task: TrainTask, input_spec: InputSpec
+    ) -> ClientUpdate:
+        if self.train_pause is not None and (task.round_idx, task.client_id) == self.train_at:
+            self.train_pause.at()
+        return super().local_train(model, x, y, task, input_spec)
+
+
+class Killer:
+    """Kills, one by one, the processes that pause under ``label`` (``times`` of them). The first must be one of the
+    run's actors: ``seen["pids"]`` maps the pid each actor gave (asked when the backend started and after every
+    round) to the actor's name; the later ones are replacements started within the round."""
+
+    def __init__(self, directory: Path, label: str, seen: dict[str, Any], times: int = 1) -> None:
+        self.directory, self.label, self.seen, self.times = directory, label, seen, times
+        self.killed: list[tuple[str, int]] = []
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            for n in range(self.times):
+                path = self.directory / f"{self.label}.{n}.pid"
+                deadline = time.monotonic() + KILL_TIMEOUT_S
+                while not path.exists():
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"nothing paused at {path.name}")
+                    time.sleep(0.01)
+                pid = int(path.read_text())
+                actor = self.seen["pids"].get(pid, "a replacement")
+                if n == 0 and actor == "a replacement":
+                    raise AssertionError(f"pid {pid} is none of the backend's actors {self.seen['pids']}")
+                os.kill(pid, signal.SIGKILL)
+                self.killed.append((actor, pid))
+        except BaseException as err:  # reported by join()
+            self.error = err
+
+    def join(self) -> list[tuple[str, int]]:
+        self.thread.join(timeout=KILL_TIMEOUT_S)
+        if self.error is not None:
+            raise self.error
+        return self.killed
+
+
+def _pid(actor: Any) -> int:
+    return int(ray.get(actor.__ray_call__.remote(lambda _self: os.getpid())))
+
+
+def _actor_pids(backend: Any) -> dict[int, str]:
+    """pid -> actor name, each pid asked from its actor."""
+    pids = {_pid(a): f"client host {h}" for h, a in enumerate(backend.hosts)}
+    pids.update({_pid(a): f"parameter-server shard {s}" for s, a in enumerate(backend.shards)})
+    return pids
+
+
+@pytest.fixture
+def instrumented(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
+    """Runs started in the test use ``seen["algorithm"]`` when set, and record their backend and its actors' pids
+    (asked from the actors before the first round; ``_run_ray`` asks again after every round) in ``seen``."""
+    seen: dict[str, Any] = {"pids": {}}
+    build_algorithm = build_module.build_run_algorithm
+    build_backend = driver_module.build_backend
+
+    def algorithm(cfg: ExperimentConfig) -> Any:
+        return seen.get("algorithm") or build_algorithm(cfg)
+
+    def backend(cfg: ExperimentConfig, setup: Any) -> Any:
+        built = build_backend(cfg, setup)
+        seen[f"{cfg.backend.kind}_backend"] = built
+        if cfg.backend.kind == "ray":
+            seen["backend"] = built
+            seen["pids"].update(_actor_pids(built))
+        return built
+
+    monkeypatch.setattr(build_module, "build_run_algorithm", algorithm)
+    monkeypatch.setattr(driver_module, "build_backend", backend)
+    yield seen
+
+
+def _row(record: RoundRecord) -> tuple[Any, ...]:
+    values = dataclasses.asdict(record)
+    return tuple(
+        "nan" if isinstance(v, float) and math.isnan(v) else v for k, v in values.items() if k not in NOT_COMPARED
+    )
+
+
+def _assert_same_run(got: RunResult, want: RunResult) -> None:
+    assert [_row(r) for r in got.records] == [_row(r) for r in want.records]
+    assert got.evals == want.evals
+    assert got.final_eval == want.final_eval
+    assert got.state.params.keys() == want.state.params.keys()
+    for name in want.state.params:
+        assert torch.equal(got.state.params[name], want.state.params[name]), name
+
+
+def _local(cfg: ExperimentConfig, dataset: FederatedDataset | None) -> RunResult:
+    local = dataclasses.replace(cfg, backend=dataclasses.replace(cfg.backend, kind="local"))
+    return run_experiment(local, write=False, dataset=dataset)
+
+
+def _tiny(**backend: Any) -> ExperimentConfig:
+    return dataclasses.replace(tiny_config(kind="ray", cpus_per_host=0.25, **backend), rounds=2)
+
+
+def _run_ray(cfg: ExperimentConfig, data: FederatedDataset | None, seen: dict[str, Any]) -> RunResult:
+    """Run on Ray, asking every actor its pid after each round (``seen["pids"]``; ``seen["last"]``: the last
+    round's)."""
+
+    def ask(record: RoundRecord) -> None:
+        seen["last"] = _actor_pids(seen["backend"])
+        seen["pids"].update(seen["last"])
+
+    return run_experiment(cfg, write=False, dataset=data, callbacks=[ask])
+
+
+def _replacements(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The recovery log's lines about replacements (they carry how long each took)."""
+    return [r.getMessage() for r in caplog.records if "replacement answered after" in r.getMessage()]
+
+
+def test_a_killed_client_host_is_replaced_and_the_run_is_unchanged(
+    instrumented: dict[str, Any], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Kill a host while it evaluates (round 0) and one while it trains (round 1): the same records, evaluations and
+    weights as the undisturbed run, one fault counted in each of those rounds, new processes in the killed slots."""
+    cfg = _tiny(num_hosts=2)
+    data = tiny_image_dataset()
+    want = _local(cfg, data)
+    algorithm = PausingFedAvg(cfg.algorithm, cfg.train)
+    algorithm.train_at = (1, int(sample_clients(cfg.seed, 1, data.num_clients, cfg.clients_per_round)[0]))
+    algorithm.train_pause = Pause(str(tmp_path), "train")
+    algorithm.eval_pause = Pause(str(tmp_path), "eval")
+    instrumented["algorithm"] = algorithm
+    killers = [Killer(tmp_path, label, instrumented) for label in ("eval", "train")]
+    with caplog.at_level(logging.WARNING, logger="rayfl.engine.recovery"):
+        got = _run_ray(cfg, data, instrumented)
+    killed = [k for killer in killers for k in killer.join()]
+    assert [name.startswith("client host") for name, _ in killed] == [True, True]
+    assert [r.faults for r in got.records] == [1, 1]
+    _assert_same_run(got, want)
+    assert not {pid for _, pid in killed} & set(instrumented["last"])  # each killed slot runs a new process
+    assert len(_replacements(caplog)) == 2
+    print("\n".join(_replacements(caplog)))
+
+
+def test_a_killed_parameter_server_shard_is_replaced_and_the_run_is_unchanged(
+    instrumented: dict[str, Any], tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two shards; one is killed while it reduces round 1. Its replacement (constructed with the first shard plan)
+    is given its tensors again and reduces the same partial sums: the same run, one fault in round 1."""
+    cfg = _tiny(num_hosts=1, num_shards=2)
+    data = tiny_image_dataset()
+    want = _local(cfg, data)
+    # each shard reduces once a round: its second reduction is round 1's
+    monkeypatch.setattr(ray_backend_module, "ParamServerShard", pausing_shard(Pause(str(tmp_path), "reduce"), 2))
+    killer = Killer(tmp_path, "reduce", instrumented)
+    with caplog.at_level(logging.WARNING, logger="rayfl.engine.recovery"):
+        got = _run_ray(cfg, data, instrumented)
+    [(name, pid)] = killer.join()
+    assert name.startswith("parameter-server shard")
+    assert [r.faults for r in got.records] == [0, 1]
+    _assert_same_run(got, want)
+    assert pid not in instrumented["last"]
+    assert len(_replacements(caplog)) == 1
+    print("\n".join(_replacements(caplog)))
+
+
+def test_a_host_that_keeps_dying_ends_the_run_with_one_clear_line(
+    instrumented: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``backend.max_actor_failures=1``: the host training a round-0 client is killed, its replacement re-runs the
+    work and is killed too; ``rayfl run`` stops with one line naming the limit and exit code 4."""
+    from rayfl import cli
+
+    args = [
+        "run",
+        "name=dying",
+        f"output_dir={tmp_path / 'runs'}",
+        "rounds=2",
+        "clients_per_round=4",
+        "data.name=synthetic",
+        "data.num_clients=8",
+        "data.synthetic_samples=16",
+        "model.name=cnn",
+        "model.channels=[4,8]",
+        "train.batch_size=8",
+        "train.sequence_loss=last",  # the embedded default trains characters
+        "backend.kind=ray",
+        "backend.num_hosts=1",
+        "backend.cpus_per_host=0.25",
+        "backend.max_actor_failures=1",
+    ]
+    cfg = load_config(None, args[1:])
+    algorithm = PausingFedAvg(cfg.algorithm, cfg.train)
+    algorithm.train_at = (0, int(sample_clients(cfg.seed, 0, cfg.data.num_clients, cfg.clients_per_round)[0]))
+    algorithm.train_pause = Pause(str(tmp_path), "train", times=2)
+    instrumented["algorithm"] = algorithm
+    killer = Killer(tmp_path, "train", instrumented, times=2)
+    code = cli.main(args)
+    killed = killer.join()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 4
+    assert [name for name, _ in killed][1] == "a replacement"
+    assert len(err) == 1, err
+    assert err[0].startswith(
+        "rayfl: error: round 0: 2 Ray actor failures in one round, more than backend.max_actor_failures=1; the "
+        "last: client host "
+    ), err[0]
+
+
+def test_per_client_state_survives_a_host_kill(instrumented: dict[str, Any], tmp_path: Path) -> None:
+    """FedResCuE with local model padding (experiments/fedrescue/cpu.yaml, shrunk): every client remembers its model.
+    The only host, which made every memory so far, is killed in round 1 while it trains a client that trained in
+    round 0; its replacement reads the memories from the driver's store and the run is the same as undisturbed,
+    memories included."""
+    overrides = [
+        "rounds=2",
+        "clients_per_round=4",
+        "data.num_clients=6",
+        "data.synthetic_samples=24",
+        "backend.kind=ray",
+        "backend.num_hosts=1",
+        "backend.cpus_per_host=0.25",
+    ]
+    cfg = load_config(REPO / "experiments" / "fedrescue" / "cpu.yaml", overrides)
+    sampled = [set(sample_clients(cfg.seed, r, cfg.data.num_clients, cfg.clients_per_round).tolist()) for r in range(2)]
+    again = sorted(sampled[1] & sampled[0])
+    assert again  # the killed host trains a client with a memory from an earlier round
+    want = _local(cfg, None)
+    algorithm = PausingFedResCuE(cfg.algorithm, cfg.train)
+    algorithm.train_at = (1, again[0])
+    algorithm.train_pause = Pause(str(tmp_path), "train")
+    instrumented["algorithm"] = algorithm
+    killer = Killer(tmp_path, "train", instrumented)
+    got = _run_ray(cfg, None, instrumented)
+    [(name, _)] = killer.join()
+    assert name.startswith("client host")
+    assert [r.faults for r in got.records] == [0, 1]
+    _assert_same_run(got, want)
+    states = instrumented["backend"].memories.client_states()
+    local_states = instrumented["local_backend"].memories.client_states()
+    assert sorted(states) == sorted(local_states) == sorted(set().union(*sampled))
+    for client, memory in states.items():
+        other = local_states[client]
+        assert memory.params is not None and memory.params.keys() == other.params.keys()
+        assert all(np.array_equal(memory.params[k], other.params[k]) for k in memory.params), client
+        assert (memory.slices or {}).keys() == (other.slices or {}).keys()
+        for name, tslice in (memory.slices or {}).items():
+            assert repr(tslice) == repr((other.slices or {})[name])

@@ -1,0 +1,96 @@
+"""Resumed ≡ uninterrupted, bit for bit, for every registered algorithm: a run resumed from a checkpoint writes the
+same records (wall-clock columns aside) and ends with the same global state as the run that never stopped."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+
+from rayfl.cli import main
+from rayfl.config import CheckpointConfig
+from rayfl.config_loader import ConfigError
+from rayfl.data.federated import FederatedDataset
+from rayfl.engine.checkpoint import CheckpointStore
+from rayfl.engine.driver import run_experiment
+from tests.helpers import tiny_image_dataset
+from tests.resume_cases import assert_same_run, case, case_names, keep_checkpoints_up_to
+
+# where the resumed copy starts: mid-run; the phased FedorAS run (supernet 2 rounds, search 3, fine-tuning 2) once
+# inside the search (its populations in the state), once at the hand-over to fine-tuning (the search's result in the
+# checkpoint) and once inside fine-tuning (the tier models in the state)
+RESUME_AFTER = {"fedoras": 3, "fedoras_search": 5, "fedoras_finetune": 6}
+
+
+@pytest.fixture(scope="module")
+def data() -> FederatedDataset:
+    return tiny_image_dataset()
+
+
+@pytest.mark.parametrize("name", case_names())
+def test_a_resumed_run_equals_the_uninterrupted_one(name: str, data: FederatedDataset, tmp_path: Path) -> None:
+    cfg = dataclasses.replace(case(name, data), output_dir=str(tmp_path))
+    full = run_experiment(cfg, dataset=data)
+    assert full.run_dir is not None
+    copy = tmp_path / "resumed"
+    shutil.copytree(full.run_dir, copy)
+    after = RESUME_AFTER.get(name, 2)
+    keep_checkpoints_up_to(copy, after)
+    resumed = run_experiment(cfg, dataset=data, resume=copy)
+    assert [r.round_idx for r in resumed.records] == list(range(cfg.rounds))
+    assert_same_run(full.run_dir, copy, full, resumed)
+
+
+def test_checkpoints_do_not_change_the_records(data: FederatedDataset, tmp_path: Path) -> None:
+    cfg = dataclasses.replace(case("fedavg", data), output_dir=str(tmp_path))
+    with_checkpoints = run_experiment(cfg, dataset=data)
+    without = run_experiment(dataclasses.replace(cfg, name="none", checkpoint=CheckpointConfig(every=0)), dataset=data)
+    assert with_checkpoints.run_dir is not None and without.run_dir is not None
+    assert not (without.run_dir / "checkpoints").exists()
+    assert all(r.checkpoint_bytes > 0 and r.checkpoint_s > 0 for r in with_checkpoints.records)
+    assert all(r.checkpoint_bytes == 0 and math.isnan(r.checkpoint_s) for r in without.records)
+    assert_same_run(with_checkpoints.run_dir, without.run_dir, with_checkpoints, without)
+
+
+def test_the_store_keeps_the_last_k_and_skips_a_damaged_or_uncommitted_checkpoint(
+    data: FederatedDataset, tmp_path: Path
+) -> None:
+    cfg = dataclasses.replace(
+        case("fedavg", data), rounds=5, output_dir=str(tmp_path), checkpoint=CheckpointConfig(every=1, keep=3)
+    )
+    result = run_experiment(cfg, dataset=data)
+    assert result.run_dir is not None
+    store = CheckpointStore(result.run_dir, keep=3)
+    assert [p.name for p in store.manifests()] == ["round-000003.json", "round-000004.json", "round-000005.json"]
+    assert sorted(p.name for p in store.dir.glob("*.state")) == [f"round-00000{k}.state" for k in (3, 4, 5)]
+    assert not list(store.dir.glob("*.tmp"))
+    (store.dir / "round-000005.state").write_bytes(b"garbage")  # damaged: its size no longer matches
+    (store.dir / "round-000006.state").write_bytes(b"no manifest")  # a stop between state file and manifest
+    found = store.latest()
+    assert found is not None and found[0].rounds_done == 4
+    resumed = run_experiment(cfg, dataset=data, resume=result.run_dir)  # from round 4: the fifth round again
+    assert_same_run(result.run_dir, result.run_dir, result, resumed)
+    assert [p.name for p in store.manifests()][-1] == "round-000005.json"
+
+
+def test_a_resume_with_another_config_or_without_checkpoints_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = dataclasses.replace(case("fedavg", None, rounds=2), output_dir=str(tmp_path))  # synthetic data, as a file
+    result = run_experiment(cfg)
+    assert result.run_dir is not None
+    changed = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, lr=0.1))
+    with pytest.raises(ConfigError, match=r"train\.lr: the run was started with 0\.05 and is resumed with 0\.1"):
+        run_experiment(changed, resume=result.run_dir)
+    moved = dataclasses.replace(cfg, backend=dataclasses.replace(cfg.backend, num_hosts=1))  # backend.* may change
+    assert len(run_experiment(moved, resume=result.run_dir).records) == 2
+    no_checkpoints = run_experiment(dataclasses.replace(cfg, name="bare", checkpoint=CheckpointConfig(every=0)))
+    assert main(["run", "--resume", str(no_checkpoints.run_dir)]) == 2
+    assert main(["run", "--resume", str(tmp_path / "nowhere")]) == 2
+    assert main(["run", "--resume", str(result.run_dir), "train.lr=0.1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3 and all(line.startswith("rayfl: error: ") for line in err)
+    assert "holds no checkpoint" in err[0] and "not a run directory" in err[1] and "train.lr" in err[2]

@@ -1,0 +1,201 @@
+"""Transformable networks (FedTrans's cells): function-preserving widen and deepen, MobileNetV3-small coverage, and the
+elastic family's costs.
+
+Widen and deepen must leave every output unchanged without noise (max abs difference <= 1e-5), in evaluation mode
+(running statistics) and in training mode (batch statistics), for every cell of the CNN and the small ResNet-18 and
+for the kinds of cell MobileNetV3-small adds (depthwise, squeeze-and-excitation, hard-swish, classifier).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from rayfl.config import CellNetConfig
+from rayfl.models import InputSpec
+from rayfl.models.cellnet import (
+    apply_step,
+    build_graph,
+    deepen_step,
+    parse_step,
+    tensor_name,
+    transform_params,
+    widen_step,
+)
+from rayfl.models.cellnet.module import CellNet
+from rayfl.models.elastic import CostModel, build_family
+from rayfl.models.elastic.cost import saved_tensors
+
+SPEC = InputSpec("image", 10, (3, 32, 32))
+
+
+def _params(cfg: CellNetConfig, seed: int = 0) -> tuple[CellNet, dict[str, torch.Tensor]]:
+    """A model whose norms have non-trivial affine weights and running statistics (so preservation is not vacuous)."""
+    torch.manual_seed(seed)
+    model = CellNet(build_graph(cfg, 3, 10, 32))
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.running_mean.uniform_(-1.0, 1.0)
+                m.running_var.uniform_(0.5, 2.0)
+            if isinstance(m, nn.BatchNorm2d | nn.GroupNorm):
+                m.weight.uniform_(0.5, 2.0)
+                m.bias.uniform_(-1.0, 1.0)
+    return model, {k: v.detach().clone() for k, v in model.state_dict().items() if v.is_floating_point()}
+
+
+def _outputs(graph: object, params: dict[str, torch.Tensor], x: torch.Tensor, mode: str) -> torch.Tensor:
+    model = CellNet(graph)  # type: ignore[arg-type]
+    model.load_state_dict(params, strict=False)
+    model.train(mode == "train")
+    with torch.no_grad():
+        out: torch.Tensor = model(x)
+    return out
+
+
+def _steps(graph: object, cells: list[str]) -> list[str]:
+    steps = []
+    for name in cells:
+        if graph.op(name).dim != "classes":  # type: ignore[attr-defined]
+            steps.append(widen_step(name, 2))
+        steps.append(deepen_step(name))
+    return steps
+
+
+@pytest.mark.parametrize(
+    ("cfg", "cells", "modes"),
+    [
+        (CellNetConfig(base="cnn", channels=(8, 16, 16)), None, ("eval", "train")),
+        (CellNetConfig(base="cnn", channels=(8, 12), norm="group", head_pool=4), None, ("eval", "train")),
+        (CellNetConfig(base="resnet", channels=(4, 4, 8, 8)), None, ("eval",)),  # train mode: cnn-batch
+        # depthwise, expand, squeeze/excite, projection into a residual stream, hard-swish classifier layer, head
+        (
+            CellNetConfig(base="mobilenet_v3_small"),
+            ["b1dw", "b5e", "b5dw", "b5se1", "b5se2", "b6p", "fc", "head"],
+            ("eval",),
+        ),
+    ],
+    ids=["cnn-batch", "cnn-group", "resnet18", "mobilenet_v3_small"],
+)
+def test_widen_and_deepen_preserve_the_function(cfg: CellNetConfig, cells: list[str] | None, modes: tuple[str]) -> None:
+    _, params = _params(cfg)
+    graph = build_graph(cfg, 3, 10, 32)
+    x = torch.randn(6, 3, 32, 32)
+    names = cells if cells is not None else [op.name for op in graph.cells]
+    for step in _steps(graph, names):
+        child, child_params = transform_params(graph, params, step)
+        assert child != graph
+        for mode in modes:
+            diff = (_outputs(graph, params, x, mode) - _outputs(child, child_params, x, mode)).abs().max()
+            assert float(diff) <= 1e-5, (step, mode, float(diff))
+
+
+def test_transformations_compose_and_change_the_architecture_as_logged() -> None:
+    cfg = CellNetConfig(base="resnet", channels=(8, 8, 16, 16))
+    _, params = _params(cfg)
+    graph = build_graph(cfg, 3, 10, 32)
+    x = torch.randn(4, 3, 32, 32)
+    steps = ("widen s2b1c2 2", "deepen s2b1c1", "widen s2b1c1_d1 3", "deepen s2b1c1", "deepen head")
+    g, p = graph, params
+    for step in steps:
+        g, p = transform_params(g, p, step)
+    assert g == build_graph(CellNetConfig(base="resnet", channels=(8, 8, 16, 16), transforms=steps), 3, 10, 32)
+    assert g.size("s2") == 16 and g.size("s2b1") == 24  # the stream of stage 2 doubled; the block's inner dim x3
+    assert {"s2b1c1_d1", "s2b1c1_d1_a", "s2b1c1_d2", "head_d1"} <= {op.name for op in g.ops}
+    assert tuple(p[tensor_name("s2b1sc", "weight")].shape) == (16, 8, 1, 1)  # the shortcut writes the widened stream
+    diff = (_outputs(graph, params, x, "eval") - _outputs(g, p, x, "eval")).abs().max()
+    assert float(diff) <= 1e-5
+
+
+def test_widen_duplicates_first_and_divides_consumers() -> None:
+    cfg = CellNetConfig(base="cnn", channels=(4, 6), norm="none")
+    _, params = _params(cfg)
+    graph = build_graph(cfg, 3, 10, 32)
+    _, new = transform_params(graph, params, widen_step("c1", 3))
+    w1, w2 = params["layers.c1.weight"], params["layers.c2.weight"]
+    assert torch.equal(new["layers.c1.weight"][:4], w1) and torch.equal(new["layers.c1.weight"][8:], w1)
+    assert torch.allclose(new["layers.c2.weight"][:, :4], w2 / 3) and torch.allclose(
+        new["layers.c2.weight"][:, 4:8], w2 / 3
+    )
+    _, noisy = transform_params(
+        graph, params, widen_step("c1", 3), noise=0.05, generator=torch.Generator().manual_seed(0)
+    )
+    copies = noisy["layers.c1.weight"][4:]
+    assert torch.equal(noisy["layers.c1.weight"][:4], w1)  # the originals stay exact
+    assert not torch.equal(copies[:4], w1) and float((copies[:4] - w1).std()) < 0.2 * float(w1.std())
+
+
+def test_group_norm_groups_grow_with_the_width() -> None:
+    cfg = CellNetConfig(base="cnn", channels=(8, 8), norm="group")
+    graph = apply_step(build_graph(cfg, 3, 10, 32), widen_step("c1", 2))
+    assert graph.op("c1_n").groups == 8 and graph.size("c1") == 16
+
+
+def test_mobilenet_v3_small_is_torchvisions() -> None:
+    """torchvision's weights, loaded in order, give the same outputs: the cell graph covers MobileNetV3-small."""
+    models = pytest.importorskip("torchvision.models")
+    torch.manual_seed(0)
+    reference = models.mobilenet_v3_small(num_classes=10).eval()
+    ours = CellNet(build_graph(CellNetConfig(base="mobilenet_v3_small"), 3, 10, 32)).eval()
+    theirs = [v for v in reference.state_dict().values() if v.is_floating_point()]
+    mine = [k for k, v in ours.state_dict().items() if v.is_floating_point()]
+    assert len(theirs) == len(mine)
+    ours.load_state_dict(dict(zip(mine, theirs, strict=True)), strict=False)
+    x = torch.randn(3, 3, 32, 32)
+    with torch.no_grad():
+        assert float((reference(x) - ours(x)).abs().max()) <= 1e-5
+
+
+@pytest.mark.parametrize("step", ["widen head 2", "widen nothing 2", "deepen c1_n", "grow c1", "widen c1 1"])
+def test_bad_steps_are_refused(step: str) -> None:
+    graph = build_graph(CellNetConfig(base="cnn", channels=(4, 4)), 3, 10, 32)
+    with pytest.raises(ValueError):
+        apply_step(graph, step)
+
+
+def test_parse_step() -> None:
+    assert parse_step("widen c1 2") == ("widen", "c1", 2)
+    assert parse_step("deepen head") == ("deepen", "head", 1)
+    assert parse_step("reset") == ("reset", "", 1)
+
+
+def test_family_costs_equal_the_measured_forward_flops() -> None:
+    steps = ("widen c2 2", "deepen c2", "deepen head")
+    cfg = CellNetConfig(base="cnn", channels=(8, 16), head_pool=2, transforms=steps)
+    family = build_family(cfg, SPEC)
+    cost = CostModel(family, 10, use_disk_cache=False)
+    full = np.array(family.full_units)
+    half = np.maximum(1, full // 2)
+    costs = cost.evaluate(np.stack([full, half]))
+    for units, flops in zip((full, half), costs.flops, strict=True):
+        model = family.build(tuple(int(u) for u in units))
+        _, _, measured = saved_tensors(model, torch.randn(2, 3, 32, 32))
+        assert flops == pytest.approx(measured / 2, rel=1e-9)
+    sub = family.build(tuple(int(u) for u in half))  # a sub-model uses batch statistics (HeteroFL's static BN)
+    names = {k for k, v in sub.state_dict().items() if v.is_floating_point()}
+    stats = {n for n in family.space.layouts if n.endswith((".running_mean", ".running_var"))}
+    assert stats and names == set(family.space.layouts) - stats
+    whole = family.build(family.full_units)  # the whole model keeps running statistics, and nothing else
+    assert set(whole.state_dict()) == set(family.space.layouts)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("model: {name: cellnet, transforms: ['widen zz 2']}", r"model.transforms\[0\]: transform: no cell named 'zz'"),
+        ("model: {name: cellnet, transforms: ['deepen c1', 'grow c1']}", r"model.transforms\[1\]: transform step"),
+        ("model: {name: cellnet, base: resnet, channels: [4, 8]}", r"model.blocks: needs one block count per stage"),
+        ("model: {name: cnn}\nalgorithm: {name: fedtrans}", r"algorithm.name: 'fedtrans' transforms cells"),
+    ],
+)
+def test_bad_cellnet_configs_are_one_line_errors(tmp_path: object, text: str, message: str) -> None:
+    from pathlib import Path
+
+    from rayfl.config_loader import ConfigError, load_config
+
+    path = Path(str(tmp_path)) / "bad.yaml"
+    path.write_text(text + "\ndata: {name: synthetic}\n")
+    with pytest.raises(ConfigError, match=message):
+        load_config(path)
