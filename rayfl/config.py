@@ -838,6 +838,9 @@ class BackendConfig:
     start_timeout_s: float = bounded(120.0, gt=0.0)  # wait for the actors; raise it when an autoscaler adds nodes
     cpus_per_shard: float = bounded(0.0, ge=0.0)
     torch_threads: int = bounded(1, ge=1)  # intra-op threads per host; fixed so sums are reproducible
+    # intra-op threads of the driver's server work (distillation, static BN, search, local evaluation), fixed for the
+    # same reason: the records of a run do not depend on the machine's core count or OMP_NUM_THREADS
+    server_threads: int = bounded(1, ge=1)
     address: str | None = None  # an existing Ray cluster ("auto" or "host:port"); None = start a local one
     num_cpus: int = bounded(0, ge=0)  # CPUs for a local Ray instance; 0 = all
     object_store_mb: int = bounded(0, ge=0)  # object store of a local Ray instance; 0 = Ray's default

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from rayfl.algorithms.base import Algorithm, RoundStats
 from rayfl.algorithms.payloads import Aggregate, Assignment, ClientOutcome, LinkDraw, ServerState, TrainTask
@@ -82,7 +83,27 @@ def run_experiment(
 
     SIGINT or SIGTERM stops a written run after the round in progress, with a checkpoint, and raises
     ``RunInterrupted`` (``engine/stop.py``); too many non-finite rounds in a row raise ``NonFiniteError``
-    (``engine/guard.py``). However the run ends, its record files and ``summary.json`` agree."""
+    (``engine/guard.py``). However the run ends, its record files and ``summary.json`` agree.
+
+    The driver's own torch work (server updates, distillation, static BN, search, in-process evaluation) runs at
+    ``backend.server_threads`` intra-op threads, restored afterwards: a float sum's order depends on the thread
+    count, and the records must not depend on the machine or on ``OMP_NUM_THREADS``."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(cfg.backend.server_threads)
+    try:
+        return _run(cfg, write, callbacks, dataset, cache_dir, resume)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run(
+    cfg: ExperimentConfig,
+    write: bool,
+    callbacks: Sequence[RoundCallback],
+    dataset: FederatedDataset | None,
+    cache_dir: Path | None,
+    resume: Path | None,
+) -> RunResult:
     start = time.perf_counter()
     point = load_resume_point(cfg, resume) if resume is not None else None  # refused before anything starts
     setup = prepare_run(cfg, dataset, cache_dir)  # with Ray: started meanwhile, data in the object store
