@@ -315,10 +315,17 @@ HETEROFL_RATES = (1.0, 0.5, 0.25, 0.125, 0.0625)  # HeteroFL's model levels a-e
 class DistillConfig:
     """Federated in-place distillation (paper 000, Sec. 3.3, Algorithm 1), run on the server after aggregation.
 
-    ``subnets`` sub-nets (0 = the round's ``clients_per_round``, as the paper) are drawn uniformly from the search
-    space; for ``iterations`` steps (T_SKD) each takes one Adam step (``lr``) on a KL loss against the global model's
-    outputs on ``batch_size`` (K) Gaussian inputs; the sub-nets are then merged into the global model by the
-    count-weighted element-wise mean. ``ratios`` is the search space's S (empty: the method's own ratios or rates).
+    ``subnets`` sub-nets (n; 0 = the round's ``clients_per_round``, as the paper) are drawn uniformly from the search
+    space (``ratios``, its S; empty: the method's own ratios or rates). Each of ``iterations`` (T_SKD) iterations gives
+    every sub-net ``batch_size`` (K) fresh Gaussian inputs and a KL loss (``temperature``) against the global model's
+    outputs. ``update``: ``shared`` (the paper's Eq. 2) runs the sub-nets on the global model's own weights and takes
+    one Adam step (``lr``) on them with the sub-nets' gradients averaged per element over the sub-nets holding it, the
+    teacher being the current global model; ``copies`` (rayfl's earlier variant, kept for comparison) trains a copy
+    of each sub-net with its own Adam against the global model frozen at the round's start and then replaces every
+    covered element by the copies' mean. ``optimizer_state`` (``shared`` only): ``round`` starts Adam afresh each
+    round, ``run`` keeps its moments across rounds in ``ServerState.opt_state``. ``teacher`` (``shared`` only):
+    ``step`` is the paper's ``W^{t-1}``, the global model before each step; ``round`` freezes it at the aggregated
+    model for the whole round (an ablation: the teacher no longer moves with the weights it shares).
     """
 
     enabled: bool = False
@@ -328,6 +335,9 @@ class DistillConfig:
     lr: float = bounded(1e-3, gt=0.0)
     temperature: float = bounded(1.0, gt=0.0)
     ratios: tuple[float, ...] = ()
+    update: Literal["shared", "copies"] = "shared"
+    optimizer_state: Literal["round", "run"] = "round"
+    teacher: Literal["step", "round"] = "step"
 
 
 @dataclass(frozen=True, kw_only=True)

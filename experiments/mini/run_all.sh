@@ -5,6 +5,11 @@
 # traces and seed; only `algorithm` changes), then writes the comparison table and plots with `rayfl report`.
 # Extra arguments are overrides applied to every run (e.g. rounds=10 backend.kind=local).
 # Runs land in runs/mini/<name>; the report in runs/mini/report.md.
+#
+# Environment: METHODS, the methods to run, space separated (default: all of them): largest smallest heterofl
+# heterofl-distill fedrolex feddropout anycostfl fjord model_search-no-distill model_search model_search-copies
+# (the core method with the earlier copy-and-average distillation, `algorithm.distill.update=copies`)
+# model_search-frozen (Eq. 2 with the teacher frozen for the round, `algorithm.distill.teacher=round`).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 CFG=experiments/mini/shakespeare_bert.yaml
@@ -12,29 +17,48 @@ OUT=runs/mini
 for arg in "$@"; do  # an output_dir override moves the report's inputs too
   case $arg in output_dir=*) OUT=${arg#output_dir=} ;; esac
 done
-# The distillation settings of the core method, for methods that add it ("w/" in paper 000's Table 3).
-DISTILL=(algorithm.distill.enabled=true algorithm.distill.subnets=5 algorithm.distill.iterations=10
-         algorithm.distill.batch_size=32)
+METHODS=${METHODS:-largest smallest heterofl heterofl-distill fedrolex feddropout anycostfl fjord model_search-no-distill model_search model_search-copies}
+RAYFL=rayfl
+PYTHON=python
+if [[ -x .venv/bin/rayfl ]]; then RAYFL=.venv/bin/rayfl PYTHON=.venv/bin/python; fi
+# The core method's distillation settings from the YAML, for methods that add it ("w/" in paper 000's Table 3).
+read -r -a DISTILL <<<"$("$PYTHON" - "$CFG" <<'PY'
+import sys
+from rayfl.config_loader import load_config
+d = load_config(sys.argv[1]).algorithm.distill
+print(f"algorithm.distill.enabled=true algorithm.distill.subnets={d.subnets} algorithm.distill.iterations="
+      f"{d.iterations} algorithm.distill.batch_size={d.batch_size} algorithm.distill.lr={d.lr:g} "
+      f"algorithm.distill.temperature={d.temperature:g} algorithm.distill.update={d.update} "
+      f"algorithm.distill.optimizer_state={d.optimizer_state}")
+PY
+)"
 
 run() {
   local name=$1
   shift
   rm -rf "${OUT:?}/mini-$name"
-  rayfl run "$CFG" name="mini-$name" "$@"
+  "$RAYFL" run "$CFG" name="mini-$name" "$@"
 }
 
-run largest algorithm.name=fedavg algorithm.budgets=ignore "$@"
-run smallest algorithm.name=fedavg algorithm.model=smallest "algorithm.ratios=[0,0.5,1]" "$@"
-# HeteroFL and FedRolex clip gradients at norm 1 on every local step, as their official codes do.
-run heterofl algorithm.name=heterofl train.grad_clip_norm=1 "$@"
-run heterofl-distill algorithm.name=heterofl train.grad_clip_norm=1 "${DISTILL[@]}" "$@"
-run fedrolex algorithm.name=fedrolex train.grad_clip_norm=1 "$@"
-run feddropout algorithm.name=feddropout "$@"
-run anycostfl algorithm.name=anycostfl "$@"
-run fjord algorithm.name=fjord "$@"
-run model_search-no-distill algorithm.distill.enabled=false "$@"
-run model_search "$@"
+for method in $METHODS; do
+  case $method in
+    largest) run largest algorithm.name=fedavg algorithm.budgets=ignore "$@" ;;
+    smallest) run smallest algorithm.name=fedavg algorithm.model=smallest "algorithm.ratios=[0,0.5,1]" "$@" ;;
+    # HeteroFL and FedRolex clip gradients at norm 1 on every local step, as their official codes do.
+    heterofl) run heterofl algorithm.name=heterofl train.grad_clip_norm=1 "$@" ;;
+    heterofl-distill) run heterofl-distill algorithm.name=heterofl train.grad_clip_norm=1 "${DISTILL[@]}" "$@" ;;
+    fedrolex) run fedrolex algorithm.name=fedrolex train.grad_clip_norm=1 "$@" ;;
+    feddropout | anycostfl | fjord) run "$method" algorithm.name="$method" "$@" ;;
+    model_search-no-distill) run model_search-no-distill algorithm.distill.enabled=false "$@" ;;
+    model_search) run model_search "$@" ;;
+    model_search-copies) run model_search-copies algorithm.distill.update=copies "$@" ;;
+    model_search-frozen) run model_search-frozen algorithm.distill.teacher=round "$@" ;;
+    *) echo "unknown method '$method'" >&2; exit 2 ;;
+  esac
+done
 
-rayfl report "$OUT"/mini-largest "$OUT"/mini-smallest "$OUT"/mini-heterofl "$OUT"/mini-heterofl-distill \
-  "$OUT"/mini-fedrolex "$OUT"/mini-feddropout "$OUT"/mini-anycostfl "$OUT"/mini-fjord \
-  "$OUT"/mini-model_search-no-distill "$OUT"/mini-model_search --out "$OUT"
+RUNS=()
+for dir in "$OUT"/mini-*; do
+  [[ -f $dir/config.yaml ]] && RUNS+=("$dir")
+done
+"$RAYFL" report "${RUNS[@]}" --out "$OUT"

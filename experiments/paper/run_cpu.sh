@@ -12,7 +12,9 @@
 # Environment:
 #   METHODS  the methods to run, space separated (default: all of them, in Table 3's order):
 #            largest smallest heterofl fjord fedrolex feddropout anycostfl model_search-no-distill model_search
-#            heterofl-distill
+#            heterofl-distill; also model_search-copies (the core method with the earlier copy-and-average
+#            distillation, `algorithm.distill.update=copies`) and model_search-frozen (Eq. 2 with the teacher
+#            frozen for the round, `algorithm.distill.teacher=round`), not in the default list
 #   CONFIGS  the folder of setting{N}.yaml (default experiments/paper/cpu; experiments/paper runs the full size)
 #   OUT      where runs go (default runs/paper-cpu): OUT/setting{N}/setting{N}-<method>; the report in OUT/report.md
 #            covers every run under OUT, and OUT/timings.tsv gets one line per run (setting, method, seconds, exit)
@@ -47,7 +49,9 @@ algo = load_config(sys.argv[1]).algorithm
 print("[" + ",".join(f"{r:g}" for r in algo.ratios) + "]")
 d = algo.distill
 print(f"algorithm.distill.enabled=true algorithm.distill.subnets={d.subnets} algorithm.distill.iterations="
-      f"{d.iterations} algorithm.distill.batch_size={d.batch_size} algorithm.distill.lr={d.lr:g}")
+      f"{d.iterations} algorithm.distill.batch_size={d.batch_size} algorithm.distill.lr={d.lr:g} "
+      f"algorithm.distill.temperature={d.temperature:g} algorithm.distill.update={d.update} "
+      f"algorithm.distill.optimizer_state={d.optimizer_state}")
 EOF
 }
 
@@ -78,6 +82,8 @@ method_overrides() {  # the overrides that turn the setting's YAML into method $
     fjord | feddropout | anycostfl) echo "algorithm.name=$1" ;;
     heterofl-distill) echo "algorithm.name=heterofl $(official_setup "$n") $DISTILL" ;;
     model_search-no-distill) echo "algorithm.distill.enabled=false" ;;
+    model_search-copies) echo "algorithm.distill.update=copies" ;;
+    model_search-frozen) echo "algorithm.distill.teacher=round" ;;
     model_search) echo "" ;;
     *) echo "unknown method '$1'" >&2; return 1 ;;
   esac

@@ -1,41 +1,47 @@
-"""Federated in-place distillation (paper 000, Sec. 3.3, Algorithm 1, Appendices B and E.2).
+"""Federated in-place distillation (paper 000, Sec. 3.3, Algorithm 1, Eq. 2, Appendices B and E.2).
 
-After aggregation the server, holding no data, distils the global model into its own sub-nets on Gaussian noise and
-merges the sub-nets back:
+After aggregation the server, holding no data, distils the global model into its own sub-nets on Gaussian noise:
 
 1. draw ``n`` structures uniformly from the search space (every dimension uniformly from its allowed ratios of ``S``;
    0, which removes a block, only for skippable dimensions) with ``derive_rng(seed, "distill", round)``;
-2. every sub-net starts as the first-k extraction of the global parameters and gets its own, fresh Adam (``lr``);
-   the teacher is the global model itself, frozen at the aggregated parameters;
-3. for ``T_SKD`` iterations, for each sub-net in turn: draw ``K`` inputs from ``N(0, 1)`` (clients normalise their
-   data to zero mean and unit variance, so this is the data's scale), take the teacher's soft labels
-   ``softmax(teacher / T)`` and make one Adam step on ``T^2 * KL(soft labels || softmax(student / T))`` (batch mean);
-4. merge the sub-nets into the global model with the count-weighted element-wise mean.
+2. for ``T_SKD`` iterations, for each sub-net: draw ``K`` inputs from ``N(0, 1)`` (clients normalise their data to
+   zero mean and unit variance, so this is the data's scale), take the teacher's soft labels
+   ``softmax(teacher / T)`` and the KD loss ``T^2 * KL(soft labels || softmax(student / T))`` (batch mean);
+3. update the global model, in one of two ways (``distill.update``):
 
-None of the bugs of the Plato prototype (ALGORITHMS.md section 12): the merged result is kept, the loss compares
-probability distributions (``kl_div`` of the student's log-softmax against the teacher's softmax), gradients are
-cleared before every step, and every sub-net takes ``T_SKD`` steps (not ``T_SKD / K``).
+   * ``shared`` (default; the paper's Eq. 2, ``algorithms/distill_shared.py``): the sub-nets are the first-k parts of
+     the global weights themselves; their KD gradients with respect to the shared weights are averaged per element
+     over the sub-nets that hold it and one Adam step is taken on the global model per iteration; the teacher is the
+     current global model ``W^{t-1}``, so it moves with every step;
+   * ``copies`` (rayfl's earlier reading, kept so the two can be compared): every sub-net is a copy with its own
+     fresh Adam, one step per iteration against the global model frozen at the aggregated parameters; after
+     ``T_SKD`` iterations the copies are merged by the count-weighted element-wise mean (``MaskedWeightedMean``, each
+     copy weighing 1): an element covered by ``c`` copies becomes the mean of those ``c`` values, an uncovered one
+     keeps its value.
 
-Choices this implementation makes where the paper is open:
+Both variants draw the same structures and the same noise batches in the same order, so they differ only in the
+update. None of the bugs of the Plato prototype (ALGORITHMS.md section 12): the result is kept, the loss compares
+probability distributions, gradients are cleared before every step, and there are ``T_SKD`` iterations (not
+``T_SKD / K``).
 
-* **Merge.** The sub-nets are averaged among themselves, each with weight 1, with ``MaskedWeightedMean`` against the
-  global parameters: an element covered by ``c`` sub-nets becomes the mean of those ``c`` values (the global model's
-  own value does not enter the mean), and an element that no sub-net covers keeps its value.
+Choices where the paper is open:
+
+* **Noise per sub-net.** Algorithm 1 draws ``X_KD`` inside the loop over sub-nets (line 5), Eq. (2) writes one
+  ``X_KD``; a fresh batch per sub-net and iteration is used, from one torch generator
+  ``derive_torch_generator(seed, "distill-noise", round)`` read in loop order. Images: ``(K, C, H, W)`` in the
+  model's normalised input space. Tokens (CharBert): characters are discrete, so the noise ``(K, seq_len, hidden)``
+  replaces the embedding output (``ElasticCharBert.forward_hidden``) and the loss covers the logits at every position
+  (the KL is averaged over the ``K x seq_len`` positions); the embeddings get no gradient and keep their values.
 * **Modes.** The teacher runs in evaluation mode (no dropout: clean soft labels). The sub-nets run in training mode,
   as clients train them, so HeteroFL scalers divide by the width rate exactly as in local training; dropout, where a
   model has it, draws from the global torch generator, which is forked and seeded with
   ``derive_seed(seed, "distill-dropout", round)`` for the duration (the caller's generator state is untouched). The
   families build batch norms without running statistics, so both modes normalise with the batch's statistics.
-* **Noise.** A fresh batch per sub-net and iteration (Algorithm 1, line 5), from one torch generator
-  ``derive_torch_generator(seed, "distill-noise", round)`` read in loop order. Images: ``(K, C, H, W)`` in the
-  model's normalised input space. Tokens (CharBert): characters are discrete, so the noise ``(K, seq_len, hidden)``
-  replaces the embedding output (``ElasticCharBert.forward_hidden``) and the loss covers the logits at every position
-  (the KL is averaged over the ``K x seq_len`` positions); the embeddings get no gradient and keep their values.
 * **Seeds.** Everything depends on ``(seed, round)`` only, so a round's distillation is reproducible.
 * **Device.** The server distils on the CPU, in float32, with the process's torch threads.
-* **Sub-net construction.** Sub-nets are built on the meta device and loaded with the first-k slices of the global
-  tensors, which is ``family.extract(params, first_k(units))`` without a wasted random initialisation (and without
-  touching the global generator).
+* **Sub-net construction.** Sub-nets are built on the meta device and given the first-k slices of the global
+  tensors (copies: loaded, which is ``family.extract(params, first_k(units))`` without a random initialisation;
+  shared: views, run with ``torch.func.functional_call``).
 """
 
 from __future__ import annotations
@@ -43,23 +49,32 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from typing import Protocol, runtime_checkable
+from dataclasses import dataclass, field
 
-import numpy as np
 import torch
-from torch import nn
 
+from rayfl.algorithms.distill_kd import (
+    HiddenStateModel,
+    allowed_ratios,
+    kd_loss,
+    load_sub_model,
+    model_logits,
+    noise_shape,
+    sample_structures,
+    teacher_model,
+)
+from rayfl.algorithms.distill_shared import OPT_KEYS, shared_distill
 from rayfl.algorithms.payloads import ClientUpdate, Params
 from rayfl.algorithms.reducers import MaskedWeightedMean, Partial
 from rayfl.algorithms.submodel import first_k
 from rayfl.config import DistillConfig
-from rayfl.models.elastic.cost import units_from_ratios
-from rayfl.models.elastic.family import ElasticFamily, gather
-from rayfl.models.elastic.space import SearchSpace
+from rayfl.models.elastic.family import ElasticFamily
 from rayfl.models.inputs import InputSpec
 from rayfl.rng import derive_rng, derive_seed, derive_torch_generator
 
 __all__ = [
+    "OPT_KEYS",
+    "DistillResult",
     "HiddenStateModel",
     "allowed_ratios",
     "distillation_gap",
@@ -72,86 +87,13 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-@runtime_checkable
-class HiddenStateModel(Protocol):
-    """A token model that can run from its embedding output (the noise enters there)."""
+@dataclass(frozen=True)
+class DistillResult:
+    """The global parameters after a round's distillation and the optimizer state to keep in
+    ``ServerState.opt_state`` (under ``OPT_KEYS``; empty unless ``optimizer_state: run``)."""
 
-    embed_dim: int
-
-    def forward_hidden(self, h: torch.Tensor, all_positions: bool = False) -> torch.Tensor: ...
-
-
-def allowed_ratios(space: SearchSpace, ratios: Sequence[float]) -> list[tuple[float, ...]]:
-    """Per dimension, the ratios of ``S`` it may take, ascending: all of them where the dimension is skippable, the
-    positive ones elsewhere."""
-    s = sorted({float(r) for r in ratios})
-    if not s or s[0] < 0.0 or s[-1] > 1.0 or s[-1] <= 0.0:
-        raise ValueError(f"ratios must lie in [0, 1] and include a positive value, got {list(ratios)}")
-    positive = tuple(r for r in s if r > 0.0)
-    return [tuple(s) if d.skippable else positive for d in space.dims]
-
-
-def sample_structures(
-    space: SearchSpace, ratios: Sequence[float], num: int, rng: np.random.Generator
-) -> list[tuple[int, ...]]:
-    """``num`` structures (unit counts per dimension), every dimension uniformly from its allowed ratios."""
-    allowed = allowed_ratios(space, ratios)
-    counts = np.array([len(a) for a in allowed], dtype=np.int64)
-    pick = rng.integers(0, counts, size=(num, len(allowed)))
-    chosen = np.array([[allowed[d][k] for d, k in enumerate(row)] for row in pick], dtype=np.float64)
-    units = units_from_ratios(chosen.reshape(num, len(allowed)), space.sizes, space.skippable)
-    return [tuple(int(u) for u in row) for row in units]
-
-
-def load_sub_model(family: ElasticFamily, params: Mapping[str, torch.Tensor], units: Sequence[int]) -> nn.Module:
-    """The first-k sub-model with ``units`` loaded from the global ``params`` (a copy: training it leaves ``params``
-    alone). Equal to ``family.extract(params, first_k(units))``, built without a random initialisation."""
-    selection = first_k(units)
-    slices = family.slices(selection)
-    with torch.device("meta"):
-        model = family.build(selection.units)
-    model = model.to_empty(device="cpu")
-    with torch.no_grad():
-        for name, target in model.state_dict().items():
-            if name not in params:
-                raise ValueError(f"global parameters lack {name!r}, which the sub-model needs")
-            tslice = slices.get(name)
-            target.copy_(params[name] if tslice is None else gather(params[name], tslice))
-    return model
-
-
-def kd_loss(student: torch.Tensor, teacher: torch.Tensor, temperature: float) -> torch.Tensor:
-    """``T^2 * KL(softmax(teacher / T) || softmax(student / T))``, averaged over the rows (all leading axes)."""
-    t = float(temperature)
-    log_p = nn.functional.log_softmax(student.flatten(0, -2) / t, dim=-1)
-    q = nn.functional.softmax(teacher.flatten(0, -2) / t, dim=-1)
-    loss: torch.Tensor = nn.functional.kl_div(log_p, q, reduction="batchmean") * (t * t)
-    return loss
-
-
-def _noise_shape(model: nn.Module, input_spec: InputSpec, batch: int) -> tuple[int, ...]:
-    if input_spec.input_kind == "tokens":
-        if not isinstance(model, HiddenStateModel):
-            raise ValueError(
-                f"in-place distillation on token inputs needs a model with forward_hidden; {type(model).__name__} "
-                "has none"
-            )
-        return (batch, input_spec.sample_shape[0], model.embed_dim)
-    return (batch, *input_spec.sample_shape)
-
-
-def _logits(model: nn.Module, x: torch.Tensor, tokens: bool) -> torch.Tensor:
-    if tokens and isinstance(model, HiddenStateModel):
-        return model.forward_hidden(x, all_positions=True)
-    out: torch.Tensor = model(x)
-    return out
-
-
-def _teacher(family: ElasticFamily, params: Mapping[str, torch.Tensor]) -> nn.Module:
-    teacher = load_sub_model(family, params, family.full_units)
-    teacher.eval()
-    teacher.requires_grad_(False)
-    return teacher
+    params: Params
+    opt_state: Params = field(default_factory=dict)
 
 
 def inplace_distill(
@@ -164,19 +106,40 @@ def inplace_distill(
     seed: int,
     round_idx: int,
     input_spec: InputSpec,
-) -> Params:
-    """Algorithm 1 on the global ``params`` (see module docstring); returns the new global parameters.
+    opt_state: Mapping[str, torch.Tensor] | None = None,
+) -> DistillResult:
+    """Algorithm 1 on the global ``params`` (see module docstring).
 
-    ``T_SKD = 0`` (``cfg.iterations``) or ``num_subnets = 0`` returns the parameters unchanged.
-    """
+    ``T_SKD = 0`` (``cfg.iterations``) or ``num_subnets = 0`` returns the parameters, and the optimizer state, as
+    they are."""
+    previous = dict(opt_state or {})
+    kept = {k: v for k, v in previous.items() if k in OPT_KEYS}
     if cfg.iterations == 0 or num_subnets <= 0:
-        return dict(params)
+        return DistillResult(dict(params), kept)
     structures = sample_structures(family.space, ratios, num_subnets, derive_rng(seed, "distill", round_idx))
-    teacher = _teacher(family, params)
+    if cfg.update == "copies":
+        return DistillResult(_copies(family, params, cfg, structures, seed, round_idx, input_spec))
+    new, state = shared_distill(
+        family, params, cfg, structures, seed=seed, round_idx=round_idx, input_spec=input_spec, opt_state=kept
+    )
+    return DistillResult(new, state)
+
+
+def _copies(
+    family: ElasticFamily,
+    params: Params,
+    cfg: DistillConfig,
+    structures: Sequence[tuple[int, ...]],
+    seed: int,
+    round_idx: int,
+    input_spec: InputSpec,
+) -> Params:
+    """The ``copies`` variant: each sub-net a trained copy, merged at the end (see module docstring)."""
+    teacher = teacher_model(family, params)
     students = [load_sub_model(family, params, units) for units in structures]
     optimizers = [torch.optim.Adam([p for p in s.parameters() if p.requires_grad], lr=cfg.lr) for s in students]
     tokens = input_spec.input_kind == "tokens"
-    shape = _noise_shape(teacher, input_spec, cfg.batch_size)
+    shape = noise_shape(teacher, input_spec, cfg.batch_size)
     noise = derive_torch_generator(seed, "distill-noise", round_idx)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(derive_seed(seed, "distill-dropout", round_idx))
@@ -186,16 +149,16 @@ def inplace_distill(
             for student, opt in zip(students, optimizers, strict=True):
                 x = torch.randn(shape, generator=noise)
                 with torch.no_grad():
-                    soft = _logits(teacher, x, tokens)
+                    soft = model_logits(teacher, x, tokens)
                 opt.zero_grad(set_to_none=True)
-                loss = kd_loss(_logits(student, x, tokens), soft, cfg.temperature)
+                loss = kd_loss(model_logits(student, x, tokens), soft, cfg.temperature)
                 loss.backward()  # type: ignore[no-untyped-call]  # torch stubs leave backward untyped
                 opt.step()
     return _merge(family, params, structures, students)
 
 
 def _merge(
-    family: ElasticFamily, params: Params, structures: Sequence[tuple[int, ...]], students: Sequence[nn.Module]
+    family: ElasticFamily, params: Params, structures: Sequence[tuple[int, ...]], students: Sequence[torch.nn.Module]
 ) -> Params:
     """Count-weighted element-wise mean of the sub-nets (weight 1 each); uncovered elements keep their value."""
     reducer = MaskedWeightedMean()
@@ -234,9 +197,9 @@ def distillation_gap(
     """Mean distillation loss (``kd_loss``) between the global model of ``params`` and its first-k sub-nets
     ``structures`` on fresh Gaussian inputs (one batch of ``batch_size`` per sub-net from
     ``derive_torch_generator(seed, "distill-gap")``), in the modes the distillation uses; a diagnostic."""
-    teacher = _teacher(family, params)
+    teacher = teacher_model(family, params)
     tokens = input_spec.input_kind == "tokens"
-    shape = _noise_shape(teacher, input_spec, batch_size)
+    shape = noise_shape(teacher, input_spec, batch_size)
     noise = derive_torch_generator(seed, "distill-gap")
     total = 0.0
     with torch.random.fork_rng(devices=[]), torch.no_grad():
@@ -245,5 +208,5 @@ def distillation_gap(
             student = load_sub_model(family, params, units)
             student.train()
             x = torch.randn(shape, generator=noise)
-            total += float(kd_loss(_logits(student, x, tokens), _logits(teacher, x, tokens), temperature))
+            total += float(kd_loss(model_logits(student, x, tokens), model_logits(teacher, x, tokens), temperature))
     return total / max(1, len(structures))

@@ -160,11 +160,11 @@ class SubModelAlgorithm(Algorithm):
         if distill is None or not distill.enabled:
             self._server_train_s = math.nan
             return new
-        from rayfl.algorithms.distill import inplace_distill
+        from rayfl.algorithms.distill import OPT_KEYS, inplace_distill
 
         began = time.perf_counter()
         ctx = self.server
-        params = inplace_distill(
+        result = inplace_distill(
             self.require_family(),
             new.params,
             distill,
@@ -173,9 +173,12 @@ class SubModelAlgorithm(Algorithm):
             seed=ctx.seed,
             round_idx=round_idx,
             input_spec=ctx.input_spec,
+            opt_state=new.opt_state,
         )
         self._server_train_s = time.perf_counter() - began
-        return dataclasses.replace(new, params=params)
+        # the distillation's optimizer state (optimizer_state: run) lives in ServerState so checkpoints carry it
+        opt_state = {k: v for k, v in new.opt_state.items() if k not in OPT_KEYS} | result.opt_state
+        return dataclasses.replace(new, params=result.params, opt_state=opt_state)
 
     def round_stats(self) -> RoundStats:
         # read once per round: a round whose clients all failed skips server_update and must not repeat the last time
