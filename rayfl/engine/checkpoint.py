@@ -29,6 +29,7 @@ checkpoint or the new one. The last ``keep`` checkpoints are kept. Loading a che
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -178,8 +179,7 @@ def _sync_dir(path: Path) -> None:
     except OSError:
         return
     try:
-        os.fsync(fd)
-    except OSError:
-        pass
+        with contextlib.suppress(OSError):  # some file systems refuse fsync on a directory
+            os.fsync(fd)
     finally:
         os.close(fd)
