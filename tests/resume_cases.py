@@ -79,7 +79,8 @@ NESTED = ("fedrescue", "fedseq", "fedrush", "fedslim")
 # a search pool that grows. FedorAS's phases run as the three-phase run of tests/helpers_fedoras.py.
 SPECIAL: dict[str, Any] = {
     "fedavg": FedAvgConfig(server_lr=0.9, server_momentum=0.5),
-    "heterofl": HeteroFLConfig(distill=DISTILL),
+    # the distillation's Adam moments kept across rounds (ServerState.opt_state) must survive a resume too
+    "heterofl": HeteroFLConfig(distill=dataclasses.replace(DISTILL, optimizer_state="run")),
     "model_search": ModelSearchConfig(epsilon=0.3, t_max=3, distill=DISTILL),
     # models added after rounds 0 and 1: a resume lands between and after the family's growth
     "fedtrans": FedTransConfig(force_rounds=(0, 1), alpha=0.5, gamma=1, doc_step=1),
