@@ -28,22 +28,12 @@ import yaml
 
 from rayfl.config_loader import load_config
 from rayfl.engine.driver import run_experiment
+from tests.resume_cases import WALL_CLOCK_COLUMNS  # measured per run, so they differ between any two runs
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 BIN = Path(sys.executable).parent
 OBJECT_STORE_BYTES = 100 << 20  # each raylet thinks it owns the machine: cap both stores
-# measured per run, so they differ between any two runs
-WALL_CLOCK_COLUMNS = [
-    "wall_time_s",
-    "round_wall_s",
-    "train_wall_s",
-    "eval_wall_s",
-    "search_s",
-    "server_train_s",
-    "checkpoint_s",
-    "checkpoint_bytes",
-]
 EXPERIMENT = {
     "name": "two-node",
     "seed": 0,
