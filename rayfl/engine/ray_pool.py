@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -120,10 +121,12 @@ class ActorPool:
 
     def release(self) -> None:
         """Kill the actors and give back a placement group this pool reserved (never a Tune trial's)."""
-        for actor in [*self.hosts, *self.shards]:
+        actors = [*self.hosts, *self.shards]
+        for actor in actors:
             with contextlib.suppress(ray.exceptions.RayError, ValueError):  # already gone (or its Ray is)
                 ray.kill(actor)
         self.hosts, self.shards = [], []
+        _await_gone(actors, _GONE_TIMEOUT_S)
         if self.own_group:
             from ray.util.placement_group import remove_placement_group
 
@@ -142,6 +145,40 @@ class ActorPool:
         for host in self.hosts:
             host.park.remote()  # runs before the next run's first call (calls from one caller keep their order)
         _warm = self
+
+
+_GONE_TIMEOUT_S = 30.0  # how long ``release`` waits for killed actors to stop answering before it only warns
+
+
+def _await_gone(actors: Sequence[Any], timeout_s: float) -> None:
+    """Return once every killed actor refuses calls (or after ``timeout_s``, with a warning).
+
+    ``ray.kill`` only sends the request: a call made right after it can still be answered by the old process
+    (16 of 120 calls in a probe on Ray 2.60, 2 cores), and the actor's CPUs are back with Ray only once it is dead.
+    A run that returns has given its actors back, so a next run or a Tune trial finds the CPUs free.
+    """
+    if not actors or not ray.is_initialized():
+        return
+    deadline = time.monotonic() + timeout_s
+    left = list(actors)
+    while left:
+        calls = [(actor, actor.ready.remote()) for actor in left]
+        left = []
+        for actor, ref in calls:
+            try:
+                ray.get(ref, timeout=max(0.0, deadline - time.monotonic()))
+            except ray.exceptions.ActorUnavailableError:  # on its way down: ask again
+                pass
+            except ray.exceptions.RayActorError:  # dead
+                continue
+            except ray.exceptions.GetTimeoutError:
+                pass
+            left.append(actor)
+        if left and time.monotonic() >= deadline:
+            log.warning("%d killed actors still answer calls after %.0f s", len(left), timeout_s)
+            return
+        if left:
+            time.sleep(0.01)
 
 
 _warm: ActorPool | None = None  # the pool parked by the last run with backend.keep_warm, if any

@@ -25,6 +25,7 @@ from rayfl.config import DataConfig, ExperimentConfig, HeteroFLConfig
 from rayfl.engine import build as build_module
 from rayfl.engine import ray_pool
 from rayfl.engine.driver import RunResult, run_experiment
+from rayfl.engine.placement import PoolLayout
 from rayfl.engine.ray_backend import release_warm_pool
 from rayfl.engine.ray_session import prestart
 from tests.helpers import tiny_config, tiny_image_dataset
@@ -122,6 +123,27 @@ def test_without_keep_warm_a_run_leaves_no_actors(monkeypatch: pytest.MonkeyPatc
     for actor in seen["actors"]:
         with pytest.raises(ray.exceptions.RayActorError):
             ray.get(actor.ready.remote(), timeout=60)
+
+
+@ray.remote(num_cpus=0.25, max_restarts=-1)  # restartable, as hosts and shards are
+class _Answering:
+    def ready(self) -> int:
+        return os.getpid()
+
+
+def test_a_released_pool_refuses_calls_when_release_returns() -> None:
+    """``ray.kill`` only sends the request, and a call right after it was answered by the old process in 16 of 120
+    tries (Ray 2.60, 2 cores): ``release`` returns only once every actor is dead, so a run that ended has given its
+    CPUs back. Eight pools of three make a pass without that wait unlikely (0.87^24, about 4%)."""
+    for _ in range(8):
+        actors = [_Answering.remote() for _ in range(3)]  # type: ignore[attr-defined]
+        ray.get([a.ready.remote() for a in actors])
+        pool = ray_pool.ActorPool(actors[:2], actors[2:], PoolLayout((), ()), None, False, ())
+        pool.release()
+        assert pool.hosts == [] and pool.shards == []
+        for actor in actors:
+            with pytest.raises(ray.exceptions.RayActorError):
+                ray.get(actor.ready.remote(), timeout=60)
 
 
 def test_hosts_start_while_the_data_is_being_prepared(monkeypatch: pytest.MonkeyPatch) -> None:
