@@ -21,7 +21,7 @@ import torch
 from rayfl.algorithms.base import Algorithm, RoundStats
 from rayfl.algorithms.payloads import Aggregate, Assignment, ClientOutcome, LinkDraw, ServerState, TrainTask
 from rayfl.config import ExperimentConfig
-from rayfl.config_loader import check_clients_per_round
+from rayfl.config_loader import check_clients_per_round, check_output_dir
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine.backend import Backend, EvalResult
 from rayfl.engine.build import bind_algorithm, build_backend, build_clock, prepare_run
@@ -108,6 +108,8 @@ def _run(
 ) -> RunResult:
     start = time.perf_counter()
     point = load_resume_point(cfg, resume) if resume is not None else None  # refused before anything starts
+    if write and point is None:
+        check_output_dir(cfg.output_dir)  # its run directory is made later, once data and backend are ready
     # on Ray the run keeps the object store's view (setup.dataset), not a reference to the data set given
     setup = prepare_run(cfg, given.pop(), cache_dir)  # with Ray: started meanwhile, data in the object store
     ds, algorithm = setup.dataset, setup.algorithm
