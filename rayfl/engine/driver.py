@@ -145,6 +145,7 @@ def _run(
         try:
             for round_idx in range(run.next_round, cfg.rounds):
                 round_start = time.perf_counter()
+                backend.begin_round(round_idx)
                 # 0. The phase's algorithm; hand-over at a phase's start; a server phase's work (search).
                 algorithm, state, phase_server_s = schedule.begin_round(round_idx, run.state, pool)
                 # 1. Check-in: who is sampled, their data sizes and their budgets at the round's simulated start.

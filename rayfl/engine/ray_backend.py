@@ -110,12 +110,15 @@ class RayBackend:
             "" if group is None else f", in placement group {group.id.hex()}",
         )
 
+    def begin_round(self, round_idx: int) -> None:
+        """The actor-failure limit counts per round and the give-up message names the round: set here, at the round's
+        start, because a round whose clients all failed in planning runs no training, only its evaluation."""
+        self.recovery.begin_round(round_idx)
+
     def train_and_reduce(self, tasks: Sequence[TrainTask], params: Params) -> tuple[Aggregate, list[ClientOutcome]]:
         self.shard_of, names = shard_plan(self.shard_of, params, self.num_shards, self.shards)
         if names is not None:  # every reduce call names its shard's tensors (a restarted shard knows only the first)
             self._names = names
-        if tasks:
-            self.recovery.begin_round(tasks[0].round_idx)
         params_ref = ray.put(to_numpy(params))
         keep = keeps_state(self.algorithm, tasks)
         groups = {h: g for h, g in enumerate(tasks_by_host(tasks, self.sizes, self.num_hosts)) if g}
