@@ -166,10 +166,11 @@ def _load_resumed(run_dir: Path, args: list[str]):  # type: ignore[no-untyped-de
 def _cmd_validate(ns: argparse.Namespace) -> int:
     path, overrides = _split(ns.args)
     cfg = _load(path, overrides)
-    from rayfl.config_loader import check_output_dir
+    from rayfl.config_loader import check_factories, check_output_dir
 
     with _located(path, overrides):
         check_output_dir(cfg.output_dir)
+        check_factories(cfg)
     print(f"{path or DEFAULT_CONFIG}: OK ({cfg.name}: {cfg.algorithm_label}, {cfg.model.name}, {cfg.data.name})")
     return 0
 

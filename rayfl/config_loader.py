@@ -30,7 +30,7 @@ from typing import Any, Literal, Union
 
 import yaml
 
-from rayfl.config import ExperimentConfig
+from rayfl.config import CustomModelConfig, ExperimentConfig
 from rayfl.config_rules import (
     DATA_INPUTS,
     MAX_SHARDS,
@@ -52,6 +52,7 @@ __all__ = [
     "KeyPath",
     "YamlSource",
     "check_clients_per_round",
+    "check_factories",
     "check_model_input",
     "check_output_dir",
     "config_to_dict",
@@ -633,6 +634,20 @@ def check_output_dir(output_dir: str | Path) -> None:
     problem = output_dir_problem(output_dir)
     if problem:
         raise ConfigError(problem, "output_dir")
+
+
+def check_factories(cfg: ExperimentConfig) -> None:
+    """For ``rayfl validate``: a custom data set's factory imports and is callable, and a custom model's also returns
+    an ``nn.Module`` (built on the meta device: ``models/custom.check_model_factory``). Imports torch, for custom
+    configs only; the data is not loaded (the run checks what the factories give against it)."""
+    if cfg.data.name == "custom":
+        from rayfl.data.custom import check_data_factory
+
+        check_data_factory(cfg.data)
+    if isinstance(cfg.model, CustomModelConfig):
+        from rayfl.models.custom import check_model_factory
+
+        check_model_factory(cfg.model, DATA_INPUTS.get(cfg.data.name))
 
 
 # ------------------------------------------------------------------------------------------------- public API

@@ -13,6 +13,7 @@ lost work re-run by the driver (``recovery.py``).
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from functools import partial
 from typing import Any
@@ -95,7 +96,8 @@ class RayBackend:
             self.dataset_ref = dataset_ref  # what every host maps (a replacement host needs the same)
             # The run's references, carried by every host call: a host builds itself from them on the first call
             # that brings new ones (RayClientHost), a restarted host on its first call after the restart.
-            recipe_ref = ray.put((model_cfg, algorithm, backend_cfg, init_seed, compression))
+            # the driver's working directory: where users' factories resolve from on every host (models/custom.py)
+            recipe_ref = ray.put((os.getcwd(), (model_cfg, algorithm, backend_cfg, init_seed, compression)))
             self._run_arg: list[Any] = [dataset_ref, recipe_ref]
             self.pool.ready(self._run_arg, backend_cfg)
         except BaseException:
