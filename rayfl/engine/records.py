@@ -80,7 +80,8 @@ class RoundRecord:
     # before it (engine/guard.py); the round's simulated time and client failures stand
     rolled_back: int = 0
     # the checkpoint written after this round (engine/checkpoint.py): bytes of its state file and wall seconds spent
-    # gathering and writing it (its small manifest follows the record); 0 and NaN in rounds without one
+    # gathering and writing it; its commit (the record files flushed to disk, the manifest) follows the record and is
+    # not in it (``RunResult.checkpoint_commit_s``); 0 and NaN in rounds without one
     checkpoint_bytes: int = 0
     checkpoint_s: float = math.nan
     # Ray actors (client hosts, parameter-server shards) that died during the round and whose work was re-run

@@ -57,6 +57,9 @@ def test_checkpoints_do_not_change_the_records(data: FederatedDataset, tmp_path:
     assert not (without.run_dir / "checkpoints").exists()
     assert all(r.checkpoint_bytes > 0 and r.checkpoint_s > 0 for r in with_checkpoints.records)
     assert all(r.checkpoint_bytes == 0 and math.isnan(r.checkpoint_s) for r in without.records)
+    # each checkpoint's commit (record files to disk, manifest) is timed apart: it follows the round's record
+    assert sorted(with_checkpoints.checkpoint_commit_s) == list(range(cfg.rounds)) and without.checkpoint_commit_s == {}
+    assert all(s > 0 for s in with_checkpoints.checkpoint_commit_s.values())
     assert_same_run(with_checkpoints.run_dir, without.run_dir, with_checkpoints, without)
 
 
