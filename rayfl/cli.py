@@ -14,12 +14,18 @@ rayfl traces record|show|import|synth resource traces: record this machine, insp
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import math
 import signal
 import sys
+from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rayfl.config import ExperimentConfig
 
 __all__ = ["DEFAULT_CONFIG", "main"]
 
@@ -42,6 +48,26 @@ def _load(path: str | None, overrides: list[str]):  # type: ignore[no-untyped-de
     return load_config(path, overrides)
 
 
+@contextlib.contextmanager
+def _located(path: str | None, overrides: list[str]) -> Iterator[None]:
+    """Errors raised after loading at a key but with no file (``output_dir``, ``model.factory``, checks against the
+    loaded data) are located like the loader's own: at the line or override of ``path`` and ``overrides`` that set
+    the key."""
+    from rayfl.config_loader import ConfigError, locate_error
+
+    try:
+        yield
+    except ConfigError as err:
+        if path is None:
+            with resources.as_file(resources.files("rayfl.configs") / DEFAULT_CONFIG) as default:
+                located = locate_error(err, default, overrides)
+        else:
+            located = locate_error(err, path, overrides)
+        if located is err:
+            raise
+        raise located from err
+
+
 # exit codes of ``rayfl run`` besides 0 (finished with a finite model) and 2 (bad input): a non-finite final model or a
 # run stopped by the non-finite guard (3); Ray actors that kept dying (4); a run stopped by a signal exits 128 + the
 # signal number (130 SIGINT, 143 SIGTERM)
@@ -56,12 +82,22 @@ _RUN_MODULES = ("rayfl.engine.driver", "rayfl.report")
 def _cmd_run(ns: argparse.Namespace) -> int:
     resume = Path(ns.resume) if ns.resume else None
     cfg = _load_resumed(resume, ns.args) if resume is not None else _load(*_split(ns.args))
+    path, overrides = _split(ns.args)
+    with _located(str(resume / "config.yaml") if resume is not None else path, overrides):
+        return _run_loaded(cfg, resume)
+
+
+def _run_loaded(cfg: ExperimentConfig, resume: Path | None) -> int:
     print(
         f"rayfl: {'resuming' if resume else 'running'} {cfg.name!r}: {cfg.algorithm_label} on {cfg.data.name}, "
         f"{cfg.rounds} rounds, {cfg.clients_per_round} clients per round, backend {cfg.backend.kind}",
         flush=True,
     )
     data = []
+    if resume is None:
+        from rayfl.config_loader import check_output_dir
+
+        check_output_dir(cfg.output_dir)  # before Ray starts and the data loads
     if cfg.backend.kind == "ray" and resume is None:  # a resume is checked before anything starts
         from rayfl.engine.ray_session import prestart
 
@@ -130,6 +166,11 @@ def _load_resumed(run_dir: Path, args: list[str]):  # type: ignore[no-untyped-de
 def _cmd_validate(ns: argparse.Namespace) -> int:
     path, overrides = _split(ns.args)
     cfg = _load(path, overrides)
+    from rayfl.config_loader import check_factories, check_output_dir
+
+    with _located(path, overrides):
+        check_output_dir(cfg.output_dir)
+        check_factories(cfg)
     print(f"{path or DEFAULT_CONFIG}: OK ({cfg.name}: {cfg.algorithm_label}, {cfg.model.name}, {cfg.data.name})")
     return 0
 

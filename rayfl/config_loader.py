@@ -30,7 +30,7 @@ from typing import Any, Literal, Union
 
 import yaml
 
-from rayfl.config import ExperimentConfig
+from rayfl.config import CustomModelConfig, ExperimentConfig
 from rayfl.config_rules import (
     DATA_INPUTS,
     MAX_SHARDS,
@@ -38,6 +38,7 @@ from rayfl.config_rules import (
     KeyPath,
     clients_per_round_problem,
     model_input_problem,
+    output_dir_problem,
     run_name_problem,
     semantic_problems,
     trace_problems,
@@ -51,12 +52,15 @@ __all__ = [
     "KeyPath",
     "YamlSource",
     "check_clients_per_round",
+    "check_factories",
     "check_model_input",
+    "check_output_dir",
     "config_to_dict",
     "dump_config",
     "experiment_config",
     "format_key_path",
     "load_config",
+    "locate_error",
     "run_name_problem",
     "validate_semantics",
 ]
@@ -624,6 +628,28 @@ def check_model_input(cfg: ExperimentConfig, input_kind: str) -> None:
         raise ConfigError(problem[1], _format_path(problem[0]))
 
 
+def check_output_dir(output_dir: str | Path) -> None:
+    """Before a run starts Ray or loads data: a run directory can be made under ``output_dir`` (it is not a file and
+    can be written; ``config_rules.output_dir_problem``). Creates nothing."""
+    problem = output_dir_problem(output_dir)
+    if problem:
+        raise ConfigError(problem, "output_dir")
+
+
+def check_factories(cfg: ExperimentConfig) -> None:
+    """For ``rayfl validate``: a custom data set's factory imports and is callable, and a custom model's also returns
+    an ``nn.Module`` (built on the meta device: ``models/custom.check_model_factory``). Imports torch, for custom
+    configs only; the data is not loaded (the run checks what the factories give against it)."""
+    if cfg.data.name == "custom":
+        from rayfl.data.custom import check_data_factory
+
+        check_data_factory(cfg.data)
+    if isinstance(cfg.model, CustomModelConfig):
+        from rayfl.models.custom import check_model_factory
+
+        check_model_factory(cfg.model, DATA_INPUTS.get(cfg.data.name))
+
+
 # ------------------------------------------------------------------------------------------------- public API
 @dataclasses.dataclass
 class YamlSource:
@@ -717,6 +743,20 @@ def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> Exper
     for text in overrides:
         source.apply_override(text)
     return experiment_config(source)
+
+
+def locate_error(err: ConfigError, path: str | Path | None, overrides: Sequence[str] = ()) -> ConfigError:
+    """``err``, raised after loading at a key but with no file (``output_dir``, ``model.factory``, checks against the
+    loaded data), located as the loader locates its own errors: at the line or the override that set the key, in the
+    config ``load_config(path, overrides)`` read; ``err`` itself when it has a file already or names no key."""
+    if err.file is not None or not err.key_path:
+        return err
+    source = YamlSource.empty() if path is None else YamlSource.read(path)
+    if isinstance(source.data, dict):
+        for text in overrides:
+            source.apply_override(text)
+    key_path = tuple(int(p[1:-1]) if p.startswith("[") else p for p in re.findall(r"\[\d+\]|[^.\[\]]+", err.key_path))
+    return source.error(key_path, err.reason)  # a key no line or override set: the file alone
 
 
 def config_to_dict(cfg: Any) -> dict[str, Any]:

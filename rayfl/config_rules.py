@@ -14,6 +14,7 @@ only for configs that use them.
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ __all__ = [
     "Problem",
     "clients_per_round_problem",
     "model_input_problem",
+    "output_dir_problem",
     "run_name_problem",
     "semantic_problems",
     "trace_problems",
@@ -184,6 +186,25 @@ def run_name_problem(name: str) -> str:
             f"run name {name!r} must be a plain directory name (no '/', '\\', leading '.' or '..'): "
             "runs are always written inside output_dir"
         )
+    return ""
+
+
+def output_dir_problem(output_dir: str | Path) -> str:
+    """Why no run directory can be made under ``output_dir`` ("" when one can), looking at the file system without
+    creating anything: the path or its nearest existing ancestor is a file, or that ancestor is not writable."""
+    path = Path(output_dir)
+    probe = path
+    try:
+        while not probe.exists() and probe.parent != probe:
+            probe = probe.parent
+        is_dir = probe.is_dir()
+    except OSError as err:
+        return f"cannot look at {probe} ({err.strerror or err}): give a directory you can write"
+    if not is_dir:
+        where = "" if probe == path else f", so {str(path)!r} cannot be a directory"
+        return f"{str(probe)!r} is a file, not a directory{where}: give a directory for the runs"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"cannot write in {str(probe)!r}: give a directory you can write"
     return ""
 
 

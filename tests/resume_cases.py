@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -47,6 +49,7 @@ from tests.helpers_fedoras import fedoras_tiny_config
 __all__ = [
     "WALL_CLOCK_COLUMNS",
     "assert_records_agree",
+    "assert_same_object",
     "assert_same_run",
     "assert_same_state",
     "case",
@@ -126,7 +129,8 @@ def _budgets(cfg: ExperimentConfig, data: FederatedDataset | None, links: LinkCo
 
 def assert_same_run(a: Path, b: Path, a_result: RunResult | None = None, b_result: RunResult | None = None) -> None:
     """Two run directories hold the same records (wall-clock columns aside) and, given their results, the same final
-    global state, bit for bit."""
+    global state, bit for bit: parameters, optimizer state, architectures and the algorithm's own state (model
+    search's pool, FedTrans's utilities, FedorAS's tiers and populations) compared by content."""
     for table in ("rounds", "clients", "evals", "client_accs"):
         parquet = [(d / f"{table}.parquet").exists() for d in (a, b)]
         assert parquet[0] == parquet[1], table  # client_accs.parquet: only with per-client test data
@@ -146,12 +150,50 @@ def assert_same_run(a: Path, b: Path, a_result: RunResult | None = None, b_resul
         assert_same_state(a_result.state.params, b_result.state.params)
         assert_same_state(a_result.state.opt_state, b_result.state.opt_state)
         assert a_result.state.models == b_result.state.models
+        assert_same_object(a_result.state.algo_state, b_result.state.algo_state, "algo_state")
 
 
 def assert_same_state(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
     assert a.keys() == b.keys()
     for name in a:
         assert torch.equal(a[name], b[name]), name
+
+
+def assert_same_object(a: object, b: object, where: str) -> None:
+    """``a`` and ``b`` hold the same contents, bit for bit: the same types all the way down, arrays and tensors of the
+    same dtype, shape and bytes, floats equal or both NaN; dataclasses, containers and plain objects compared field by
+    field. ``where`` names the first difference (``algo_state.searches[1].seen_scores``)."""
+    assert type(a) is type(b), f"{where}: {type(a).__name__} vs {type(b).__name__}"
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor)
+        assert_same_object(a.detach().cpu().numpy(), b.detach().cpu().numpy(), where)
+    elif isinstance(a, np.ndarray):
+        assert isinstance(b, np.ndarray)
+        assert (a.dtype, a.shape) == (b.dtype, b.shape), f"{where}: {a.dtype}{a.shape} vs {b.dtype}{b.shape}"
+        if a.dtype == object:
+            for k, (x, y) in enumerate(zip(a.ravel(), b.ravel(), strict=True)):
+                assert_same_object(x, y, f"{where}.flat[{k}]")
+        else:
+            assert np.ascontiguousarray(a).tobytes() == np.ascontiguousarray(b).tobytes(), f"{where}: contents differ"
+    elif isinstance(a, float | np.floating):
+        assert a == b or (math.isnan(a) and math.isnan(b)), f"{where}: {a!r} vs {b!r}"  # type: ignore[arg-type]
+    elif dataclasses.is_dataclass(a) and not isinstance(a, type):
+        for f in dataclasses.fields(a):
+            assert_same_object(getattr(a, f.name), getattr(b, f.name), f"{where}.{f.name}")
+    elif isinstance(a, dict):
+        assert isinstance(b, dict)
+        assert list(a) == list(b), f"{where}: keys {list(a)} vs {list(b)}"
+        for key in a:
+            assert_same_object(a[key], b[key], f"{where}[{key!r}]")
+    elif isinstance(a, list | tuple):
+        assert isinstance(b, list | tuple)
+        assert len(a) == len(b), f"{where}: {len(a)} items vs {len(b)}"
+        for k, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_same_object(x, y, f"{where}[{k}]")
+    elif hasattr(a, "__dict__") and not callable(a):
+        assert_same_object(vars(a), vars(b), where)
+    else:  # None, bool, int, str, bytes, sets of those
+        assert a == b, f"{where}: {a!r} vs {b!r}"
 
 
 def assert_records_agree(run_dir: Path) -> dict[str, Any]:

@@ -11,6 +11,8 @@ The factory is called on the driver with ``data.kwargs`` (plus ``seed`` and ``nu
 
 Either way the result is checked before anything runs: images are ``uint8`` or ``float32`` ``[N, C, H, W]``, tokens
 integer ``[N, T]``, labels integer ``[N]`` in ``[0, num_classes)``, and the test set has the training samples' shape.
+Every fault is a ``ConfigError`` on ``data.factory`` naming the path and what is wrong (``models/custom.py`` says where
+the path is imported from).
 """
 
 from __future__ import annotations
@@ -21,11 +23,12 @@ from typing import Any
 import numpy as np
 
 from rayfl.config import DataConfig
+from rayfl.config_loader import ConfigError
 from rayfl.data import partition
 from rayfl.data.federated import FederatedDataset
 from rayfl.rng import derive_rng
 
-__all__ = ["check_dataset", "load_custom"]
+__all__ = ["check_data_factory", "check_dataset", "load_custom"]
 
 _ARRAYS = ("x", "y", "x_test", "y_test")
 _SAMPLE_NDIM = {"image": 4, "tokens": 2}
@@ -42,22 +45,34 @@ def load_custom(cfg: DataConfig, seed: int) -> FederatedDataset:
     elif isinstance(out, Mapping):
         dataset = _from_arrays(out, cfg, seed)
     else:
-        raise ValueError(
-            f"data.factory={cfg.factory!r} returned a {type(out).__module__}.{type(out).__name__}, expected a "
-            f"rayfl.data.FederatedDataset or a mapping with keys {', '.join(_ARRAYS)}"
+        raise _fault(
+            cfg.factory,
+            f"returned a {type(out).__module__}.{type(out).__name__}, expected a rayfl.data.FederatedDataset or a "
+            f"mapping with keys {', '.join(_ARRAYS)}",
         )
-    check_dataset(dataset, f"data.factory={cfg.factory!r}")
+    check_dataset(dataset, cfg.factory)
     return dataset
 
 
+def check_data_factory(cfg: DataConfig) -> None:
+    """What ``rayfl validate`` checks without loading the data: the factory imports and is callable."""
+    from rayfl.models.custom import resolve_factory
+
+    resolve_factory(cfg.factory, "data.factory")
+
+
+def _fault(factory: str, reason: str) -> ConfigError:
+    return ConfigError(f"{factory!r}: {reason}", "data.factory")
+
+
 def _from_arrays(out: Mapping[str, Any], cfg: DataConfig, seed: int) -> FederatedDataset:
-    where = f"data.factory={cfg.factory!r}"
+    factory = cfg.factory
     missing = [k for k in _ARRAYS if k not in out]
     if missing:
-        raise ValueError(f"{where}: the returned mapping lacks {', '.join(missing)} (needs {', '.join(_ARRAYS)})")
+        raise _fault(factory, f"the returned mapping lacks {', '.join(missing)} (needs {', '.join(_ARRAYS)})")
     x, y, x_test, y_test = (np.asarray(out[k]) for k in _ARRAYS)
     if y.ndim != 1 or not np.issubdtype(y.dtype, np.integer):
-        raise ValueError(f"{where}: y must be integer labels of shape [N], got {y.dtype} {y.shape}")
+        raise _fault(factory, f"y must be integer labels of shape [N], got {y.dtype} {y.shape}")
     kind = out.get("input_kind", "image" if x.ndim == 4 else "tokens")
     num_classes = int(out.get("num_classes", int(max(y.max(initial=0), y_test.max(initial=0))) + 1))
     rng = derive_rng(seed, "partition")
@@ -66,9 +81,10 @@ def _from_arrays(out: Mapping[str, Any], cfg: DataConfig, seed: int) -> Federate
     elif cfg.partition == "iid":
         parts = partition.iid(len(y), cfg.num_clients, rng)
     else:
-        raise ValueError(
-            f"{where}: returned arrays, which data.partition 'iid' or 'dirichlet' splits; 'natural' needs the "
-            "factory to return a FederatedDataset with its own clients"
+        raise _fault(
+            factory,
+            "returned arrays, which data.partition 'iid' or 'dirichlet' splits; 'natural' needs the "
+            "factory to return a FederatedDataset with its own clients",
         )
     order = np.concatenate(parts)
     offsets = np.concatenate([[0], np.cumsum([len(p) for p in parts])]).astype(np.int64)
@@ -85,29 +101,30 @@ def _from_arrays(out: Mapping[str, Any], cfg: DataConfig, seed: int) -> Federate
     )
 
 
-def check_dataset(ds: FederatedDataset, where: str) -> None:
-    """``ValueError`` naming ``where`` and the array at fault unless ``ds`` holds what the engine can train on."""
+def check_dataset(ds: FederatedDataset, factory: str) -> None:
+    """A ``ConfigError`` on ``data.factory`` naming ``factory`` and the array at fault unless ``ds`` (what ``factory``
+    gave) holds what the engine can train on."""
     if ds.input_kind not in _SAMPLE_NDIM:
-        raise ValueError(f"{where}: input_kind must be 'image' or 'tokens', got {ds.input_kind!r}")
+        raise _fault(factory, f"input_kind must be 'image' or 'tokens', got {ds.input_kind!r}")
     ndim = _SAMPLE_NDIM[ds.input_kind]
     layout = "[N, C, H, W]" if ds.input_kind == "image" else "[N, T]"
     for name, x in (("x", ds.x), ("x_test", ds.x_test)):
         if x.ndim != ndim:
-            raise ValueError(f"{where}: {ds.input_kind} {name} must be {layout}, got shape {x.shape}")
+            raise _fault(factory, f"{ds.input_kind} {name} must be {layout}, got shape {x.shape}")
         ok = x.dtype in (np.uint8, np.float32) if ds.input_kind == "image" else bool(np.issubdtype(x.dtype, np.integer))
         if not ok:
             want = "uint8 or float32" if ds.input_kind == "image" else "an integer dtype"
-            raise ValueError(f"{where}: {ds.input_kind} {name} must be {want}, got {x.dtype}")
+            raise _fault(factory, f"{ds.input_kind} {name} must be {want}, got {x.dtype}")
     if ds.x.shape[1:] != ds.x_test.shape[1:]:
-        raise ValueError(f"{where}: x_test samples are {ds.x_test.shape[1:]}, but x samples are {ds.x.shape[1:]}")
+        raise _fault(factory, f"x_test samples are {ds.x_test.shape[1:]}, but x samples are {ds.x.shape[1:]}")
     if ds.num_classes < 2:
-        raise ValueError(f"{where}: num_classes must be at least 2, got {ds.num_classes}")
+        raise _fault(factory, f"num_classes must be at least 2, got {ds.num_classes}")
     for name, y in (("y", ds.y), ("y_test", ds.y_test)):
         if y.ndim != 1 or not np.issubdtype(y.dtype, np.integer):
-            raise ValueError(f"{where}: {name} must be integer labels of shape [N], got {y.dtype} {y.shape}")
+            raise _fault(factory, f"{name} must be integer labels of shape [N], got {y.dtype} {y.shape}")
         if len(y) and (int(y.min()) < 0 or int(y.max()) >= ds.num_classes):
-            raise ValueError(
-                f"{where}: {name} has labels in [{int(y.min())}, {int(y.max())}], outside [0, {ds.num_classes})"
+            raise _fault(
+                factory, f"{name} has labels in [{int(y.min())}, {int(y.max())}], outside [0, {ds.num_classes})"
             )
     if len(ds.x_test) == 0:
-        raise ValueError(f"{where}: the test set is empty")
+        raise _fault(factory, "the test set is empty")

@@ -51,6 +51,11 @@ class EvalResult:
 class Backend(Protocol):
     """Runs a round's client tasks and the sharded reduction; evaluates global parameters."""
 
+    def begin_round(self, round_idx: int) -> None:
+        """The round the calls that follow belong to (told even when the round has no client task: its evaluation
+        still runs on the hosts)."""
+        ...
+
     def train_and_reduce(self, tasks: Sequence[TrainTask], params: Params) -> tuple[Aggregate, list[ClientOutcome]]: ...
 
     def evaluate(
@@ -217,6 +222,9 @@ class LocalBackend:
 
     def load_client_states(self, states: dict[int, object]) -> None:
         self.memories.load_client_states(states)
+
+    def begin_round(self, round_idx: int) -> None:
+        """Nothing to do in-process (no actor dies here)."""
 
     def take_faults(self) -> int:
         """Actor failures survived since the last call: none in-process."""

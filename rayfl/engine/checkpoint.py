@@ -18,18 +18,22 @@ Files, in ``RUN_DIR/checkpoints``:
 
 * ``round-000012.state``: ``torch.save`` of the snapshot, written before the round's records so that its size and
   write time can go in the round's record (``checkpoint_bytes``, ``checkpoint_s``);
-* ``round-000012.json``: the manifest (rounds done, the state file's name and size, the record files' lengths),
-  written after the round's records. A checkpoint exists once its manifest does.
+* ``round-000012.json``: the manifest (rounds done, the state file's name, size and SHA-256 digest, the record files'
+  lengths), written after the round's records. A checkpoint exists once its manifest does.
 
 Both are written to a temporary file, flushed to disk (``fsync``) and renamed over the final name, and the record files
 are flushed to disk before the manifest names their lengths, so a crash at any point leaves either the previous
-checkpoint or the new one. The last ``keep`` checkpoints are kept. Loading a checkpoint unpickles it (as
-``torch.load`` does): resume only run directories you trust.
+checkpoint or the new one. The last ``keep`` checkpoints are kept. A state file whose size or digest differs from its
+manifest's, or that does not load, is skipped with a warning and the checkpoint before it is used: most damage to a
+``torch.save`` file (bytes inside a tensor's data) still loads, silently, so the digest is what catches it. Loading a
+checkpoint unpickles it (as ``torch.load`` does): resume only run directories you trust.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import io
 import json
 import logging
 import os
@@ -38,7 +42,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 import torch
 
@@ -76,6 +80,7 @@ class Manifest:
     state_bytes: int
     record_sizes: dict[str, int]
     format: int = _FORMAT
+    state_sha256: str = ""  # "" in checkpoints of a rayfl before digests: their size alone is checked
 
 
 @dataclass(frozen=True)
@@ -86,6 +91,7 @@ class PendingCheckpoint:
     path: Path
     state_bytes: int
     write_s: float
+    sha256: str = ""
 
 
 class CheckpointStore:
@@ -106,18 +112,23 @@ class CheckpointStore:
         path = self.dir / f"{self.stem(snapshot.rounds_done)}.state"
         tmp = path.with_name(path.name + ".tmp")
         with tmp.open("wb") as f:
-            torch.save(snapshot, f)
+            out = _HashingWriter(f)
+            torch.save(snapshot, cast(IO[bytes], out))  # torch.save needs only write (and flush)
             f.flush()
             os.fsync(f.fileno())
         size = tmp.stat().st_size
+        if size != out.size:
+            raise OSError(f"{tmp} holds {size} bytes after writing {out.size}")
         os.replace(tmp, path)
         _sync_dir(self.dir)
-        return PendingCheckpoint(snapshot.rounds_done, path, size, time.perf_counter() - began)
+        return PendingCheckpoint(snapshot.rounds_done, path, size, time.perf_counter() - began, out.hexdigest())
 
     def commit(self, pending: PendingCheckpoint, record_sizes: Mapping[str, int]) -> Path:
         """Write the manifest that makes ``pending`` a checkpoint (the record files must be on disk already), then
         drop all but the last ``keep`` checkpoints."""
-        manifest = Manifest(pending.rounds_done, pending.path.name, pending.state_bytes, dict(record_sizes))
+        manifest = Manifest(
+            pending.rounds_done, pending.path.name, pending.state_bytes, dict(record_sizes), state_sha256=pending.sha256
+        )
         path = self.dir / f"{self.stem(pending.rounds_done)}.json"
         tmp = path.with_name(path.name + ".tmp")
         with tmp.open("w") as f:
@@ -141,8 +152,12 @@ class CheckpointStore:
         for path in reversed(self.manifests()):
             try:
                 return self.load(path)
-            except (OSError, ValueError, KeyError, TypeError, RuntimeError, EOFError) as err:
-                log.warning("checkpoint %s cannot be read (%s); trying the one before", path, err)
+            # Any exception: unpickling damaged bytes raises nearly any type (UnpicklingError, RuntimeError from the
+            # zip reader, UnicodeDecodeError, AttributeError, ImportError, ...), and the one before may be sound.
+            except Exception as err:
+                log.warning(
+                    "checkpoint %s cannot be read (%s: %s); trying the one before", path, type(err).__name__, err
+                )
         return None
 
     def load(self, manifest_path: Path) -> tuple[Manifest, RunSnapshot]:
@@ -154,7 +169,10 @@ class CheckpointStore:
         size = state_path.stat().st_size
         if size != manifest.state_bytes:
             raise ValueError(f"{state_path.name} holds {size} bytes, the manifest says {manifest.state_bytes}")
-        snapshot = torch.load(state_path, weights_only=False)  # our own pickle (see module docstring)
+        raw = state_path.read_bytes()
+        if manifest.state_sha256 and hashlib.sha256(raw).hexdigest() != manifest.state_sha256:
+            raise ValueError(f"{state_path.name} does not match the manifest's SHA-256 digest (damaged)")
+        snapshot = torch.load(io.BytesIO(raw), weights_only=False)  # our own pickle (see module docstring)
         if not isinstance(snapshot, RunSnapshot) or snapshot.rounds_done != manifest.rounds_done:
             raise ValueError(f"{state_path.name} does not hold the snapshot of round {manifest.rounds_done}")
         return manifest, snapshot
@@ -170,6 +188,27 @@ class CheckpointStore:
             number = path.stem.removeprefix("round-")
             if path.stem not in kept and number.isdigit() and int(number) < newest:
                 path.unlink(missing_ok=True)
+
+
+class _HashingWriter:
+    """A binary file that digests (SHA-256) and counts what goes through it, so a checkpoint is digested as it is
+    written rather than read back."""
+
+    def __init__(self, f: io.BufferedWriter) -> None:
+        self._f = f
+        self._hash = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        self._hash.update(data)
+        self.size += memoryview(data).nbytes
+        return self._f.write(data)
+
+    def flush(self) -> None:
+        self._f.flush()
+
+    def hexdigest(self) -> str:
+        return self._hash.hexdigest()
 
 
 def _sync_dir(path: Path) -> None:

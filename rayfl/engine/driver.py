@@ -21,7 +21,7 @@ import torch
 from rayfl.algorithms.base import Algorithm, RoundStats
 from rayfl.algorithms.payloads import Aggregate, Assignment, ClientOutcome, LinkDraw, ServerState, TrainTask
 from rayfl.config import ExperimentConfig
-from rayfl.config_loader import check_clients_per_round
+from rayfl.config_loader import check_clients_per_round, check_output_dir
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine.backend import Backend, EvalResult
 from rayfl.engine.build import bind_algorithm, build_backend, build_clock, prepare_run
@@ -62,6 +62,9 @@ class RunResult:
     evals: list[EvalRecord] = field(default_factory=list)  # the algorithm's further evaluated structures
     # wall seconds of start-up: ray_start_s, setup_s (data, algorithm, initial model), put_s, backend_s (actors)
     startup_s: dict[str, float] = field(default_factory=dict)
+    # wall seconds of each checkpoint's commit by round (the record files flushed to disk, the manifest, pruning):
+    # it follows the round's record, so the record's ``checkpoint_s`` (snapshot and state file) cannot hold it
+    checkpoint_commit_s: dict[int, float] = field(default_factory=dict)
 
     @property
     def model_finite(self) -> bool:
@@ -108,6 +111,8 @@ def _run(
 ) -> RunResult:
     start = time.perf_counter()
     point = load_resume_point(cfg, resume) if resume is not None else None  # refused before anything starts
+    if write and point is None:
+        check_output_dir(cfg.output_dir)  # its run directory is made later, once data and backend are ready
     # on Ray the run keeps the object store's view (setup.dataset), not a reference to the data set given
     setup = prepare_run(cfg, given.pop(), cache_dir)  # with Ray: started meanwhile, data in the object store
     ds, algorithm = setup.dataset, setup.algorithm
@@ -139,10 +144,12 @@ def _run(
     writer, records, eval_records = run.writer, run.records, run.eval_records
     baseline = most_frequent_label_accuracy(ds)
     status = "finished"
+    commit_s: dict[int, float] = {}
     with StopRequests(enabled=writer is not None) as stop:
         try:
             for round_idx in range(run.next_round, cfg.rounds):
                 round_start = time.perf_counter()
+                backend.begin_round(round_idx)
                 # 0. The phase's algorithm; hand-over at a phase's start; a server phase's work (search).
                 algorithm, state, phase_server_s = schedule.begin_round(round_idx, run.state, pool)
                 # 1. Check-in: who is sampled, their data sizes and their budgets at the round's simulated start.
@@ -241,7 +248,9 @@ def _run(
                         writer.append_clients(clients)
                         writer.append(record)
                         if pending is not None and run.store is not None:
+                            began = time.perf_counter()
                             run.store.commit(pending, writer.sizes(sync=True))
+                            commit_s[round_idx] = time.perf_counter() - began
                 for callback in callbacks:
                     callback(record)
                 run.guard.raise_if_exhausted(round_idx)
@@ -266,7 +275,7 @@ def _run(
         saved = run.store.manifests()[-1] if run.store is not None and run.store.manifests() else None
         raise RunInterrupted(stop.signum, run.next_round, writer.run_dir if writer else None, saved)
     run_dir = writer.run_dir if writer else None
-    return RunResult(records, run.state, run_dir, run.last_eval, baseline, eval_records, startup_s)
+    return RunResult(records, run.state, run_dir, run.last_eval, baseline, eval_records, startup_s, commit_s)
 
 
 def _checkpoint_due(cfg: ExperimentConfig, round_idx: int, stopping: bool) -> bool:

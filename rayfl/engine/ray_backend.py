@@ -13,6 +13,7 @@ lost work re-run by the driver (``recovery.py``).
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from functools import partial
 from typing import Any
@@ -95,7 +96,8 @@ class RayBackend:
             self.dataset_ref = dataset_ref  # what every host maps (a replacement host needs the same)
             # The run's references, carried by every host call: a host builds itself from them on the first call
             # that brings new ones (RayClientHost), a restarted host on its first call after the restart.
-            recipe_ref = ray.put((model_cfg, algorithm, backend_cfg, init_seed, compression))
+            # the driver's working directory: where users' factories resolve from on every host (models/custom.py)
+            recipe_ref = ray.put((os.getcwd(), (model_cfg, algorithm, backend_cfg, init_seed, compression)))
             self._run_arg: list[Any] = [dataset_ref, recipe_ref]
             self.pool.ready(self._run_arg, backend_cfg)
         except BaseException:
@@ -110,12 +112,15 @@ class RayBackend:
             "" if group is None else f", in placement group {group.id.hex()}",
         )
 
+    def begin_round(self, round_idx: int) -> None:
+        """The actor-failure limit counts per round and the give-up message names the round: set here, at the round's
+        start, because a round whose clients all failed in planning runs no training, only its evaluation."""
+        self.recovery.begin_round(round_idx)
+
     def train_and_reduce(self, tasks: Sequence[TrainTask], params: Params) -> tuple[Aggregate, list[ClientOutcome]]:
         self.shard_of, names = shard_plan(self.shard_of, params, self.num_shards, self.shards)
         if names is not None:  # every reduce call names its shard's tensors (a restarted shard knows only the first)
             self._names = names
-        if tasks:
-            self.recovery.begin_round(tasks[0].round_idx)
         params_ref = ray.put(to_numpy(params))
         keep = keeps_state(self.algorithm, tasks)
         groups = {h: g for h, g in enumerate(tasks_by_host(tasks, self.sizes, self.num_hosts)) if g}

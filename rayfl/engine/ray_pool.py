@@ -1,11 +1,12 @@
 """The Ray backend's actors: client hosts and parameter-server shards, started early and kept warm on request.
 
-**Started before the data exists.** A host's constructor takes only its id; what it is built from (the data set and
-its recipe: model, algorithm, backend and compression configs, template seed) comes as object-store references with
-every call, and the host builds itself on the first call that brings references it was not built from
-(``RayClientHost``). So ``build.prepare_run`` creates the pool as soon as Ray is up: the actors' processes start and
-import torch and rayfl while the driver is still preparing the data, and ``ActorPool.ready`` later hands them the
-run's references. Shards name their tensors in every ``reduce`` call, so they start with none.
+**Started before the data exists.** A host's constructor takes only its id; what it is built from (the data set and its
+recipe: model, algorithm, backend and compression configs, template seed, and the driver's working directory, where
+users' factories resolve from) comes as object-store references with every call, and the host builds itself on the first
+call that brings references it was not built from (``RayClientHost``). So ``build.prepare_run`` creates the pool as soon
+as Ray is up: the actors' processes start and import torch and rayfl while the driver is still preparing the data, and
+``ActorPool.ready`` later hands them the run's references. Shards name their tensors in every ``reduce`` call, so they
+start with none.
 
 **Warm across runs** (``backend.keep_warm``): a run that ends parks its pool here instead of killing it (its hosts
 drop the run's data and models); the next run in the process whose layout (Ray instance, actor classes, CPU/GPU per
@@ -36,6 +37,7 @@ from rayfl.engine.host import ClientHost, EvalStats
 from rayfl.engine.param_server import ParamServerShard
 from rayfl.engine.placement import ActorSlot, PoolLayout, layout_in_group, pack_layout, spread_layout
 from rayfl.engine.ray_session import gcs_address
+from rayfl.models.custom import search_from
 
 __all__ = ["ActorPool", "RayClientHost", "host_cpu_share", "prestart_pool", "release_warm_pool", "take_pool"]
 
@@ -61,7 +63,8 @@ class RayClientHost(ClientHost):
         key = tuple(ref.hex() for ref in run)
         if self._built_from != key:
             self.park()  # nothing of an earlier run's host survives a rebuild
-            dataset, recipe = ray.get(list(run))
+            dataset, (driver_dir, recipe) = ray.get(list(run))
+            search_from(driver_dir)  # users' import paths resolve as on the driver (models/custom.py)
             super().__init__(self.host_id, dataset, *recipe)
             self._built_from = key
 

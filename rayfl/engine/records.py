@@ -80,7 +80,8 @@ class RoundRecord:
     # before it (engine/guard.py); the round's simulated time and client failures stand
     rolled_back: int = 0
     # the checkpoint written after this round (engine/checkpoint.py): bytes of its state file and wall seconds spent
-    # gathering and writing it (its small manifest follows the record); 0 and NaN in rounds without one
+    # gathering and writing it; its commit (the record files flushed to disk, the manifest) follows the record and is
+    # not in it (``RunResult.checkpoint_commit_s``); 0 and NaN in rounds without one
     checkpoint_bytes: int = 0
     checkpoint_s: float = math.nan
     # Ray actors (client hosts, parameter-server shards) that died during the round and whose work was re-run
@@ -161,18 +162,29 @@ def check_run_name(name: str) -> str:
 
 
 def make_run_dir(output_dir: str | Path, name: str) -> Path:
-    """A fresh directory ``output_dir/name`` (``name-1``, ``name-2`` ... when taken); never reuses one."""
+    """A fresh directory ``output_dir/name`` (``name-1``, ``name-2`` ... when taken); never reuses one. A directory
+    that cannot be made is a ``ConfigError`` on ``output_dir`` (the checks above cannot foresee every file system's
+    refusal: a read-only mount, ``/proc``)."""
+    from rayfl.config_loader import ConfigError, check_output_dir
+
     check_run_name(name)
+    check_output_dir(output_dir)
     root = Path(output_dir)
-    root.mkdir(parents=True, exist_ok=True)
-    for k in range(10_000):
-        candidate = root / (name if k == 0 else f"{name}-{k}")
-        try:
-            candidate.mkdir()
-            return candidate
-        except FileExistsError:
-            continue
-    raise RuntimeError(f"no free run directory under {root}")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        for k in range(10_000):
+            candidate = root / (name if k == 0 else f"{name}-{k}")
+            try:
+                candidate.mkdir()
+                return candidate
+            except FileExistsError:
+                continue
+    except OSError as err:
+        raise ConfigError(
+            f"cannot make a run directory in {str(root)!r} ({err.strerror or err}): give a directory you can write",
+            "output_dir",
+        ) from err
+    raise ConfigError(f"no free run directory under {str(root)!r} ({name}-1 to {name}-9999 are taken)", "output_dir")
 
 
 class _CsvTable:

@@ -20,7 +20,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +32,8 @@ from torch import nn
 
 from rayfl.algorithms import FedAvg
 from rayfl.algorithms.fedrescue import FedResCuE
-from rayfl.algorithms.payloads import ClientUpdate, TrainTask
-from rayfl.config import ExperimentConfig
+from rayfl.algorithms.payloads import Assignment, ClientUpdate, ClientView, TrainTask
+from rayfl.config import ExperimentConfig, SystemConfig
 from rayfl.config_loader import load_config
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine import build as build_module
@@ -42,6 +42,7 @@ from rayfl.engine import ray_pool as ray_pool_module
 from rayfl.engine.driver import RunResult, run_experiment
 from rayfl.engine.param_server import ParamServerShard
 from rayfl.engine.records import RoundRecord
+from rayfl.engine.recovery import ActorFailureError
 from rayfl.engine.sampling import sample_clients
 from rayfl.models.inputs import InputSpec
 from rayfl.partials import ArrayPartial, NumpyParams
@@ -96,6 +97,18 @@ class PausingFedAvg(FedAvg):
         if self.eval_pause is not None:  # a host builds its evaluation model at its first evaluation
             self.eval_pause.at()
         return super().eval_model()
+
+
+class PlanFailingFedAvg(PausingFedAvg):
+    """PausingFedAvg whose clients of round ``fail_round`` all fail in planning: their training FLOPs exceed any
+    compute budget, so that round runs no client task, only its evaluation."""
+
+    fail_round: int = -1
+
+    def train_flops(
+        self, round_idx: int, views: Sequence[ClientView], assignments: Mapping[int, Assignment]
+    ) -> np.ndarray | None:
+        return np.full(len(views), 1e30) if round_idx == self.fail_round else None
 
 
 def pausing_shard(pause: Pause, on_call: int) -> type[ParamServerShard]:
@@ -331,6 +344,31 @@ def test_a_host_that_keeps_dying_ends_the_run_with_one_clear_line(
         "rayfl: error: round 0: 2 Ray actor failures in one round, more than backend.max_actor_failures=1; the "
         "last: client host "
     ), err[0]
+
+
+def test_a_fatal_evaluation_fault_in_a_round_without_training_names_that_round(
+    instrumented: dict[str, Any], tmp_path: Path
+) -> None:
+    """Round 1's clients all fail in planning (no training task), and the host evaluating round 1 (the first
+    evaluation: ``eval_every=2``) is killed with ``backend.max_actor_failures=0``: the give-up names round 1, not round
+    0, the last round that trained."""
+    cfg = dataclasses.replace(
+        _tiny(num_hosts=1, max_actor_failures=0), eval_every=2, system=SystemConfig(compute_limit_s=1e6)
+    )
+    algorithm = PlanFailingFedAvg(cfg.algorithm, cfg.train)
+    algorithm.fail_round = 1
+    algorithm.eval_pause = Pause(str(tmp_path), "eval")
+    instrumented["algorithm"] = algorithm
+    killer = Killer(tmp_path, "eval", instrumented)
+    rounds: list[RoundRecord] = []
+    with pytest.raises(ActorFailureError) as err:
+        run_experiment(cfg, write=False, dataset=tiny_image_dataset(), callbacks=[rounds.append])
+    [(name, _)] = killer.join()
+    assert name == "client host 0"
+    assert [(r.round_idx, r.clients_run) for r in rounds] == [(0, cfg.clients_per_round)]  # round 0 trained
+    assert str(err.value).startswith(
+        "round 1: 1 Ray actor failure in one round, more than backend.max_actor_failures=0; the last: client host 0"
+    ), str(err.value)
 
 
 def test_per_client_state_survives_a_host_kill(instrumented: dict[str, Any], tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import socket
 import time
 from pathlib import Path
@@ -106,6 +107,33 @@ def test_run_names_cannot_leave_output_dir(tmp_path: Path, name: str) -> None:
     with pytest.raises(ValueError, match="plain directory name"):
         make_run_dir(tmp_path / "runs", name)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_output_dir_that_is_a_file_or_cannot_be_made_is_one_line_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("keep me\n")
+    both = ("validate", "run")
+    cases = [
+        (afile, "afile' is a file, not a directory:", both),
+        (afile / "sub", "is a file, not a directory, so", both),
+    ]
+    if Path("/proc/self").is_dir():  # a directory nobody can make under /proc, root included: only mkdir tells root
+        cases.append((Path("/proc/rayfl-runs"), "cannot (make a run directory in|write in) '/proc", ("run",)))
+    for out, reason, commands in cases:
+        for command in commands:
+            err = _cli_error(capsys, [command, f"output_dir={out}", *SYNTH, "rounds=1", "backend.kind=local"])
+            assert f"override 'output_dir={out}': output_dir: " in err, err
+            assert re.search(reason, err), err
+    config = tmp_path / "exp.yaml"
+    config.write_text(f"rounds: 1\noutput_dir: {afile}\n")
+    assert f"exp.yaml:2: output_dir: '{afile}' is a file" in _cli_error(capsys, ["run", str(config), *SYNTH])
+    with pytest.raises(ConfigError, match=r"output_dir: .* is a file, not a directory"):
+        run_experiment(dataclasses.replace(tiny_config(kind="local"), output_dir=str(afile / "sub")))
+    with pytest.raises(ConfigError, match=r"output_dir: .* is a file, not a directory"):
+        make_run_dir(afile, "x")
+    assert sorted(tmp_path.iterdir()) == [afile, config] and afile.read_text() == "keep me\n"  # nothing written
 
 
 # ------------------------------------------------------------------------------------------------- traces

@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import logging
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -46,6 +47,8 @@ __all__ = ["CostModel", "Costs", "UnitFit", "fit_unit", "optimizer_slots", "save
 _LO, _HI, _CHECK = 4, 8, 6  # widths of the fitting box and of the off-corner check
 _MAX_DIMS = 4  # widest monomial: a piece may depend on at most this many dimensions
 _CACHE_VERSION = 2
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -154,16 +157,47 @@ def _key_id(key: object) -> str:
 
 
 def _load_disk() -> dict[str, UnitFit]:
+    """The fits cached on disk; a file that is not a cache this version wrote (damaged, hand-edited, valid JSON of
+    another shape) is ignored with a warning: its pieces are measured again and the file rewritten."""
     path = _cache_file()
     try:
         raw = json.loads(path.read_text())
-    except (OSError, ValueError):
+    except FileNotFoundError:
         return {}
-    out: dict[str, UnitFit] = {}
-    for kid, d in raw.items():
-        arrays = {f: np.array(d[f], dtype=np.float64) for f in ("flops", "saved_per_sample", "saved_fixed", "tensors")}
-        out[kid] = UnitFit(**arrays, check_error=float(d["err"]))
-    return out
+    except (OSError, ValueError) as err:
+        log.warning("cost model cache %s cannot be read (%s): measuring again", path, err)
+        return {}
+    try:
+        if not isinstance(raw, dict):
+            raise ValueError(f"a JSON {type(raw).__name__}, not an object")
+        return {str(kid): _fit_from_json(d) for kid, d in raw.items()}
+    except (ValueError, TypeError, KeyError) as err:
+        log.warning("cost model cache %s is damaged (%s): ignoring it and measuring again", path, err)
+        return {}
+
+
+def _fit_from_json(d: object) -> UnitFit:
+    """One cached fit, its arrays checked for the shapes ``fit_unit`` makes (2^k monomials, k <= _MAX_DIMS)."""
+    if not isinstance(d, dict):
+        raise ValueError(f"an entry is a JSON {type(d).__name__}, not an object")
+    arrays = {f: np.array(d[f], dtype=np.float64) for f in ("flops", "saved_per_sample", "saved_fixed", "tensors")}
+    monomials = arrays["flops"].shape
+    if len(monomials) != 1 or monomials[0] not in {1 << k for k in range(_MAX_DIMS + 1)}:
+        raise ValueError(f"flops of shape {monomials}")
+    for name in ("saved_per_sample", "saved_fixed"):
+        if arrays[name].shape != monomials:
+            raise ValueError(f"{name} of shape {arrays[name].shape}, flops {monomials}")
+    tensors = arrays["tensors"]
+    if tensors.size == 0:
+        tensors = tensors.reshape(0, monomials[0])
+    elif tensors.ndim != 2 or tensors.shape[1] != monomials[0]:
+        raise ValueError(f"tensors of shape {tensors.shape}, flops {monomials}")
+    if not all(np.isfinite(a).all() for a in arrays.values()):
+        raise ValueError("a non-finite coefficient")
+    err = d["err"]
+    if isinstance(err, bool) or not isinstance(err, int | float):
+        raise ValueError(f"err is {err!r}")
+    return UnitFit(arrays["flops"], arrays["saved_per_sample"], arrays["saved_fixed"], tensors, float(err))
 
 
 def _store_disk(fits: dict[str, UnitFit]) -> None:
@@ -191,6 +225,9 @@ def cached_fit(unit: CostUnit, use_disk: bool = True) -> UnitFit:
     kid = _key_id(unit.key)
     if kid not in _FITS and use_disk and not _FITS:
         _FITS.update(_load_disk())
+    if kid in _FITS and len(_FITS[kid].flops) != 1 << len(unit.dims):  # a cache entry of another piece's shape
+        log.warning("cost model cache: the fit of piece %r has the wrong shape: measuring it again", unit.key)
+        del _FITS[kid]
     if kid not in _FITS:
         _FITS[kid] = fit_unit(unit)
         if use_disk:

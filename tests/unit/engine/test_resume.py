@@ -4,11 +4,16 @@ same records (wall-clock columns aside) and ends with the same global state as t
 from __future__ import annotations
 
 import dataclasses
+import io
+import json
 import math
 import shutil
+import struct
+import zipfile
 from pathlib import Path
 
 import pytest
+import torch
 
 from rayfl.cli import main
 from rayfl.config import CheckpointConfig
@@ -52,11 +57,31 @@ def test_checkpoints_do_not_change_the_records(data: FederatedDataset, tmp_path:
     assert not (without.run_dir / "checkpoints").exists()
     assert all(r.checkpoint_bytes > 0 and r.checkpoint_s > 0 for r in with_checkpoints.records)
     assert all(r.checkpoint_bytes == 0 and math.isnan(r.checkpoint_s) for r in without.records)
+    # each checkpoint's commit (record files to disk, manifest) is timed apart: it follows the round's record
+    assert sorted(with_checkpoints.checkpoint_commit_s) == list(range(cfg.rounds)) and without.checkpoint_commit_s == {}
+    assert all(s > 0 for s in with_checkpoints.checkpoint_commit_s.values())
     assert_same_run(with_checkpoints.run_dir, without.run_dir, with_checkpoints, without)
 
 
+def _member_start(raw: bytes, name_end: str) -> int:
+    """Where the bytes of the zip member whose name ends with ``name_end`` begin in a ``torch.save`` file (stored
+    uncompressed; the local header is 30 bytes, the name and an extra field of the lengths it gives)."""
+    (info,) = [i for i in zipfile.ZipFile(io.BytesIO(raw)).infolist() if i.filename.endswith(name_end)]
+    name_len, extra_len = struct.unpack("<HH", raw[info.header_offset + 26 : info.header_offset + 30])
+    return info.header_offset + 30 + name_len + extra_len
+
+
+def _damage(path: Path, name_end: str, offset: int, flip: int) -> None:
+    """Flip the bits ``flip`` of one byte of a state file's zip member, keeping the file's size."""
+    raw = bytearray(path.read_bytes())
+    size = len(raw)
+    raw[_member_start(bytes(raw), name_end) + offset] ^= flip
+    path.write_bytes(bytes(raw))
+    assert path.stat().st_size == size
+
+
 def test_the_store_keeps_the_last_k_and_skips_a_damaged_or_uncommitted_checkpoint(
-    data: FederatedDataset, tmp_path: Path
+    data: FederatedDataset, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     cfg = dataclasses.replace(
         case("fedavg", data), rounds=5, output_dir=str(tmp_path), checkpoint=CheckpointConfig(every=1, keep=3)
@@ -67,13 +92,25 @@ def test_the_store_keeps_the_last_k_and_skips_a_damaged_or_uncommitted_checkpoin
     assert [p.name for p in store.manifests()] == ["round-000003.json", "round-000004.json", "round-000005.json"]
     assert sorted(p.name for p in store.dir.glob("*.state")) == [f"round-00000{k}.state" for k in (3, 4, 5)]
     assert not list(store.dir.glob("*.tmp"))
-    (store.dir / "round-000005.state").write_bytes(b"garbage")  # damaged: its size no longer matches
-    (store.dir / "round-000006.state").write_bytes(b"no manifest")  # a stop between state file and manifest
+    # Round 5: its pickle's first byte (PROTO, 0x80) made an invalid opcode (0xFF: UnpicklingError), and its manifest
+    # without a digest, as a rayfl before digests wrote it: only loading it finds the damage.
+    _damage(store.dir / "round-000005.state", "data.pkl", 0, 0x7F)
+    manifest5 = json.loads((store.dir / "round-000005.json").read_text())
+    (store.dir / "round-000005.json").write_text(json.dumps({**manifest5, "state_sha256": ""}))
     found = store.latest()
     assert found is not None and found[0].rounds_done == 4
-    resumed = run_experiment(cfg, dataset=data, resume=result.run_dir)  # from round 4: the fifth round again
+    assert "round-000005.json cannot be read (UnpicklingError" in caplog.text
+    # Round 4: one bit of a tensor's bytes flipped. torch.load reads it without complaint; the digest catches it.
+    _damage(store.dir / "round-000004.state", "/data/0", 3, 0x40)
+    torch.load(store.dir / "round-000004.state", weights_only=False)
+    (store.dir / "round-000006.state").write_bytes(b"no manifest")  # a stop between state file and manifest
+    found = store.latest()
+    assert found is not None and found[0].rounds_done == 3
+    assert "round-000004.state does not match the manifest's SHA-256 digest" in caplog.text
+    resumed = run_experiment(cfg, dataset=data, resume=result.run_dir)  # from round 3: the last two rounds again
     assert_same_run(result.run_dir, result.run_dir, result, resumed)
     assert [p.name for p in store.manifests()][-1] == "round-000005.json"
+    assert store.latest()[0].state_sha256  # type: ignore[index]  # the rewritten checkpoints have their digests
 
 
 def test_a_resume_with_another_config_or_without_checkpoints_is_refused_in_one_line(

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
 
-from rayfl.config import ResNetConfig
+from rayfl.config import CNNConfig, ResNetConfig
 from rayfl.models.elastic import cost
+from rayfl.models.elastic.convnets import HeteroCNNFamily
 from rayfl.models.elastic.cost import CostModel, optimizer_slots, saved_tensors, units_from_ratios
 from rayfl.models.elastic.resnet import ResNetFamily
 
@@ -107,6 +110,46 @@ def test_batch_memory_grows_linearly_and_fits_are_cached_on_disk(tmp_path, monke
     assert stored.keys() == cost._FITS.keys()
     for kid, fit in stored.items():
         np.testing.assert_array_equal(fit.saved_per_sample, cost._FITS[kid].saved_per_sample)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "{not json",
+        "[]",
+        "null",
+        '{"k": 1}',
+        '{"k": {"flops": [1.0]}}',  # fields missing
+        '{"k": {"flops": [1, 2, 3], "saved_per_sample": [1, 2, 3], "saved_fixed": [1, 2, 3], "tensors": [], "err": 0}}',
+        '{"k": {"flops": "ab", "saved_per_sample": [1], "saved_fixed": [1], "tensors": [], "err": 0}}',
+        '{"k": {"flops": [1, 2], "saved_per_sample": [1], "saved_fixed": [1, 2], "tensors": [], "err": 0}}',
+        '{"k": {"flops": [1, 2], "saved_per_sample": [1, 2], "saved_fixed": [1, 2], "tensors": [[1]], "err": 0}}',
+        '{"k": {"flops": [1, 2], "saved_per_sample": [1, 2], "saved_fixed": [1, 2], "tensors": [], "err": "x"}}',
+        "wrong size",  # valid fits, each under another piece's key (the monomial counts no longer match)
+    ],
+)
+def test_a_damaged_disk_cache_is_ignored_with_a_warning_and_measured_again(
+    damage: str, tmp_path, monkeypatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    fam = HeteroCNNFamily(CNNConfig(channels=(4, 8)), image_size=8)
+    units = np.array(fam.full_units)
+    monkeypatch.setattr(cost, "_FITS", {})
+    want = CostModel(fam, batch_size=4).model_cost(units)
+    (cache,) = (tmp_path / "cost").glob("fits-*.json")
+    good = json.loads(cache.read_text())
+    swapped = damage == "wrong size"
+    if swapped:
+        by_size = sorted(good, key=lambda k: len(good[k]["flops"]))
+        assert len(good[by_size[0]]["flops"]) != len(good[by_size[-1]]["flops"])
+        damage = json.dumps({k: good[other] for k, other in zip(by_size, reversed(by_size), strict=True)})
+    cache.write_text(damage)
+    monkeypatch.setattr(cost, "_FITS", {})
+    with caplog.at_level("WARNING", logger="rayfl.models.elastic.cost"):
+        got = CostModel(fam, batch_size=4).model_cost(units)
+    assert got == want
+    said = "has the wrong shape: measuring it again" if swapped else "measuring again"
+    assert "cost model cache" in caplog.text and said in caplog.text, caplog.text
+    assert json.loads(cache.read_text()).keys() == good.keys()  # rewritten whole
 
 
 def test_ratio_validation() -> None:
