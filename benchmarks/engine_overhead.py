@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -46,11 +45,10 @@ def workload(rounds: int, kind: str, hosts: int) -> ExperimentConfig:
     )
 
 
-def pure_compute_s(
-    cfg: ExperimentConfig, rounds: int, part: int = 0, parts: int = 1, clock: Callable[[], float] = time.perf_counter
-) -> float:
-    """Seconds of the bare training loop for the same clients, one thread, no framework (wall seconds, or CPU seconds
-    with ``clock=time.process_time``).
+def pure_compute(cfg: ExperimentConfig, rounds: int, part: int = 0, parts: int = 1) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of this process) of the bare training loop for the same clients, one thread, no
+    framework: per client, copy the global weights into a model and train one epoch (its data is fetched outside
+    the timing).
 
     With ``parts > 1`` only every ``parts``-th sampled client (offset ``part``) is trained, so that ``parts`` copies
     running side by side cover the round between them.
@@ -62,19 +60,25 @@ def pure_compute_s(
     algo = build_algorithm(cfg.algorithm, cfg.train)
     model = build_model(cfg.model, spec)
     params = setup.params
-    total = 0.0
+    wall = cpu = 0.0
     for round_idx in range(-1, rounds):  # round -1 warms up and is not counted
         for cid in sample_clients(cfg.seed, max(round_idx, 0), ds.num_clients, cfg.clients_per_round)[part::parts]:
             x, y = ds.client_train(int(cid))
-            start = clock()
+            start, start_cpu = time.perf_counter(), time.process_time()
             with torch.no_grad():
                 for name, tensor in model.state_dict().items():
                     tensor.copy_(params[name])
             task = TrainTask(int(cid), max(round_idx, 0), cfg.seed, cfg.train.lr, Assignment())
             algo.local_train(model, x, y, task, spec)
             if round_idx >= 0:
-                total += clock() - start
-    return total
+                wall += time.perf_counter() - start
+                cpu += time.process_time() - start_cpu
+    return wall, cpu
+
+
+def pure_compute_s(cfg: ExperimentConfig, rounds: int, part: int = 0, parts: int = 1) -> float:
+    """Wall seconds of the bare training loop (``pure_compute``)."""
+    return pure_compute(cfg, rounds, part, parts)[0]
 
 
 def pure_in_ray_workers_s(cfg: ExperimentConfig, rounds: int, hosts: int) -> float:

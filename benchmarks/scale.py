@@ -17,11 +17,24 @@ the way ``rayfl run`` starts, and reports
   under ``again``;
 * ``startup_cpu_s``: the CPU seconds every process role used from its start to the end of the first round (the
   driver without this benchmark's own sampler): a load-independent profile of the cold start;
-* ``steady_host_cpu_share`` (Ray): the client hosts' CPU seconds over the steady rounds divided by wall seconds
-  times hosts, i.e. how much of their cores they got; on a busy machine it explains a low rate without any
-  profile of the engine; ``host_cpu_ms_per_update``: the hosts' CPU per client update over those rounds
-  (``--reference`` adds the bare single-thread training loop's rate and ``loop_cpu_ms_per_update``, timed in this
-  process: the two CPU figures compare the engine's per-client cost with the bare loop's whatever the load);
+* the steady window (Ray): the rounds after the first up to the one before the evaluated last. The PSS sampler is
+  paused over it (one sample at each end), so that it takes nothing from the hosts' cores while they are timed.
+  ``steady_cores``: each role's CPU seconds over the window per wall second (how much of the machine it used);
+  ``steady_host_cpu_share``: the client hosts' CPU over wall seconds times hosts, i.e. how much of their cores they
+  got; ``host_cpu_ms_per_update``: the hosts' CPU per client update, of which ``host_other_threads_ms_per_update``
+  ran outside their main threads (Ray's core-worker threads); ``steady_round_ms``: the mean steady round taken
+  apart from the driver's side (``round``: its wall; ``driver_before``: sampling, budgets, assignment, the clock's
+  plan; ``slowest_host``: the busiest host's clients from receipt to trained update (``ClientOutcome.train_wall_s``);
+  ``dispatch_reduce``: the rest of the hosts' call, i.e. putting the global weights, Ray's calls, the hosts'
+  pre-aggregation and the shard's reduction; ``driver_after``: the server update and the record; ``imbalance``: the
+  busiest host's time over the mean host's, which the other host spends waiting);
+* with ``--reference`` (training only), timed in fresh processes after the run: the bare single-thread training
+  loop (``engine_overhead.pure_compute``: copy the weights in, train one epoch) alone, ``one_loop_updates_per_s``
+  and ``loop_cpu_ms_per_update``, and ``hosts`` such loops running side by side, ``concurrent_loops_updates_per_s``
+  and ``concurrent_loop_cpu_ms_per_update``; ``ratio_to_loops`` is the steady rate over ``hosts`` lone loops (the
+  issue's target: >= 0.95), ``ratio_to_concurrent_loops`` over the loops side by side (what this machine gives two
+  trainings at once, whatever runs them). CPU per update of the hosts beside the loops' is the engine's own cost per
+  client whatever the load;
 * ``peak_pss_mib`` / ``end_pss_mib``: the proportional set size of each process role (the driver and every
   descendant: Ray's GCS, raylet, agents, workers, client hosts, shards), its peak over samples (at most 15% of a
   core's worth) and at the end of the last round, and ``peak_pss_total_mib`` the tree's peak.
@@ -32,120 +45,24 @@ client updates beyond which Ray's faster rounds repay its slower start, ``(start
 
 Run everything: ``python benchmarks/scale.py --out scale.json`` (prints a markdown table). Subsets:
 ``--n 100 1000 --k 10 --mode noop train --backend ray local --rounds 3 --hosts 2``. Combinations with ``K > N`` are
-skipped.
+skipped. ``--issue13`` runs the points of issue 13's table (``ISSUE13``) and prints that table with its targets.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import multiprocessing
 import os
 import subprocess
 import sys
-import threading
 import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import psutil
-
-ROLES = (
-    ("ClientHost", "client_host"),
-    ("ParamServerShard", "param_shard"),
-    ("raylet", "raylet"),
-    ("gcs_server", "gcs"),
-    ("dashboard", "dashboard"),
-    ("DashboardAgent", "dashboard"),
-    ("RuntimeEnvAgent", "runtime_env_agent"),
-    ("log_monitor", "log_monitor"),
-    ("runtime_env", "runtime_env_agent"),
-    ("monitor.py", "monitor"),
-    ("ray::IDLE", "idle_worker"),
-    ("default_worker", "idle_worker"),
-)
-
-
-def _role(proc: psutil.Process, root: int) -> str:
-    if proc.pid == root:
-        return "driver"
-    try:
-        text = " ".join(proc.cmdline()) or proc.name()
-    except psutil.Error:
-        return "other"
-    for needle, role in ROLES:
-        if needle in text:
-            return role
-    return "other"
-
-
-class PssSampler(threading.Thread):
-    """Peak PSS (MiB) per role and of the whole tree under the current process, sampled every ``period_s`` or less
-    often: reading one process's PSS makes the kernel walk its page tables (about 30 ms for a torch process), so the
-    wait after a sample is at least ``1 / max_share - 1`` times what it took, and the sampler uses at most
-    ``max_share`` of one core (at 0.2 s flat it used most of a core, which a 2-core machine's start-up felt)."""
-
-    def __init__(self, period_s: float = 0.2, max_share: float = 0.15) -> None:
-        super().__init__(daemon=True)
-        self.period_s = period_s
-        self.max_share = max_share
-        self.peak_by_role: dict[str, float] = {}
-        self.count_by_role: dict[str, int] = {}
-        self.peak_total = 0.0
-        self.own_cpu_s = 0.0  # the sampler thread's own CPU seconds, left out of the driver's (``cpu_by_role``)
-        self.last_by_role: dict[str, float] = {}  # PSS per role at the last sample (the end of the run)
-        self._halt = threading.Event()
-        self._lock = threading.Lock()
-
-    def sample(self) -> None:
-        began = time.thread_time()
-        root = psutil.Process(os.getpid())
-        by_role: dict[str, float] = {}
-        counts: dict[str, int] = {}
-        for proc in [root, *root.children(recursive=True)]:
-            try:
-                pss = proc.memory_full_info().pss / 2**20
-            except psutil.Error:
-                continue
-            role = _role(proc, root.pid)
-            by_role[role] = by_role.get(role, 0.0) + pss
-            counts[role] = counts.get(role, 0) + 1
-        with self._lock:
-            self.last_by_role = by_role
-            for role, pss in by_role.items():
-                self.peak_by_role[role] = max(self.peak_by_role.get(role, 0.0), pss)
-                self.count_by_role[role] = max(self.count_by_role.get(role, 0), counts[role])
-            self.peak_total = max(self.peak_total, sum(by_role.values()))
-            self.own_cpu_s += time.thread_time() - began
-
-    def cpu_s(self, role: str) -> float:
-        """CPU seconds (user + system) used so far by the live processes of ``role``."""
-        return self.cpu_by_role().get(role, 0.0)
-
-    def cpu_by_role(self) -> dict[str, float]:
-        """CPU seconds (user + system) used so far by the live processes of each role."""
-        root = psutil.Process(os.getpid())
-        total: dict[str, float] = {}
-        for proc in [root, *root.children(recursive=True)]:
-            try:
-                role = _role(proc, root.pid)
-                times = proc.cpu_times()
-            except psutil.Error:
-                continue
-            total[role] = total.get(role, 0.0) + times.user + times.system
-        with self._lock:
-            total["driver"] = total.get("driver", 0.0) - self.own_cpu_s
-        return total
-
-    def run(self) -> None:
-        while not self._halt.is_set():
-            began = time.perf_counter()
-            self.sample()
-            took = time.perf_counter() - began
-            self._halt.wait(max(self.period_s, took * (1 / self.max_share - 1)))
-
-    def stop(self) -> None:
-        self._halt.set()
-        self.join()
+from process_roles import PssSampler, host_thread_cpu  # this folder is on sys.path when run as a script
 
 
 def run_point(
@@ -153,31 +70,14 @@ def run_point(
 ) -> dict[str, Any]:
     """One point, in this process, started the way ``rayfl run`` starts (Ray's start overlapping the driver's
     imports); with ``repeat`` > 1 the same run again in the same process, on the first run's warm actors
-    (``backend.keep_warm``), reported under ``again``; with ``reference`` (training only) the bare training loop timed
-    right after, in this process (``engine_overhead.pure_compute_s``), and the ratio of the steady rate to ``hosts``
-    such loops: a figure that load on the machine inflates on both sides alike."""
+    (``backend.keep_warm``), reported under ``again``; with ``reference`` (training only) the bare training loop
+    timed right after, alone and ``hosts`` side by side (see the module docstring)."""
     began = time.perf_counter()
     sampler = PssSampler()
     sampler.start()
-    from rayfl.config import BackendConfig, CNNConfig, DataConfig, ExperimentConfig, FedAvgConfig, TrainConfig
     from rayfl.engine.ray_session import prestart, shutdown_ray
 
-    cfg = ExperimentConfig(
-        name="scale",
-        rounds=rounds,
-        clients_per_round=k,
-        eval_every=10_000,  # only the last round is evaluated
-        data=DataConfig(name="synthetic", partition="iid", num_clients=n, synthetic_samples=64),
-        model=CNNConfig(channels=(16, 32)),
-        algorithm=FedAvgConfig(),
-        train=TrainConfig(epochs=1, batch_size=32, lr=0.05, optimizer="sgd", noop=noop),
-        backend=BackendConfig(
-            kind=backend,  # type: ignore[arg-type]
-            num_hosts=hosts,
-            num_cpus=hosts,
-            keep_warm=repeat > 1,
-        ),
-    )
+    cfg = workload(n, k, noop, backend, rounds, hosts, keep_warm=repeat > 1)
     early: dict[str, float] = {}
     data = []
     if backend == "ray":  # as ``rayfl run``: Ray starts while the driver's modules are imported and the data loaded
@@ -189,37 +89,34 @@ def run_point(
     from rayfl.engine.driver import run_experiment
 
     imports_s = time.perf_counter() - began - early.get("prestart_s", 0.0)
-    # the hosts' CPU over the steady rounds (after the first, before the evaluated last): how much of ``hosts`` cores
-    # they got, which tells a busy machine (share well below 1) from engine overhead (share near 1, rate low)
-    marks: dict[int, tuple[float, float]] = {}
-    last_steady = rounds - 2 if rounds > 2 else rounds - 1
+    last_steady = rounds - 2 if rounds > 2 else rounds - 1  # the window: rounds 1..last_steady (not the evaluated)
+    window: dict[int, tuple[float, dict[str, float], tuple[float, float]]] = {}
     startup_cpu: dict[str, float] = {}
     end_pss: dict[str, float] = {}
-
-    sampled_s = [0.0]
+    sampled_s = [0.0]  # the callback's own samples, left out of end_to_end_s
 
     def mark(record: Any) -> None:
+        t0 = time.perf_counter()
         if record.round_idx == 0:  # every process's CPU seconds since it started: the cold start's CPU by role
             startup_cpu.update(sampler.cpu_by_role())
+            sampler.sample()  # the memory at the window's start; none inside it
+            if last_steady > 0:
+                sampler.pause()
         if record.round_idx in (0, last_steady):
-            marks[record.round_idx] = (time.perf_counter(), sampler.cpu_s("client_host"))
+            window[record.round_idx] = (time.perf_counter(), sampler.cpu_by_role(), host_thread_cpu())
+        if record.round_idx == last_steady:
+            sampler.sample()
+            sampler.resume()
         if record.round_idx == rounds - 1:  # every process at the end of the run, before the actors go
-            t0 = time.perf_counter()
             sampler.sample()
             end_pss.update(sampler.last_by_role)
-            sampled_s[0] = time.perf_counter() - t0  # left out of end_to_end_s
+        sampled_s[0] += time.perf_counter() - t0
 
-    result = run_experiment(cfg, write=False, callbacks=[mark], dataset=data.pop() if data else None)
+    calls: list[tuple[float, list[float]]] = []
+    with host_busy_log(calls if backend == "ray" else None):
+        result = run_experiment(cfg, write=False, callbacks=[mark], dataset=data.pop() if data else None)
     end_to_end_s = time.perf_counter() - began - sampled_s[0]
-    host_share: dict[str, float] = {}
-    if backend == "ray" and 0 in marks and last_steady in marks and last_steady > 0:
-        (t0, c0), (t1, c1) = marks[0], marks[last_steady]
-        host_share = {
-            "steady_host_cpu_share": (c1 - c0) / ((t1 - t0) * hosts),
-            # CPU per client update in the hosts: beside loop_cpu_ms_per_update, the engine's own cost per client
-            # on the hosts, whatever the machine's load
-            "host_cpu_ms_per_update": 1000 * (c1 - c0) / (k * (last_steady)),
-        }
+    steady = steady_figures(result.records, calls, window, k, hosts, last_steady) if backend == "ray" else {}
     again: dict[str, Any] = {}
     for _ in range(repeat - 1):
         t0 = time.perf_counter()
@@ -228,19 +125,9 @@ def run_point(
     sampler.stop()
     shutdown_ray()
     walls = [r.round_wall_s for r in result.records]
-    steady = walls[1:-1] if len(walls) > 2 else walls[1:]
-    steady_rate = k * len(steady) / sum(steady) if steady and sum(steady) > 0 else float("nan")
-    loops: dict[str, float] = {}
-    if reference and not noop:
-        from engine_overhead import pure_compute_s  # this folder is on sys.path when run as a script
-
-        loop_rate = 2 * k / pure_compute_s(cfg, 2)
-        loop_cpu_ms = 1000 * pure_compute_s(cfg, 2, clock=time.process_time) / (2 * k)
-        loops = {
-            "one_loop_updates_per_s": loop_rate,
-            "ratio_to_loops": steady_rate / (hosts * loop_rate),
-            "loop_cpu_ms_per_update": loop_cpu_ms,
-        }
+    steady_walls = walls[1:-1] if len(walls) > 2 else walls[1:]
+    steady_rate = k * len(steady_walls) / sum(steady_walls) if steady_walls and sum(steady_walls) > 0 else float("nan")
+    loops = reference_loops(cfg, hosts, steady_rate) if reference and not noop else {}
     return {
         "n": n,
         "k": k,
@@ -253,7 +140,7 @@ def run_point(
         **early,
         "steady_updates_per_s": steady_rate,
         **loops,
-        **host_share,
+        **steady,
         "end_to_end_s": end_to_end_s,
         "start_s": end_to_end_s - sum(walls),  # everything but the rounds: imports, Ray, data, actors, close
         "again": again,
@@ -262,6 +149,120 @@ def run_point(
         "end_pss_mib": {role: round(v, 1) for role, v in sorted(end_pss.items())},
         "processes": dict(sorted(sampler.count_by_role.items())),
         "peak_pss_total_mib": round(sampler.peak_total, 1),
+    }
+
+
+def workload(n: int, k: int, noop: bool, backend: str, rounds: int, hosts: int, keep_warm: bool = False) -> Any:
+    """The issue's FedAvg workload as an ``ExperimentConfig``."""
+    from rayfl.config import BackendConfig, CNNConfig, DataConfig, ExperimentConfig, FedAvgConfig, TrainConfig
+
+    return ExperimentConfig(
+        name="scale",
+        rounds=rounds,
+        clients_per_round=k,
+        eval_every=10_000,  # only the last round is evaluated
+        data=DataConfig(name="synthetic", partition="iid", num_clients=n, synthetic_samples=64),
+        model=CNNConfig(channels=(16, 32)),
+        algorithm=FedAvgConfig(),
+        train=TrainConfig(epochs=1, batch_size=32, lr=0.05, optimizer="sgd", noop=noop),
+        backend=BackendConfig(kind=backend, num_hosts=hosts, num_cpus=hosts, keep_warm=keep_warm),  # type: ignore[arg-type]
+    )
+
+
+@contextlib.contextmanager
+def host_busy_log(calls: list[tuple[float, list[float]]] | None) -> Iterator[None]:
+    """Log each ``RayBackend.train_and_reduce``: its wall seconds and each host's busy seconds (the sum of its
+    clients' ``train_wall_s``). Benchmark instrumentation of the driver's view, in this process only; nothing is
+    logged with ``None``."""
+    if calls is None:
+        yield
+        return
+    from rayfl.engine.backend import tasks_by_host
+    from rayfl.engine.ray_backend import RayBackend
+
+    inner = RayBackend.train_and_reduce
+
+    def timed(self: Any, tasks: Any, params: Any) -> Any:
+        began = time.perf_counter()
+        aggregate, outcomes = inner(self, tasks, params)
+        spent = {o.client_id: o.train_wall_s for o in outcomes}
+        groups = tasks_by_host(tasks, self.sizes, self.num_hosts)
+        calls.append((time.perf_counter() - began, [sum(spent.get(t.client_id, 0.0) for t in g) for g in groups]))
+        return aggregate, outcomes
+
+    RayBackend.train_and_reduce = timed  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        RayBackend.train_and_reduce = inner  # type: ignore[method-assign]
+
+
+def steady_figures(
+    records: Sequence[Any],
+    calls: Sequence[tuple[float, list[float]]],
+    window: dict[int, tuple[float, dict[str, float], tuple[float, float]]],
+    k: int,
+    hosts: int,
+    last_steady: int,
+) -> dict[str, Any]:
+    """The steady window's CPU by role, the hosts' share of their cores and CPU per update, and the mean round taken
+    apart (see the module docstring); empty without a window (fewer than 2 rounds)."""
+    if 0 not in window or last_steady not in window or last_steady == 0:
+        return {}
+    (t0, cpu0, (main0, other0)), (t1, cpu1, (main1, other1)) = window[0], window[last_steady]
+    wall, updates = t1 - t0, k * last_steady
+    host_cpu = cpu1.get("client_host", 0.0) - cpu0.get("client_host", 0.0)
+    cores = {role: round((cpu1[role] - cpu0.get(role, 0.0)) / wall, 3) for role in sorted(cpu1)}
+    parts: dict[str, list[float]] = {}
+    for record, (backend_s, busy) in zip(records[1 : last_steady + 1], calls[1 : last_steady + 1], strict=False):
+        slowest = max(busy) if busy else 0.0
+        for name, value in (
+            ("round", record.round_wall_s),
+            ("driver_before", record.train_wall_s - backend_s),
+            ("slowest_host", slowest),
+            ("dispatch_reduce", backend_s - slowest),
+            ("driver_after", record.round_wall_s - record.train_wall_s),
+            ("imbalance", slowest - sum(busy) / max(1, len(busy))),
+        ):
+            parts.setdefault(name, []).append(1000 * value)
+    return {
+        "steady_host_cpu_share": host_cpu / (wall * hosts),
+        "host_cpu_ms_per_update": 1000 * host_cpu / updates,
+        "host_main_thread_ms_per_update": 1000 * (main1 - main0) / updates,
+        "host_other_threads_ms_per_update": 1000 * (other1 - other0) / updates,
+        "steady_cores": cores,
+        "steady_round_ms": {name: round(sum(v) / len(v), 2) for name, v in parts.items()},
+    }
+
+
+def _loop_part(args: tuple[Any, int, int, int]) -> tuple[float, float]:
+    """One of the concurrent bare loops, in a fresh process with a client host's allocator thresholds."""
+    from engine_overhead import pure_compute
+
+    from rayfl.engine.allocator import tune_allocator
+
+    tune_allocator()
+    cfg, rounds, part, parts = args
+    return pure_compute(cfg, rounds, part, parts)
+
+
+def reference_loops(cfg: Any, hosts: int, steady_rate: float, rounds: int = 2) -> dict[str, float]:
+    """The bare loop over ``rounds`` rounds' clients alone, then split over ``hosts`` processes side by side, each in
+    a fresh process (as a client host is), after the run (its processes are gone)."""
+    ctx = multiprocessing.get_context("spawn")
+    updates = cfg.clients_per_round * rounds
+    with ctx.Pool(1) as pool:
+        ((wall, cpu),) = pool.map(_loop_part, [(cfg, rounds, 0, 1)])
+    with ctx.Pool(hosts) as pool:
+        parts = pool.map(_loop_part, [(cfg, rounds, h, hosts) for h in range(hosts)])
+    both_rate = updates / max(w for w, _ in parts)
+    return {
+        "one_loop_updates_per_s": updates / wall,
+        "loop_cpu_ms_per_update": 1000 * cpu / updates,
+        "concurrent_loops_updates_per_s": both_rate,
+        "concurrent_loop_cpu_ms_per_update": 1000 * sum(c for _, c in parts) / updates,
+        "ratio_to_loops": steady_rate * wall / (hosts * updates),
+        "ratio_to_concurrent_loops": steady_rate / both_rate,
     }
 
 
@@ -285,18 +286,35 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         roles = ", ".join(f"{k} {v:.0f}" for k, v in r["end_pss_mib"].items())
         cpu = ", ".join(f"{k} {v:.1f}" for k, v in r["startup_cpu_s"].items() if v >= 0.05)
         again = f"{r['again']['end_to_end_s']:.1f}" if r.get("again") else ""
-        ratio = f" ({r['ratio_to_loops']:.2f} x {r['hosts']} loops)" if "ratio_to_loops" in r else ""
-        if "steady_host_cpu_share" in r:
-            ratio += f" [hosts had {r['steady_host_cpu_share']:.2f} of their cores"
-            ratio += f", {r['host_cpu_ms_per_update']:.1f} CPU ms/update"
-            ratio += f" vs {r['loop_cpu_ms_per_update']:.1f} bare]" if "loop_cpu_ms_per_update" in r else "]"
         beside = f"{r['prestart_import_s']:.2f}, {r['prestart_load_s']:.2f}" if "prestart_s" in r else ""
         lines.append(
-            f"| {r['n']} | {r['k']} | {r['mode']} | {r['backend']} | {r['steady_updates_per_s']:.1f}{ratio} | "
+            f"| {r['n']} | {r['k']} | {r['mode']} | {r['backend']} | {r['steady_updates_per_s']:.1f} | "
             f"{r['end_to_end_s']:.1f} | {r['imports_s']:.2f} | {r.get('prestart_ray_start_s', 0.0):.2f} | {beside} | "
             f"{r['setup_s']:.2f} | {r['backend_s']:.2f} | {r['first_round_s']:.2f} | {again} | "
             f"{sum(r['startup_cpu_s'].values()):.1f} ({cpu}) | {r['peak_pss_total_mib']:.0f} | {roles} |"
         )
+    steady = [r for r in rows if "steady_round_ms" in r]
+    if steady:
+        lines.append(
+            "\nSteady rounds on Ray (the PSS sampler paused):\n\n| N | K | mode | updates/s | x lone loops | x loops "
+            "side by side | hosts' share of their cores | host CPU ms/update (Ray's threads) | loop CPU ms/update "
+            "alone, side by side | mean round ms: driver before, slowest host, dispatch+reduce, driver after "
+            "(imbalance) | cores used by role |\n|" + " --- |" * 11
+        )
+        for r in steady:
+            ms = r["steady_round_ms"]
+            ratios, loop_cpu = " | ", ""
+            if "loop_cpu_ms_per_update" in r:
+                ratios = f"{r['ratio_to_loops']:.2f} | {r['ratio_to_concurrent_loops']:.2f}"
+                loop_cpu = f"{r['loop_cpu_ms_per_update']:.2f}, {r['concurrent_loop_cpu_ms_per_update']:.2f}"
+            cores = ", ".join(f"{k} {v:.2f}" for k, v in r["steady_cores"].items() if v >= 0.005)
+            lines.append(
+                f"| {r['n']} | {r['k']} | {r['mode']} | {r['steady_updates_per_s']:.1f} | {ratios} | "
+                f"{r['steady_host_cpu_share']:.2f} | {r['host_cpu_ms_per_update']:.2f} "
+                f"({r['host_other_threads_ms_per_update']:.2f}) | {loop_cpu} | {ms['round']:.1f}: "
+                f"{ms['driver_before']:.1f}, {ms['slowest_host']:.1f}, {ms['dispatch_reduce']:.1f}, "
+                f"{ms['driver_after']:.1f} ({ms['imbalance']:.1f}) | {cores} |"
+            )
     lines.extend(crossovers(rows))
     return "\n".join(lines)
 
@@ -322,6 +340,88 @@ def crossovers(rows: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+# Issue 13's table: (N, K, mode, backends, rounds, repeat, reference), each point as its own scale.py command
+ISSUE13: tuple[tuple[int, int, str, tuple[str, ...], int, int, bool], ...] = (
+    (100, 10, "train", ("ray", "local"), 3, 2, False),  # end to end and peak PSS at N=100; the local fast path
+    (10_000, 100, "train", ("ray",), 3, 1, True),  # end to end, peak PSS and steady rate at N=10,000
+    (1_000, 20, "train", ("ray",), 8, 1, True),  # the steady rate against two bare loops
+    (1_000, 100, "noop", ("ray",), 8, 1, False),  # the framework ceiling
+    (10_000, 1_000, "noop", ("ray",), 8, 1, False),  # the ceiling at 10,000 clients, 1,000 per round (item 3)
+)
+GB_MIB = 1e9 / 2**20  # the issue's memory targets are in GB (10^9 bytes): 1.0 GB = 953.7 MiB
+
+
+def issue13_table(rows: list[dict[str, Any]]) -> str:
+    """The issue's table with rayfl's measured column, its target and whether it is met."""
+
+    def row(n: int, k: int, mode: str, backend: str = "ray") -> dict[str, Any] | None:
+        """The row of the issue's point (N, K): measured there, or shrunk from there (``issue13_point``)."""
+        found = [
+            r
+            for r in rows
+            if (*r.get("issue13_point", (r["n"], r["k"])), r["mode"], r["backend"]) == (n, k, mode, backend)
+        ]
+        return found[0] if found else None
+
+    lines = ["| workload | rayfl (measured) | target | met |", "| --- | --- | --- | --- |"]
+
+    def add(label: str, value: str, target: str, met: bool | None) -> None:
+        lines.append(f"| {label} | {value} | {target} | {'-' if met is None else ('yes' if met else 'NO')} |")
+
+    for n, k in ((1_000, 20), (10_000, 100)):
+        r = row(n, k, "train")
+        if r is not None and "ratio_to_loops" in r:
+            value = (
+                f"{r['steady_updates_per_s']:.1f} = {r['ratio_to_loops']:.2f} x {r['hosts']} lone loops "
+                f"({r['one_loop_updates_per_s']:.1f}/s each), {r['ratio_to_concurrent_loops']:.2f} x the loops side "
+                f"by side ({r['concurrent_loops_updates_per_s']:.1f}/s)"
+            )
+            add(f"steady updates/s, N={n:,}, {k} per round", value, ">= 0.95 x two single-thread loops",
+                r["ratio_to_loops"] >= 0.95)  # fmt: skip
+    for n, k, limit in ((100, 10, 4.0), (10_000, 100, 15.0)):
+        r, local = row(n, k, "train"), row(n, k, "train", "local")
+        if r is not None:
+            value = f"{r['end_to_end_s']:.1f} s on Ray" + (f" ({local['end_to_end_s']:.1f} s local)" if local else "")
+            add(f"end-to-end wall, N={n:,}, {k} per round, {r['rounds']} rounds", value, f"<= {limit:g} s",
+                r["end_to_end_s"] <= limit)  # fmt: skip
+    for n, k, limit_gb in ((100, 10, 1.0), (10_000, 100, 2.0)):
+        r, local = row(n, k, "train"), row(n, k, "train", "local")
+        if r is not None:
+            mib = r["peak_pss_total_mib"]
+            value = f"{mib:,.0f} MiB = {mib / GB_MIB:.2f} GB on Ray"
+            value += f" ({local['peak_pss_total_mib']:,.0f} MiB local)" if local else ""
+            add(f"peak PSS of the process tree, N={n:,}", value, f"<= {limit_gb:g} GB ({limit_gb * GB_MIB:,.0f} MiB)",
+                mib <= limit_gb * GB_MIB)  # fmt: skip
+    for n, k in ((1_000, 100), (10_000, 1_000)):
+        r = row(n, k, "noop")
+        if r is not None:
+            add(f"framework ceiling (no-op clients), N={n:,}, {k:,} per round",
+                f"{r['steady_updates_per_s']:,.0f}/s", ">= 2,500/s", r["steady_updates_per_s"] >= 2500)  # fmt: skip
+    return "\n".join(lines)
+
+
+def point_commands(args: argparse.Namespace) -> list[tuple[int, int, str, str, int, int, bool, tuple[int, int]]]:
+    """The points to run, each with the (N, K) of the issue's table it stands for: ``ISSUE13``'s (shrunk by
+    ``--shrink``: N and K divided, at most 3 rounds, for a quick check that the command works) or the cross product
+    of ``--n``, ``--k``, ``--mode``, ``--backend``."""
+    if args.issue13:
+        out = []
+        for n, k, mode, backends, rounds, repeat, reference in ISSUE13:
+            n2 = max(1, n // args.shrink)
+            k2 = min(n2, max(1, k // args.shrink))
+            r2 = rounds if args.shrink == 1 else min(rounds, 3)
+            out += [(n2, k2, mode, backend, r2, repeat, reference, (n, k)) for backend in backends]
+        return out
+    return [
+        (n, k, mode, backend, args.rounds, args.repeat, args.reference, (n, k))
+        for n in args.n
+        for k in args.k
+        if k <= n
+        for mode in args.mode
+        for backend in args.backend
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, nargs="+", default=[100, 1000, 10_000])
@@ -332,6 +432,8 @@ def main() -> None:
     parser.add_argument("--hosts", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=1, help="runs per point in one process (2: Ray reused)")
     parser.add_argument("--reference", action="store_true", help="time the bare training loop too (see run_point)")
+    parser.add_argument("--issue13", action="store_true", help="the points of issue 13's table (ISSUE13), and it")
+    parser.add_argument("--shrink", type=int, default=1, help="with --issue13: N and K divided by this (a check)")
     parser.add_argument("--out", type=Path, default=None, help="JSON file for the rows (default: print only)")
     parser.add_argument("--point", action="store_true", help=argparse.SUPPRESS)  # internal: one point, JSON out
     args = parser.parse_args()
@@ -344,26 +446,31 @@ def main() -> None:
         print("SCALE-ROW " + json.dumps(row))
         return
     rows: list[dict[str, Any]] = []
-    for n in args.n:
-        for k in args.k:
-            if k > n:
-                continue
-            for mode in args.mode:
-                for backend in args.backend:
-                    cmd = [sys.executable, __file__, "--point", "--n", str(n), "--k", str(k), "--mode", mode]
-                    cmd += ["--backend", backend, "--rounds", str(args.rounds), "--hosts", str(args.hosts)]
-                    cmd += ["--repeat", str(args.repeat)] + (["--reference"] if args.reference else [])
-                    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
-                    found = [ln for ln in out.stdout.splitlines() if ln.startswith("SCALE-ROW ")]
-                    if out.returncode != 0 or not found:
-                        sys.stderr.write(out.stderr[-4000:])
-                        raise SystemExit(f"point N={n} K={k} {mode} {backend} failed (exit {out.returncode})")
-                    rows.append(json.loads(found[-1].removeprefix("SCALE-ROW ")))
-                    rate = rows[-1]["steady_updates_per_s"]
-                    sys.stderr.write(f"done N={n} K={k} {mode} {backend}: {rate:.1f} updates/s\n")
+    for n, k, mode, backend, rounds, repeat, reference, issue_point in point_commands(args):
+        cmd = [sys.executable, __file__, "--point", "--n", str(n), "--k", str(k), "--mode", mode]
+        cmd += ["--backend", backend, "--rounds", str(rounds), "--hosts", str(args.hosts)]
+        cmd += ["--repeat", str(repeat)] + (["--reference"] if reference else [])
+        load = os.getloadavg()[0]
+        out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        found = [ln for ln in out.stdout.splitlines() if ln.startswith("SCALE-ROW ")]
+        if out.returncode != 0 or not found:
+            sys.stderr.write(out.stderr[-4000:])
+            raise SystemExit(f"point N={n} K={k} {mode} {backend} failed (exit {out.returncode})")
+        row = json.loads(found[-1].removeprefix("SCALE-ROW "))
+        rows.append({**row, "issue13_point": issue_point, "load_average_1min_before": load})
+        sys.stderr.write(f"done N={n} K={k} {mode} {backend}: {rows[-1]['steady_updates_per_s']:.1f} updates/s\n")
+    table = markdown(rows) + ("\n\nIssue 13's table:\n\n" + issue13_table(rows) if args.issue13 else "")
     if args.out is not None:
-        args.out.write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
-    sys.stdout.write(markdown(rows) + "\n")
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False)
+        report = {
+            "command": "python benchmarks/scale.py " + " ".join(sys.argv[1:]),
+            "commit": commit.stdout.strip(),
+            "cpus": os.cpu_count(),
+            "rows": rows,
+            "table": table,
+        }
+        args.out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    sys.stdout.write(table + "\n")
 
 
 if __name__ == "__main__":

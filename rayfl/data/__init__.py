@@ -75,15 +75,21 @@ def build_federated_dataset(cfg: DataConfig, seed: int, cache_dir: Path | None =
     needs it) holds downloads; ``cfg.root``, when set, is the data folder of ``cifar10`` and ``leaf`` (else
     ``<cache_dir>/cifar10`` and ``<cache_dir>/leaf``). ``cfg.client_test_fraction`` then holds out part of every
     client's samples as its own test set (``hold_out_client_tests``).
+
+    Numpy's BLAS runs at one thread meanwhile (``blas_threads.py``): the data set is the same in whichever process,
+    thread or backend it is built, and building it beside ``ray.init`` (which forks) cannot hang.
     """
+    from rayfl.data.blas_threads import one_blas_thread
+
     try:
         loader = LOADERS[cfg.name]
     except KeyError:
         raise ValueError(f"unknown data.name {cfg.name!r}; known: {', '.join(sorted(LOADERS))}") from None
-    dataset = loader(cfg, seed, cache_dir)
-    if cfg.client_test_fraction > 0:
-        from rayfl.data.federated import hold_out_client_tests
-        from rayfl.rng import derive_rng
+    with one_blas_thread():
+        dataset = loader(cfg, seed, cache_dir)
+        if cfg.client_test_fraction > 0:
+            from rayfl.data.federated import hold_out_client_tests
+            from rayfl.rng import derive_rng
 
-        dataset = hold_out_client_tests(dataset, cfg.client_test_fraction, derive_rng(seed, "client-test"))
+            dataset = hold_out_client_tests(dataset, cfg.client_test_fraction, derive_rng(seed, "client-test"))
     return dataset

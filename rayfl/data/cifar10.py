@@ -3,12 +3,26 @@
 The files are read here with ``pickle`` and numpy (torchvision is imported only to download them). Images
 stay ``uint8`` in ``[N, 3, 32, 32]`` (channel, row, column) layout; models scale them by 1/255 and normalise
 them with ``meta["mean"]`` and ``meta["std"]``.
+
+Memory maps. The first load decodes the batches (with an unpickler that builds numpy arrays and nothing else) and
+writes the arrays as ``.npy`` files into ``cifar-10-batches-py/rayfl-decoded-v1/``, with the batches' sizes and
+modification times; later loads map those files (``np.load(mmap_mode="r")``) while the batches are unchanged, and
+decode again otherwise. The training images then stay a memory map read in client-major order
+(``federated.IndexedRows``): a process holds the file's pages, shared with every other process mapping them and
+evictable, not a 150 MB copy of its own (the local backend, the driver before the data goes to Ray's object
+store, which holds one copy that every host maps). A folder rayfl cannot write to is decoded into memory on every
+load, as before. ``.npy`` was chosen over Arrow or Parquet because the arrays are fixed-shape numpy arrays: numpy
+maps them with no conversion and no new dependency.
 """
 
 from __future__ import annotations
 
 import io
+import json
+import logging
+import os
 import pickle
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +32,10 @@ import numpy.typing as npt
 from rayfl.config import DataConfig
 from rayfl.config_loader import ConfigError
 from rayfl.data import partition
-from rayfl.data.federated import FederatedDataset
+from rayfl.data.federated import FederatedDataset, client_major, mapped
 from rayfl.rng import derive_rng
+
+log = logging.getLogger(__name__)
 
 __all__ = ["CIFAR10_MEAN", "CIFAR10_STD", "FOLDER", "load_cifar10", "load_cifar10_arrays"]
 
@@ -27,6 +43,9 @@ FOLDER = "cifar-10-batches-py"
 TRAIN_BATCHES = tuple(f"data_batch_{i}" for i in range(1, 6))
 TEST_BATCH = "test_batch"
 META_FILE = "batches.meta"
+DECODED = "rayfl-decoded-v1"  # the decoded arrays as .npy files, inside the batches' folder
+_DECODED_ARRAYS = ("x_train", "y_train", "x_test", "y_test")
+_IMAGES, _LABELS = ("x_train", "x_test"), ("y_train", "y_test")
 NUM_CLASSES = 10
 # Per-channel mean and standard deviation of the training images on the 0-1 scale.
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
@@ -138,6 +157,10 @@ def load_cifar10_arrays(
     missing = [name for name in (*TRAIN_BATCHES, TEST_BATCH) if not (folder / name).is_file()]
     if missing:
         raise FileNotFoundError(f"CIFAR-10 folder {folder} is incomplete: missing {', '.join(missing)}")
+    sources = _sources(folder)
+    decoded = _read_decoded(folder, sources)
+    if decoded is not None:
+        return decoded
     train = [_batch_arrays(folder / name) for name in TRAIN_BATCHES]
     x_test, y_test = _batch_arrays(folder / TEST_BATCH)
     x_train = np.concatenate([x for x, _ in train])
@@ -145,7 +168,58 @@ def load_cifar10_arrays(
     for name, labels in (("train", y_train), ("test", y_test)):
         if len(labels) and (labels.min() < 0 or labels.max() >= NUM_CLASSES):
             raise ValueError(f"CIFAR-10 {name} labels outside 0..{NUM_CLASSES - 1} in {folder}")
+    if _write_decoded(folder, sources, (x_train, y_train, x_test, y_test)):
+        written = _read_decoded(folder, sources)  # mapped: the decoded copies in memory go
+        if written is not None:
+            return written
     return x_train, y_train, x_test, y_test
+
+
+def _sources(folder: Path) -> dict[str, list[int]]:
+    """Size and modification time of every batch: the decoded arrays are the batches' while these are the same."""
+    out = {}
+    for name in (*TRAIN_BATCHES, TEST_BATCH):
+        stat = (folder / name).stat()
+        out[name] = [stat.st_size, stat.st_mtime_ns]
+    return out
+
+
+def _read_decoded(
+    folder: Path, sources: dict[str, list[int]]
+) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64], npt.NDArray[np.uint8], npt.NDArray[np.int64]] | None:
+    """The decoded arrays of ``folder`` (images as read-only memory maps), or ``None`` when there are none for these
+    batches, or they cannot be read or do not have the shapes decoding gives (they are then made again)."""
+    cache = folder / DECODED
+    try:
+        if json.loads((cache / "sources.json").read_text(encoding="utf-8")) != sources:
+            return None
+        x_train, x_test = (np.load(cache / f"{n}.npy", mmap_mode="r", allow_pickle=False) for n in _IMAGES)
+        y_train, y_test = (np.load(cache / f"{n}.npy", allow_pickle=False) for n in _LABELS)
+    except (OSError, ValueError, EOFError):  # missing, truncated or not .npy
+        return None
+    for x, y in ((x_train, y_train), (x_test, y_test)):
+        if x.dtype != np.uint8 or x.shape[1:] != (3, 32, 32) or y.dtype != np.int64 or y.shape != (len(x),):
+            return None
+    return x_train, y_train, x_test, y_test
+
+
+def _write_decoded(folder: Path, sources: dict[str, list[int]], arrays: tuple[np.ndarray, ...]) -> bool:
+    """Write the decoded arrays beside the batches (into a fresh folder renamed into place, so that a reader never
+    sees half of them); ``False`` where the folder is not writable (or another process was quicker)."""
+    cache, fresh = folder / DECODED, folder / f".{DECODED}.{os.getpid()}"
+    try:
+        shutil.rmtree(fresh, ignore_errors=True)
+        fresh.mkdir()
+        for name, array in zip(_DECODED_ARRAYS, arrays, strict=True):
+            np.save(fresh / f"{name}.npy", np.ascontiguousarray(array), allow_pickle=False)
+        (fresh / "sources.json").write_text(json.dumps(sources), encoding="utf-8")
+        shutil.rmtree(cache, ignore_errors=True)  # decoded from batches that have changed since
+        os.replace(fresh, cache)
+    except OSError as err:
+        shutil.rmtree(fresh, ignore_errors=True)
+        log.debug("CIFAR-10 decoded in memory only: %s is not writable (%s)", folder, err)
+        return False
+    return True
 
 
 def _class_names(folder: Path) -> list[str]:
@@ -199,10 +273,10 @@ def load_cifar10(cfg: DataConfig, seed: int, root: Path | None = None) -> Federa
         name="cifar10",
         input_kind="image",
         num_classes=NUM_CLASSES,
-        x=x_train[order],  # one gather into client-major order
+        x=client_major(x_train, order),  # the memory map read in client-major order (or one gather in memory)
         y=y_train[order],
         offsets=np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
-        x_test=x_test,
+        x_test=mapped(x_test),
         y_test=y_test,
         client_names=tuple(f"client{c:0{width}d}" for c in range(len(parts))),
         meta=meta,

@@ -7,7 +7,9 @@ The factory is called on the driver with ``data.kwargs`` (plus ``seed`` and ``nu
 - a mapping of centralised arrays ``x``, ``y``, ``x_test``, ``y_test`` (optional ``num_classes``, default
   ``max(label) + 1``, and ``input_kind``, default ``"image"`` for 4-d ``x`` and ``"tokens"`` for 2-d), which
   ``data.partition`` (``iid`` or ``dirichlet`` with ``dirichlet_alpha``) splits into ``data.num_clients`` clients
-  with a generator derived from the seed.
+  with a generator derived from the seed. Arrays the factory memory-maps (``np.load(path, mmap_mode="r")``) stay
+  memory maps, read in client order per client (``federated.client_major``), so a large data set is not copied
+  into the driver.
 
 Either way the result is checked before anything runs: images are ``uint8`` or ``float32`` ``[N, C, H, W]``, tokens
 integer ``[N, T]``, labels integer ``[N]`` in ``[0, num_classes)``, and the test set has the training samples' shape.
@@ -17,6 +19,7 @@ the path is imported from).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,7 +28,7 @@ import numpy as np
 from rayfl.config import DataConfig
 from rayfl.config_loader import ConfigError
 from rayfl.data import partition
-from rayfl.data.federated import FederatedDataset
+from rayfl.data.federated import FederatedDataset, client_major, mapped
 from rayfl.rng import derive_rng
 
 __all__ = ["check_data_factory", "check_dataset", "load_custom"]
@@ -40,8 +43,8 @@ def load_custom(cfg: DataConfig, seed: int) -> FederatedDataset:
 
     factory = resolve_factory(cfg.factory, "data.factory")
     out = call_factory(factory, cfg.kwargs, {"seed": seed, "num_clients": cfg.num_clients}, "data.factory")
-    if isinstance(out, FederatedDataset):
-        dataset = out
+    if isinstance(out, FederatedDataset):  # its memory maps as IndexedRows, which Ray's object store maps once
+        dataset = dataclasses.replace(out, x=mapped(out.x), x_test=mapped(out.x_test))
     elif isinstance(out, Mapping):
         dataset = _from_arrays(out, cfg, seed)
     else:
@@ -70,7 +73,9 @@ def _from_arrays(out: Mapping[str, Any], cfg: DataConfig, seed: int) -> Federate
     missing = [k for k in _ARRAYS if k not in out]
     if missing:
         raise _fault(factory, f"the returned mapping lacks {', '.join(missing)} (needs {', '.join(_ARRAYS)})")
-    x, y, x_test, y_test = (np.asarray(out[k]) for k in _ARRAYS)
+    # a memory map (np.load(..., mmap_mode="r")) stays one: read in client order per client, never copied whole
+    x, x_test = (out[k] if isinstance(out[k], np.memmap) else np.asarray(out[k]) for k in ("x", "x_test"))
+    y, y_test = np.asarray(out["y"]), np.asarray(out["y_test"])
     if y.ndim != 1 or not np.issubdtype(y.dtype, np.integer):
         raise _fault(factory, f"y must be integer labels of shape [N], got {y.dtype} {y.shape}")
     kind = out.get("input_kind", "image" if x.ndim == 4 else "tokens")
@@ -92,10 +97,10 @@ def _from_arrays(out: Mapping[str, Any], cfg: DataConfig, seed: int) -> Federate
         name="custom",
         input_kind=kind,
         num_classes=num_classes,
-        x=x[order],
+        x=client_major(x, order),
         y=y[order].astype(np.int64),
         offsets=offsets,
-        x_test=x_test,
+        x_test=mapped(x_test),
         y_test=y_test.astype(np.int64),
         meta={"partition": cfg.partition},
     )

@@ -19,7 +19,17 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["FederatedDataset", "InputKind", "LazyRows", "Rows", "from_client_arrays", "hold_out_client_tests"]
+__all__ = [
+    "FederatedDataset",
+    "IndexedRows",
+    "InputKind",
+    "LazyRows",
+    "Rows",
+    "client_major",
+    "from_client_arrays",
+    "hold_out_client_tests",
+    "mapped",
+]
 
 InputKind = Literal["tokens", "image"]
 
@@ -65,6 +75,39 @@ class LazyRows(ABC):
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         out = self.take(np.arange(len(self), dtype=np.int64))
         return out if dtype is None else out.astype(dtype, copy=False)
+
+
+class IndexedRows(LazyRows):
+    """Rows ``base[order]`` (``base`` itself without an order), gathered when indexed: a memory-mapped array read in
+    client-major order without a gathered copy of it (``client_major``). Pickles as ``base`` and ``order``, ``base``
+    as a plain array, so that Ray places a mapped array in its object store out of band, once, as it does any array."""
+
+    def __init__(self, base: np.ndarray, order: npt.NDArray[np.int64] | None = None) -> None:
+        self.base = np.asarray(base)  # a memmap as a plain array over the same pages (pickle 5 keeps it out of band)
+        self.order = None if order is None else np.asarray(order, dtype=np.int64)
+        self.shape = (len(self.base) if self.order is None else len(self.order), *self.base.shape[1:])
+        self.dtype = self.base.dtype
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (IndexedRows, (self.base, self.order))
+
+    def take(self, index: npt.NDArray[np.int64]) -> np.ndarray:
+        return np.asarray(self.base[index if self.order is None else self.order[index]])
+
+
+def client_major(x: np.ndarray, order: npt.NDArray[np.int64]) -> Rows:
+    """``x[order]``: gathered into a new array when ``x`` is in memory; when it is a memory map (``np.load(...,
+    mmap_mode="r")``), an ``IndexedRows`` over the map, so that the process holds the file's pages (shared and
+    evictable) rather than an anonymous copy of a large data set."""
+    if isinstance(x, np.memmap):
+        return IndexedRows(x, order)
+    return x[order]
+
+
+def mapped(x: Rows) -> Rows:
+    """``x`` as it is, or a memory map as an ``IndexedRows`` (which pickles out of band; a ``np.memmap`` itself
+    pickles its bytes in band, which every Ray reader would copy)."""
+    return IndexedRows(x) if isinstance(x, np.memmap) else x
 
 
 # a sample array: held in full, or made on demand

@@ -88,6 +88,7 @@ def prepare_run(cfg: ExperimentConfig, dataset: FederatedDataset | None = None, 
         began = time.perf_counter()
         setup = build_setup(cfg, dataset, cache_dir)
         return dataclasses.replace(setup, startup_s={"setup_s": time.perf_counter() - began})
+    from rayfl.data.blas_threads import one_blas_thread
     from rayfl.engine.ray_backend import ensure_ray, share
     from rayfl.engine.ray_pool import take_pool
 
@@ -100,7 +101,8 @@ def prepare_run(cfg: ExperimentConfig, dataset: FederatedDataset | None = None, 
         finally:
             timed["setup_s"] = time.perf_counter() - began
 
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rayfl-setup") as threads:
+    # numpy's BLAS at one thread while ``ray.init`` forks beside the set-up (``rayfl/data/blas_threads.py``)
+    with one_blas_thread(), ThreadPoolExecutor(max_workers=1, thread_name_prefix="rayfl-setup") as threads:
         building = threads.submit(build)
         began = time.perf_counter()
         ensure_ray(cfg.backend)  # in the main thread: Ray's driver sets signal handlers

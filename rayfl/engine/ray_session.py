@@ -100,7 +100,10 @@ def prestart(cfg: ExperimentConfig, modules: Sequence[str] = ()) -> Prestarted:
         timed["load_s"] = time.perf_counter() - began
         return dataset
 
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rayfl-prestart") as threads:
+    from rayfl.data.blas_threads import one_blas_thread
+
+    # numpy's BLAS at one thread while ``ray.init`` forks beside the data's loading (``rayfl/data/blas_threads.py``)
+    with one_blas_thread(), ThreadPoolExecutor(max_workers=1, thread_name_prefix="rayfl-prestart") as threads:
         loading = threads.submit(work)
         began = time.perf_counter()
         ensure_ray(cfg.backend)

@@ -14,6 +14,7 @@ most one byte of padding) for every tensor of the global model, an upper bound o
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -137,12 +138,12 @@ class CostOracle:
             if name in a.skip:
                 continue
             tslice = a.slices.get(name)
+            # math.prod, not np.prod: the driver prices every sampled client's tensors each round, and numpy's
+            # reduction costs microseconds per call on a handful of integers (a millisecond a round at 20 clients)
             if tslice is None:
-                numels.append(int(np.prod(shape)))
+                numels.append(math.prod(shape))
             else:
-                numels.append(
-                    int(np.prod([s if i is None else len(i) for s, i in zip(shape, tslice.index, strict=True)]))
-                )
+                numels.append(math.prod(s if i is None else len(i) for s, i in zip(shape, tslice.index, strict=True)))
         return numels
 
     def _upload_factor(self, num_tensors: int) -> float | Callable[[np.ndarray], np.ndarray]:
