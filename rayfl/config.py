@@ -841,7 +841,8 @@ class BackendConfig:
     # intra-op threads of the driver's server work (distillation, static BN, search, local evaluation), fixed for the
     # same reason: the records of a run do not depend on the machine's core count or OMP_NUM_THREADS
     server_threads: int = bounded(1, ge=1)
-    address: str | None = None  # an existing Ray cluster ("auto" or "host:port"); None = start a local one
+    address: str | None = None  # an existing Ray cluster ("auto" or "host:port"); None = what a bare ray.init() finds
+    # (RAY_ADDRESS, the last `ray start` here) or else a new local Ray
     num_cpus: int = bounded(0, ge=0)  # CPUs for a local Ray instance; 0 = all
     object_store_mb: int = bounded(0, ge=0)  # object store of a local Ray instance; 0 = Ray's default
     # dead hosts and shards are restarted and their work re-run (engine/recovery.py); the run gives up when more

@@ -36,13 +36,43 @@ log = logging.getLogger(__name__)
 _started_gcs: str | None = None  # the GCS address of the Ray instance rayfl started in this process, if any
 
 
+def cluster_a_bare_init_joins() -> str | None:
+    """The cluster ``ray.init()`` without an address would join instead of starting one: ``RAY_ADDRESS``, or the
+    cluster the last ``ray start`` on this machine recorded (Ray's own lookup). Such a cluster is not rayfl's: it is
+    never shut down, and ``ray.init`` refuses ``num_cpus`` and ``object_store_memory`` when joining it."""
+    from ray._private.services import canonicalize_bootstrap_address  # Ray's lookup, so the two never disagree
+
+    try:
+        found = canonicalize_bootstrap_address(None)
+    except Exception as err:  # a malformed RAY_ADDRESS: ray.init will say so itself
+        log.debug("no cluster to join: %s", err)
+        return None
+    return str(found) if found else None
+
+
+def init_kwargs(cfg: BackendConfig, *, joining: bool) -> dict[str, Any]:
+    """``ray.init``'s arguments: sizes only for a Ray rayfl starts itself, an address only when the config names one."""
+    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": True}
+    if cfg.address:
+        kwargs["address"] = cfg.address
+    elif not joining:
+        if cfg.num_cpus:
+            kwargs["num_cpus"] = cfg.num_cpus
+        if cfg.object_store_mb:
+            kwargs["object_store_memory"] = cfg.object_store_mb << 20
+    return kwargs
+
+
 def gcs_address() -> str:
     """The address of the Ray instance this process is connected to (tells one Ray instance from the next)."""
     return str(ray.get_runtime_context().gcs_address)
 
 
 def ensure_ray(cfg: BackendConfig) -> bool:
-    """Connect to (or start) Ray; returns True when this call started it.
+    """Connect to (or start) Ray; returns True when this call connected this process (started or joined a Ray).
+
+    Without ``backend.address`` a cluster that a bare ``ray.init()`` would join (``RAY_ADDRESS``, or the last ``ray
+    start`` on this machine) is joined as Ray itself would, without the sizes it refuses; otherwise a local Ray starts.
 
     A running Ray is reused, whoever started it: runs in one process (a sweep's trials, a notebook calling
     ``run_experiment`` twice) pay Ray's start once. Backends never shut Ray down; one rayfl started stays up until
@@ -55,16 +85,15 @@ def ensure_ray(cfg: BackendConfig) -> bool:
         log.debug("reusing the running Ray instance (backend.num_cpus and object_store_mb apply to a new one only)")
         return False
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": True}
-    if cfg.address:
-        kwargs["address"] = cfg.address
-    else:
-        if cfg.num_cpus:
-            kwargs["num_cpus"] = cfg.num_cpus
-        if cfg.object_store_mb:
-            kwargs["object_store_memory"] = cfg.object_store_mb << 20
-    ray.init(**kwargs)
-    _started_gcs = None if cfg.address else gcs_address()
+    joining = cfg.address or cluster_a_bare_init_joins()
+    if joining and not cfg.address:
+        log.info(
+            "joining the Ray cluster at %s (RAY_ADDRESS or the last `ray start` on this machine, as a bare "
+            "ray.init() does); backend.num_cpus and object_store_mb apply to a Ray rayfl starts",
+            joining,
+        )
+    ray.init(**init_kwargs(cfg, joining=bool(joining)))
+    _started_gcs = None if joining else gcs_address()
     return True
 
 
