@@ -137,3 +137,18 @@ def test_fedtrans_clients_capacities_spread_at_least_29x(path: Path) -> None:
         for round_idx in (0, cfg.rounds - 1):
             speed = compute.at(clients, 0.0, round_idx)
             assert speed.max() / speed.min() >= 29.0, (seed, round_idx, speed.min(), speed.max())
+
+
+def test_fedtrans_femnist_like_writers_have_femnists_shapes_and_their_own_test_sets() -> None:
+    from experiments.fedtrans.femnist_like import NUM_CLASSES, writers
+
+    ds = writers(num_clients=6, per_client=8, seed=3)
+    assert (ds.num_clients, ds.num_classes, ds.x.dtype, ds.x.shape[1:]) == (6, NUM_CLASSES, np.uint8, (1, 28, 28))
+    for c in range(6):
+        (x, y), (xt, yt) = ds.client_train(c), ds.client_test(c)
+        assert 4 <= len(x) <= 12 and len(xt) == 4 and x.shape[1:] == xt.shape[1:]
+        assert min(y.min(), yt.min()) >= 0 and max(y.max(), yt.max()) < NUM_CLASSES
+    again = writers(num_clients=6, per_client=8, seed=3)
+    assert np.array_equal(ds.x, again.x) and np.array_equal(ds.y_test, again.y_test)  # a function of the seed
+    assert not np.array_equal(writers(num_clients=6, per_client=8, seed=4).x[:4], ds.x[:4])
+    assert load_config(REPO / "experiments" / "fedtrans" / "femnist.yaml").data.factory.startswith("experiments.")
