@@ -613,6 +613,9 @@ class FedTransConfig:
     widened last time, and adds the result as a new model. ``eta``: Eq. 5's decay per round the receiving model has
     trained. Ablations: ``soft_aggregation: false`` (each model averages its own clients only), ``share_large_to_small``
     (the paper's "l2s"), ``layer_selection: random``, ``warmup: false`` (new models start from fresh weights).
+    ``rescale_cropped``: a smaller model's input columns of a dimension the receiving model has widened are divided
+    by the widening factor before they enter its leading slice, so they are on the receiver's scale (``false``: the
+    paper's literal crop, which mixes the parent's full-scale columns with the child's columns divided by ``K``).
     A client is compatible with a model when its round's training FLOPs fit its compute budget
     (``system.compute_limit_s``); every model is compatible without one.
     """
@@ -627,6 +630,7 @@ class FedTransConfig:
     eta: float = bounded(0.9, gt=0.0, le=1.0)
     soft_aggregation: bool = True
     share_large_to_small: bool = False
+    rescale_cropped: bool = True
     layer_selection: Literal["activeness", "random"] = "activeness"
     warmup: bool = True
     activeness_rounds: int = bounded(5, ge=1)

@@ -1,8 +1,10 @@
 """FedTrans beside HeteroFL and FedAvg at CPU size, with paper 002's protocol and figures (Sec. 5.1-5.2, Table 2).
 
-    PYTHONPATH=$PWD python experiments/fedtrans/run_table.py [--seeds 0 1 2] [--rounds 150] [--ablations]
+    PYTHONPATH=$PWD python experiments/fedtrans/run_table.py [--config cpu.yaml] [--seeds 0 1 2] [--rounds 150]
+        [--ablations]
 
-Per seed, with the same data, budgets and training set-up (``cpu.yaml``):
+Per seed, with the same data, budgets and training set-up (``--config``: ``cpu.yaml``, the CIFAR-like setting, or
+``femnist.yaml``, the FEMNIST-shaped writers):
 
 * **FedTrans** grows its family from HeteroFL's conv net;
 * **HeteroFL** trains the largest model FedTrans grew (its transformation log, read from the FedTrans run's
@@ -12,12 +14,14 @@ Per seed, with the same data, budgets and training set-up (``cpu.yaml``):
 * **FedAvg** trains the initial model, which every client can train.
 
 With ``--ablations``, the first seed also runs FedTrans without soft aggregation (each model averages its own
-clients: paper Table 3's "-s") and with large-to-small sharing (Table 1's "l2s").
+clients: paper Table 3's "-s"), with large-to-small sharing (Table 1's "l2s") and with the paper's literal crop
+(``rescale_cropped: false``, "crop": a parent's input columns added into its widened child's at full scale).
 
 Writes ``results.md`` (per seed and mean over seeds: average client accuracy, its interquartile range, each model's
 accuracy, models, total training MACs, network volume; the ablations; and Table 2's CIFAR-10 rows),
 ``client_accuracy.png`` (the clients' accuracies at the end, per method, first seed) and ``accuracy_vs_macs.png``
-(average client accuracy against cumulative training MACs, paper Figure 7). Runs go to ``runs/fedtrans/seed<S>/``.
+(average client accuracy against cumulative training MACs, paper Figure 7); for another config than ``cpu.yaml`` the
+names carry its stem (``results_femnist.md``, ...). Runs go to ``runs/fedtrans[-STEM]/seed<S>/``.
 """
 
 from __future__ import annotations
@@ -42,17 +46,20 @@ from rayfl.report.tables import cost_table
 
 HERE = Path(__file__).resolve().parent
 METHODS = ("fedtrans", "heterofl", "fedavg")
-PAPER = """Paper 002, Table 2, CIFAR-10 (MobileNetV3-small start, 100 clients per round, mean of 3 runs):
+PAPER = """Paper 002, Table 2 (100 clients per round, mean of 3 runs; CIFAR-10 from MobileNetV3-small, FEMNIST from
+NAS-Bench-201's smallest model):
 
-| Method | Avg. client acc (%) | IQR (%) | Cost (PMACs) | Network (MB) |
-|---|---:|---:|---:|---:|
-| FedTrans | 78.29 | 5.25 | 0.86 | 1368.4 |
-| HeteroFL | 64.51 | 7.00 | 4.31 | 1828.4 |
+| Data | Method | Avg. client acc (%) | IQR (%) | Cost (PMACs) | Network (MB) |
+|---|---|---:|---:|---:|---:|
+| CIFAR-10 | FedTrans | 78.29 | 5.25 | 0.86 | 1368.4 |
+| CIFAR-10 | HeteroFL | 64.51 | 7.00 | 4.31 | 1828.4 |
+| FEMNIST | FedTrans | 76.42 | 13.23 | 0.10 | 8.9 |
+| FEMNIST | HeteroFL | 61.54 | 13.50 | 0.78 | 209.0 |
 """
 
 
-def _run(overrides: list[str], out: Path) -> Path:
-    cfg = load_config(HERE / "cpu.yaml", [f"output_dir={out}", *overrides])
+def _run(config: Path, overrides: list[str], out: Path) -> Path:
+    cfg = load_config(config, [f"output_dir={out}", *overrides])
     done = out / cfg.name
     if (done / "summary.json").is_file():  # a finished run of an earlier call: reused (delete it to re-run)
         logging.info("%s: reused", done)
@@ -64,16 +71,16 @@ def _run(overrides: list[str], out: Path) -> Path:
     return result.run_dir
 
 
-def run_seed(seed: int, rounds: int, root: Path) -> dict[str, Path]:
+def run_seed(config: Path, seed: int, rounds: int, root: Path) -> dict[str, Path]:
     out = root / f"seed{seed}"
     common = [f"seed={seed}", f"rounds={rounds}"]
-    dirs = {"fedtrans": _run([*common, "name=fedtrans"], out)}
+    dirs = {"fedtrans": _run(config, [*common, "name=fedtrans"], out)}
     family = json.loads((dirs["fedtrans"] / "summary.json").read_text())["fedtrans"]["models"]
     largest = json.dumps(family[-1])
     rates = json.dumps(sorted(HETEROFL_RATES))
     heterofl = ["name=heterofl", "algorithm.name=heterofl", "model.scaler=true", f"model.transforms={largest}"]
-    dirs["heterofl"] = _run([*common, *heterofl, f"eval_widths={rates}"], out)
-    dirs["fedavg"] = _run([*common, "name=fedavg", "algorithm.name=fedavg"], out)
+    dirs["heterofl"] = _run(config, [*common, *heterofl, f"eval_widths={rates}"], out)
+    dirs["fedavg"] = _run(config, [*common, "name=fedavg", "algorithm.name=fedavg"], out)
     return dirs
 
 
@@ -131,20 +138,26 @@ def plot_accuracy_vs_macs(runs: dict[str, RunRecords], out_png: Path) -> Path:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", default="cpu.yaml", help="a config in experiments/fedtrans/ (or a path)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--rounds", type=int, default=150)
-    parser.add_argument("--runs", type=Path, default=Path("runs/fedtrans"))
+    parser.add_argument("--runs", type=Path, default=None, help="default: runs/fedtrans[-STEM]")
     parser.add_argument("--out", type=Path, default=HERE)
     parser.add_argument("--ablations", action="store_true")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("rayfl.engine").setLevel(logging.WARNING)
-    seeds = {seed: run_seed(seed, args.rounds, args.runs) for seed in args.seeds}
+    config = HERE / args.config if (HERE / args.config).is_file() else Path(args.config)
+    tag = "" if config.stem == "cpu" else f"_{config.stem}"
+    runs_root = args.runs or Path("runs/fedtrans" + tag.replace("_", "-"))
+    seeds = {seed: run_seed(config, seed, args.rounds, runs_root) for seed in args.seeds}
+    ablations = " --ablations" if args.ablations else ""
     sections = [
         "# FedTrans beside HeteroFL and FedAvg at CPU size",
         "",
-        f"`PYTHONPATH=$PWD python experiments/fedtrans/run_table.py --seeds {' '.join(map(str, args.seeds))} "
-        f"--rounds {args.rounds}` (setting: `cpu.yaml`; see `README.md`).",
+        f"`PYTHONPATH=$PWD python experiments/fedtrans/run_table.py --config {config.name} --seeds "
+        f"{' '.join(map(str, args.seeds))} --rounds {args.rounds}{ablations}` (setting: `{config.name}`; see "
+        "`README.md`).",
         "",
         f"## Mean over seeds {', '.join(map(str, args.seeds))}",
         "",
@@ -164,19 +177,21 @@ def main() -> None:
         sections.append("")
     first = seeds[args.seeds[0]]
     if args.ablations:
-        seed, out = args.seeds[0], args.runs / f"seed{args.seeds[0]}"
+        seed, out = args.seeds[0], runs_root / f"seed{args.seeds[0]}"
         common = [f"seed={seed}", f"rounds={args.rounds}"]
         variants = {
             "fedtrans-s": ["algorithm.soft_aggregation=false"],
             "fedtrans-l2s": ["algorithm.share_large_to_small=true"],
+            "fedtrans-crop": ["algorithm.rescale_cropped=false"],
         }
-        dirs = [first["fedtrans"], *(_run([*common, f"name={n}", *o], out) for n, o in variants.items())]
+        dirs = [first["fedtrans"], *(_run(config, [*common, f"name={n}", *o], out) for n, o in variants.items())]
         sections += [f"## Ablations (seed {seed})", "", cost_table([load_run(d) for d in dirs])]
     runs = {m: load_run(first[m]) for m in METHODS}
-    plot_client_accuracy(list(runs.values()), args.out / "client_accuracy.png", labels=list(METHODS))
-    plot_accuracy_vs_macs(runs, args.out / "accuracy_vs_macs.png")
-    sections += [PAPER, "![clients](client_accuracy.png)", "", "![accuracy vs MACs](accuracy_vs_macs.png)", ""]
-    (args.out / "results.md").write_text("\n".join(sections))
+    clients_png, macs_png = f"client_accuracy{tag}.png", f"accuracy_vs_macs{tag}.png"
+    plot_client_accuracy(list(runs.values()), args.out / clients_png, labels=list(METHODS))
+    plot_accuracy_vs_macs(runs, args.out / macs_png)
+    sections += [PAPER, f"![clients]({clients_png})", "", f"![accuracy vs MACs]({macs_png})", ""]
+    (args.out / f"results{tag}.md").write_text("\n".join(sections))
 
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@ global models, ``algorithms/multimodel.py``); the equations are in ``fedtrans_ma
    own clients (deterministic for any host and shard count); then every model ``j`` that had clients takes
    ``sum_i a_ij w_i / sum_i a_ij`` over the models ``i`` trained this round, with ``a_jj = 1`` and, for a smaller
    model ``i < j`` (larger ones too with ``share_large_to_small``), ``a_ij = eta^t sim(M_i, M_j)``, ``t`` the rounds
-   ``j`` has trained, smaller tensors added into the leading slice of larger ones. A model without clients this
+   ``j`` has trained, smaller tensors added into the leading slice of larger ones (their input columns of a widened
+   dimension rescaled to the receiver's, ``rescale_cropped``). A model without clients this
    round keeps its weights (the author code skips it). This cross-model step runs on the driver after the sharded
    reduction: its coefficients change every round and with every new model, and the shards have no per-round input
    besides the hosts' partial sums; the driver holds every model's tensors anyway.
@@ -24,12 +25,36 @@ global models, ``algorithms/multimodel.py``); the equations are in ``fedtrans_ma
    ``transform_classifier``) are widened by ``widen_factor``, or deepened if their own last transformation was a
    widening (the author code's alternation per cell), and the copy of the newest model with
    those transformations (``models/cellnet/transform.py``: function preserving, noise on widened copies) is added;
-   its utility column is the parent's. At most ``max_models`` models.
+   its utility column is the parent's. At most ``max_models`` models, none after the run's last round.
 
 Evaluation scores every model on the test set and each client on its compatible model of highest utility (ties: the
 smaller model), paper 002's average client accuracy. Everything that later rounds read lives in ``ServerState``:
 the models (``models``, ``params``) and ``FedTransState`` (utilities, similarity, loss history, activeness buffer,
 alternation set, per-model trained rounds, transformation log); the FLOPs cache on the algorithm is rebuilt from them.
+
+Paper vs author code vs rayfl (``experiments/fedtrans/README.md`` has the reasons at length):
+
+* DoC (Eq. 1): paper signed slopes ``L(i - d) - L(i)``; author mean of absolute differences; rayfl signed (paper).
+* Similarity: paper "cumulates" the cells' ``mc`` into [0, 1]; author sums and divides each row by its maximum;
+  rayfl the mean over the larger model's cells, clipped to [0, 1] (``fedtrans_math``).
+* Eq. 5's denominator: paper ``sum sim`` (no decay); author and rayfl the sum of the coefficients used.
+* Eq. 5's decay: paper ``eta^t`` at round ``t``; author ``1 / t`` with ``t`` the rounds the receiver trained; rayfl
+  ``eta^t`` with the author's ``t`` (at the paper's round ``t`` a model made after round 50 would get 0.9^50 = 0.5 %).
+* Eq. 5's crop: paper leading slice as is; rayfl rescales a widened dimension's input columns (``rescale_cropped``).
+* Eq. 4: paper and author update the client's compatible models; rayfl every model (``update_utilities``; the same
+  when capacities are fixed per client).
+* Candidates: paper every cell; author and rayfl not the classifier (``transform_classifier`` makes it one).
+* Deepen: paper an identity cell; author conv + new batch norm + Dirac conv (linear: an identity linear); rayfl the
+  identity cell alone, after the cell's ReLU where it has one (a fresh batch norm is not the identity in training).
+* Widen: paper random columns; author and rayfl channel ``j`` copies ``j mod C`` (old channels first); author noise
+  5 % of each filter's std on the copies and noisy batch-norm copies; rayfl ``noise`` x the whole tensor's std on the
+  copies, batch norm duplicated exactly.
+* Sampling: author turns utility 0 into 0.1 and samples only among non-converged models; rayfl neither (paper).
+* Aggregation: author stops taking other models once a model converges; rayfl does not (the decay does that).
+* Activeness: author over clients able to train the model, last 5 rounds; rayfl the sample-weighted mean of the
+  newest model's own clients over its last ``activeness_rounds`` rounds (what the server sees of that model).
+* Forced rounds (author ``--enforce_transform``): skipped, with a warning, when the newest model has not trained
+  since it was made (no activeness to choose cells by).
 """
 
 from __future__ import annotations
@@ -37,7 +62,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -49,6 +74,7 @@ from rayfl.algorithms.base import Algorithm
 from rayfl.algorithms.fedtrans_math import (
     degree_of_convergence,
     family_similarity,
+    input_scales,
     sample_model,
     select_cells,
     soft_aggregate,
@@ -206,7 +232,7 @@ class FedTrans(Algorithm):
         cfg, fs = self.config, self._state(state)
         ok = [o for o in aggregate.outcomes if o.failure is None]
         trained = sorted({o.model_id for o in ok})
-        params = self._aggregate(aggregate.params, trained, fs)
+        params = self._aggregate(aggregate.params, trained, fs, self._input_scales(state.models, trained))
         ids = np.array([o.client_id for o in ok], dtype=np.int64)
         utilities = update_utilities(
             fs.utilities,
@@ -230,12 +256,36 @@ class FedTrans(Algorithm):
         )
         new = ServerState(params, round_idx + 1, state.opt_state, fs, state.models)
         forced = round_idx in cfg.force_rounds
-        if (forced or doc <= cfg.beta) and len(state.models) < cfg.max_models and fs.activeness:
-            new = self._transform(new, round_idx, forced)
-        return new
+        last_round = round_idx + 1 >= self.server.rounds  # a model made now would never train, yet count as made
+        if not (forced or doc <= cfg.beta) or len(state.models) >= cfg.max_models or last_round:
+            return new
+        if not fs.activeness:  # only a forced round can get here: the DoC needs losses, which come with activeness
+            log.warning(
+                "fedtrans: no transformation after round %d: model %d has not trained since it was made, so there is "
+                "no cell activeness to choose cells by",
+                round_idx,
+                newest,
+            )
+            return new
+        return self._transform(new, round_idx, forced)
 
-    def _aggregate(self, params: Params, trained: Sequence[int], fs: FedTransState) -> Params:
-        """Eq. 5 over the models trained this round (module docstring, step 2)."""
+    def _input_scales(
+        self, models: Sequence[ModelConfig], trained: Sequence[int]
+    ) -> dict[tuple[int, int], dict[str, float]]:
+        """``input_scales`` of every pair of models trained this round (none without ``rescale_cropped``)."""
+        if not self.config.rescale_cropped:
+            return {}
+        graphs = {k: self._graph(models[k]) for k in trained}
+        return {(i, j): input_scales(graphs[i], graphs[j]) for i in trained for j in trained if i != j}
+
+    def _aggregate(
+        self,
+        params: Params,
+        trained: Sequence[int],
+        fs: FedTransState,
+        scales: Mapping[tuple[int, int], Mapping[str, float]] | None = None,
+    ) -> Params:
+        """Eq. 5 over the models trained this round (module docstring, step 2); ``scales`` from ``_input_scales``."""
         cfg = self.config
         coefficients: dict[tuple[int, int], float] = {(j, j): 1.0 for j in trained}
         if cfg.soft_aggregation:
@@ -243,7 +293,7 @@ class FedTrans(Algorithm):
                 for j in trained:
                     if i != j and (i < j or cfg.share_large_to_small):
                         coefficients[(i, j)] = cfg.eta ** fs.trained_rounds[j] * float(fs.similarity[i, j])
-        merged = soft_aggregate({k: model_params(params, k) for k in trained}, coefficients)
+        merged = soft_aggregate({k: model_params(params, k) for k in trained}, coefficients, scales)
         replaced = {model_key(j, name): t for j, tensors in merged.items() for name, t in tensors.items()}
         return {key: replaced.get(key, value) for key, value in params.items()}
 

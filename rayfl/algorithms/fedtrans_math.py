@@ -16,6 +16,14 @@ Choices where the paper leaves room (each also noted where it is made):
 * **Soft aggregation** divides by the sum of the coefficients actually used, ``eta^t sim`` included (Eq. 5 prints
   ``sum sim`` below a numerator that carries the decay, which would shrink a model's weights every round the decay
   removes a neighbour; the author code normalises by the weights it used).
+* **Cropping across a widening** (``input_scales``). Widening a dimension by ``K`` divides its consumers' input
+  columns by ``K`` (function preservation), so a consumer's leading slice in the child holds the parent's columns
+  divided by ``K``. Adding the parent's full-scale columns into that slice, as the paper's HeteroFL-style crop does
+  literally, pulls the child's columns towards ``K`` times their scale: averaging a parent with its own noise-free
+  child does not give back the function both compute. With ``FedTransConfig.rescale_cropped`` (the default) a
+  source's input columns of a dimension the two models size differently are multiplied by ``size in source / size
+  in receiver`` before they enter the receiver's leading slice, which puts them on the receiver's scale (the cropping
+  is about shapes in the paper; this keeps the function); ``rescale_cropped: false`` is the literal crop.
 """
 
 from __future__ import annotations
@@ -28,11 +36,12 @@ import torch
 
 from rayfl.algorithms.payloads import Params
 from rayfl.models.cellnet.graph import Graph, Op
-from rayfl.models.cellnet.transform import RESET
+from rayfl.models.cellnet.transform import RESET, tensor_name
 
 __all__ = [
     "cell_params",
     "degree_of_convergence",
+    "input_scales",
     "model_similarity",
     "sample_model",
     "select_cells",
@@ -131,13 +140,36 @@ def family_similarity(graphs: Sequence[Graph], transforms: Sequence[tuple[str, .
     return out
 
 
-def soft_aggregate(means: Mapping[int, Params], coefficients: Mapping[tuple[int, int], float]) -> dict[int, Params]:
+def input_scales(source: Graph, receiver: Graph) -> dict[str, float]:
+    """The factor by which each weight of ``source`` is multiplied before it enters ``receiver``'s leading slice
+    (module docstring, "Cropping across a widening"): for every conv or linear cell of both models whose input
+    dimension they size differently, ``source size / receiver size`` (``1 / K`` after a widening by ``K``; ``K`` the
+    other way). Tensor names are the models' own; weights not listed keep their scale (biases, norms and depthwise
+    filters are per output channel and never summed over a widened dimension)."""
+    known = {op.name for op in source.cells}
+    out: dict[str, float] = {}
+    for op in receiver.cells:
+        if op.kind == "dwconv" or op.name not in known:
+            continue
+        ratio = source.size(op.in_dim) / receiver.size(op.in_dim)
+        if ratio != 1.0:
+            out[tensor_name(op.name, "weight")] = ratio
+    return out
+
+
+def soft_aggregate(
+    means: Mapping[int, Params],
+    coefficients: Mapping[tuple[int, int], float],
+    scales: Mapping[tuple[int, int], Mapping[str, float]] | None = None,
+) -> dict[int, Params]:
     """Eq. 5 for every model ``j`` of ``means`` (each model's FedAvg over its own clients this round, under its own
     tensor names): ``w_j = sum_i a_ij w_i / sum_i a_ij`` element-wise, where ``a_ij = coefficients[(i, j)]`` (pairs
     not listed do not share) and a tensor ``w_i`` smaller than ``w_j`` is added into ``w_j``'s leading slice
     ``[:d1, :d2, ...]`` (a larger one is cropped to it), as HeteroFL nests its sub-models; tensors match by name.
-    Sums run in float64 over sources in id order. ``(j, j)`` must be listed and positive, so every element has a
-    weight."""
+    ``scales[(i, j)][name]`` multiplies ``w_i``'s tensor ``name`` on its way into ``w_j`` (``input_scales``; 1 when
+    not listed). Sums run in float64 over sources in id order. ``(j, j)`` must be listed and positive, so every
+    element has a weight."""
+    scales = scales or {}
     out: dict[int, Params] = {}
     for j in sorted(means):
         own_weight = coefficients.get((j, j), 0.0)
@@ -153,7 +185,8 @@ def soft_aggregate(means: Mapping[int, Params], coefficients: Mapping[tuple[int,
                 if a <= 0 or src is None or src.dim() != own.dim():
                     continue
                 region = tuple(slice(0, min(s, t)) for s, t in zip(src.shape, own.shape, strict=True))
-                num[region] += a * src[region].to(torch.float64)
+                scale = scales.get((i, j), {}).get(name, 1.0)
+                num[region] += a * scale * src[region].to(torch.float64)
                 den[region] += a
             new[name] = (num / den).to(own.dtype)
         out[j] = new

@@ -7,6 +7,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -53,6 +54,8 @@ def test_models_are_added_during_the_run_and_recorded(local_run: RunResult, tmp_
     logs = [m.transforms for m in models]  # type: ignore[union-attr]
     assert all(logs[k][: len(logs[k - 1])] == logs[k - 1] and len(logs[k]) > len(logs[k - 1]) for k in range(1, 3))
     assert [r.num_models for r in local_run.records][:2] == [2, 3]
+    trained = np.sum([[int(c) for c in r.clients_per_model.split()] for r in local_run.records[1:]], axis=0)
+    assert trained[1] > 0 and trained[2] > 0  # grown models were trained: the equivalences below cover them
     for record in local_run.records:
         assert sum(int(c) for c in record.clients_per_model.split()) == record.clients_run - record.clients_failed
         assert 0.0 <= record.client_acc <= 1.0 and record.train_macs > 0
@@ -78,4 +81,7 @@ def test_hosts_and_shards_do_not_change_results(local_run: RunResult) -> None:
 @pytest.mark.ray
 @pytest.mark.usefixtures("ray_local")
 def test_ray_equals_in_process(local_run: RunResult) -> None:
-    _assert_identical(local_run, _run("ray", 3, 4))  # 1 vs 3 hosts and 1 vs 4 shards in-process: the test above
+    _assert_identical(local_run, _run("ray", 1, 1))
+    _assert_identical(
+        local_run, _run("ray", 3, 4)
+    )  # with the test above: 1 vs 3 hosts and 1 vs 4 shards, both backends
