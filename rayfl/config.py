@@ -174,6 +174,10 @@ class ResNetConfig:
     # stage ``side_exit`` (1-based; 0 = none); "stages 1..side_exit + side head" is the simple model (paper 001)
     side_exit: int = bounded(0, ge=0)
     side_pool: int = bounded(4, ge=1)
+    # the main head's pooling: 1 (the default) is the global average pool; k > 1 averages the last stage's maps over
+    # k x k equal windows and the linear layer reads all k*k cells (the position of a feature survives, as in the side
+    # head; FedHeN's CPU settings, whose synthetic labels depend on where things are)
+    head_pool: int = bounded(1, ge=1)
     # the model is its side-exit sub-model alone (stages 1..side_exit + side head, no deep stages): the simple model
     # as a stand-alone architecture with the same tensor names (FedHeN's Decouple baseline trains it as its own model)
     exit_only: bool = False
