@@ -898,6 +898,11 @@ class ExperimentConfig:
     # evaluated round, recorded as ``x{p}`` in evals.csv (nested-width methods: accuracy of each sub-model; needs an
     # elastic model)
     eval_widths: tuple[float, ...] = ()
+    # also evaluate the all-device model every evaluated round: the reducer's mean over every client's last update
+    # that reached the server (clients that never trained left out), not only this round's; paper 001 reports its
+    # models so. Recorded as ``all_devices_acc``/``all_devices_loss`` (the main evaluation), ``all_devices_device_acc``
+    # (the device average on it) and ``all_devices/<name>`` in evals.csv. Costs every client's last upload in memory
+    eval_all_devices: bool = False
     output_dir: str = "runs"
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=CharLSTMConfig, metadata={"tagged": MODEL_CONFIGS})
