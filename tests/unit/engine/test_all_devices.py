@@ -191,10 +191,10 @@ def test_with_some_devices_active_the_all_device_model_differs_and_is_off_by_def
     """Four of twelve devices a round: after round 1 the all-device model averages round 0's devices too, so it is not
     the global model; without ``eval_all_devices`` no client keeps an upload and the columns stay NaN."""
     ds = tiny_image_dataset(NUM_CLIENTS)
-    on = run_experiment(_config(rounds=3), write=False, dataset=ds)
+    on = run_experiment(_config(rounds=2), write=False, dataset=ds)
     assert all(math.isfinite(r.all_devices_acc) for r in on.records)
     assert any(r.all_devices_loss != r.test_loss for r in on.records[1:])
-    off = run_experiment(fedhen_config(rounds=3), write=False, dataset=ds)
+    off = run_experiment(fedhen_config(rounds=2), write=False, dataset=ds)
     assert all(math.isnan(r.all_devices_acc) and math.isnan(r.all_devices_device_acc) for r in off.records)
     assert {e.name for e in off.evals} == {"simple"}
     for a, b in zip(on.records, off.records, strict=True):  # reporting only: training is unchanged
