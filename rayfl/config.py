@@ -174,6 +174,10 @@ class ResNetConfig:
     # stage ``side_exit`` (1-based; 0 = none); "stages 1..side_exit + side head" is the simple model (paper 001)
     side_exit: int = bounded(0, ge=0)
     side_pool: int = bounded(4, ge=1)
+    # the main head's pooling: 1 (the default) is the global average pool; k > 1 averages the last stage's maps over
+    # k x k equal windows and the linear layer reads all k*k cells (the position of a feature survives, as in the side
+    # head; FedHeN's CPU settings, whose synthetic labels depend on where things are)
+    head_pool: int = bounded(1, ge=1)
     # the model is its side-exit sub-model alone (stages 1..side_exit + side head, no deep stages): the simple model
     # as a stand-alone architecture with the same tensor names (FedHeN's Decouple baseline trains it as its own model)
     exit_only: bool = False
@@ -899,6 +903,11 @@ class ExperimentConfig:
     # evaluated round, recorded as ``x{p}`` in evals.csv (nested-width methods: accuracy of each sub-model; needs an
     # elastic model)
     eval_widths: tuple[float, ...] = ()
+    # also evaluate the all-device model every evaluated round: the reducer's mean over every client's last update
+    # that reached the server (clients that never trained left out), not only this round's; paper 001 reports its
+    # models so. Recorded as ``all_devices_acc``/``all_devices_loss`` (the main evaluation), ``all_devices_device_acc``
+    # (the device average on it) and ``all_devices/<name>`` in evals.csv. Costs every client's last upload in memory
+    eval_all_devices: bool = False
     output_dir: str = "runs"
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=CharLSTMConfig, metadata={"tagged": MODEL_CONFIGS})

@@ -114,6 +114,8 @@ def case(name: str, data: FederatedDataset | None, rounds: int = 4) -> Experimen
     )
     if data is None:
         cfg = dataclasses.replace(cfg, data=SYNTHETIC)
+    if name in SIDE_EXIT_METHODS:  # every client's last upload is kept (the all-device model): a resume restores them
+        cfg = dataclasses.replace(cfg, eval_all_devices=True)
     links = LINKS if name in NESTED else LinkConfig()
     return dataclasses.replace(cfg, system=_budgets(cfg, data, links))
 

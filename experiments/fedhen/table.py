@@ -1,20 +1,32 @@
-"""The FedHeN comparison table (paper 001's quantities) from the runs of experiments/fedhen/run_all.sh.
+"""The FedHeN comparison tables (paper 001's quantities) from the runs of experiments/fedhen/run_all.sh.
 
 python experiments/fedhen/table.py runs/fedhen [curves.png] > experiments/fedhen/results.md
 
-Per setting and method: the simple model's and the complex model's test accuracy at the last round, their mean over
-the last five evaluations (the curves are noisy with 10 of 100 clients per round), and the first round at which each
-reached a target (the paper's Tables 1-2 count rounds to a target accuracy; here the target is 0.9 x the best final
-accuracy of any method on that model and setting). "Devices" is the engine's ``device_acc`` at the last evaluation:
-the mean over the 100 devices of the accuracy of the model each one runs (50 simple, 50 complex); it is *not* the
-paper's reporting model (the average of every device's latest local model), which needs each device's model kept
-across rounds. FedHeN, NoSide and Decouple all record the simple model as ``simple`` in evals.csv and the complex one
-as ``test_acc``. With a second argument, the accuracy curves against rounds (setting x model) go to that PNG.
+Two views of every method's models, each as the mean and the spread over the seeds found (``mean ± sd``: the sample
+standard deviation over seeds; a single seed shows no spread):
+
+* **Global models** (rayfl's usual figures): the server's simple model (``simple`` in evals.csv) and complex model
+  (``test_acc``) after each round, each averaged over that round's active devices (Algorithm 1, lines 17-22);
+  "devices" is ``device_acc``, the mean over the 100 devices of the accuracy of the model each one uses (50 simple,
+  50 complex).
+* **All-device models** (the paper's reported quantity, its "Reporting Results"): the same aggregation over every
+  device's last upload (``eval_all_devices``: ``all_devices/simple`` in evals.csv, ``all_devices_acc``), and the
+  device average on them (``all_devices_device_acc``).
+
+Per model: the accuracy at the last evaluation, the mean of the last five evaluations (the curves are noisy with 10
+of 100 clients per round), and the rounds to a target (the paper's Tables 1-2 count rounds to a target accuracy; here
+the target is 0.9 x the best mean-of-last-five of any method on that model, setting and view; the first evaluated
+round at or above it, per seed, "-" when never). Then, per setting and view, whether the paper's ordering on the
+simple model (FedHeN >= NoSide >= Decouple) holds on the mean of the last five evaluations, seed by seed. With a second
+argument, the curves against rounds (mean over seeds, a band from the lowest to the highest seed; solid: global
+models, dashed: all-device models) go to that PNG.
 """
 
 from __future__ import annotations
 
 import csv
+import math
+import statistics
 import sys
 from pathlib import Path
 
@@ -23,78 +35,153 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 LAST = 5
+METHODS = ("fedhen", "noside", "decouple")  # the paper's order
+VIEWS = {"global": "Global models (active devices)", "all": "All-device models (the paper's reported quantity)"}
+Curve = list[tuple[int, float]]
+
+
+def _curve(rows: list[dict[str, str]], key: str) -> Curve:
+    return [(int(r["round_idx"]) + 1, float(r[key])) for r in rows if r.get(key) not in (None, "", "nan")]
 
 
 def _read(run_dir: Path) -> dict[str, object]:
     cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
-    rounds = [r for r in csv.DictReader((run_dir / "rounds.csv").open()) if r["test_acc"] not in ("", "nan")]
-    simple = [r for r in csv.DictReader((run_dir / "evals.csv").open()) if r["name"] == "simple"]
+    rounds = list(csv.DictReader((run_dir / "rounds.csv").open()))
+    evals = list(csv.DictReader((run_dir / "evals.csv").open()))
+
+    def named(name: str) -> Curve:
+        return [(int(r["round_idx"]) + 1, float(r["test_acc"])) for r in evals if r["name"] == name]
+
     return {
         "setting": cfg.get("setting") or run_dir.parent.name,
         "method": cfg["algorithm"]["name"],
-        "complex": [(int(r["round_idx"]) + 1, float(r["test_acc"])) for r in rounds],
-        "simple": [(int(r["round_idx"]) + 1, float(r["test_acc"])) for r in simple],
-        "devices": [float(r.get("device_acc") or "nan") for r in rounds],
+        "seed": int(cfg["seed"]),
+        ("global", "simple"): named("simple"),
+        ("global", "complex"): _curve(rounds, "test_acc"),
+        ("global", "devices"): _curve(rounds, "device_acc"),
+        ("all", "simple"): named("all_devices/simple"),
+        ("all", "complex"): _curve(rounds, "all_devices_acc"),
+        ("all", "devices"): _curve(rounds, "all_devices_device_acc"),
     }
 
 
-def _first_reaching(curve: list[tuple[int, float]], target: float) -> str:
-    for round_no, acc in curve:
-        if acc >= target:
-            return str(round_no)
-    return "-"
+def _tail(curve: Curve) -> float:
+    tail = [acc for _, acc in curve[-LAST:]]
+    return sum(tail) / len(tail) if tail else math.nan
+
+
+def _stat(values: list[float]) -> str:
+    values = [v for v in values if not math.isnan(v)]
+    if not values:
+        return "-"
+    mean = sum(values) / len(values)
+    return f"{mean:.3f}" if len(values) < 2 else f"{mean:.3f} ± {statistics.stdev(values):.3f}"
+
+
+def _first_reaching(curve: Curve, target: float) -> str:
+    return next((str(round_no) for round_no, acc in curve if acc >= target), "-")
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else math.nan
+
+
+def table(runs: list[dict[str, object]], view: str) -> list[str]:
+    """One view's table (markdown lines) and its ordering verdicts."""
+    header = ["setting", "method", "seeds"]
+    for model in ("simple", "complex"):
+        header += [f"{model}: last", f"{model}: mean of last {LAST}", f"{model}: rounds to target"]
+    header.append("devices: last")
+    lines = [f"### {VIEWS[view]}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    notes, verdicts = [], []
+    for setting in sorted({str(r["setting"]) for r in runs}):
+        group = [r for r in runs if r["setting"] == setting]
+        methods = [m for m in METHODS if any(r["method"] == m for r in group)]
+        by_method = {m: sorted((r for r in group if r["method"] == m), key=lambda r: int(r["seed"])) for m in methods}  # type: ignore[call-overload]
+        targets = {}
+        for model in ("simple", "complex"):
+            tails = [_mean([_tail(r[(view, model)]) for r in by_method[m]]) for m in methods]  # type: ignore[index]
+            targets[model] = 0.9 * max(tails) if tails else math.nan
+        notes.append(f"{setting}: simple {targets['simple']:.3f}, complex {targets['complex']:.3f}")
+        for method in methods:
+            seeds = by_method[method]
+            cells = [setting, method, " ".join(str(r["seed"]) for r in seeds)]
+            for model in ("simple", "complex"):
+                curves: list[Curve] = [r[(view, model)] for r in seeds]  # type: ignore[misc]
+                cells += [
+                    _stat([c[-1][1] for c in curves if c]),
+                    _stat([_tail(c) for c in curves if c]),
+                    ", ".join(_first_reaching(c, targets[model]) for c in curves),
+                ]
+            cells.append(_stat([r[(view, "devices")][-1][1] for r in seeds if r[(view, "devices")]]))  # type: ignore[index]
+            lines.append("| " + " | ".join(cells) + " |")
+        verdicts.append(_ordering(setting, by_method, view))
+    lines += ["", "Targets (0.9 x the best mean of the last five of any method): " + "; ".join(notes) + ".", ""]
+    return lines + verdicts + [""]
+
+
+def _ordering(setting: str, by_method: dict[str, list[dict[str, object]]], view: str) -> str:
+    """Does FedHeN >= NoSide >= Decouple hold on the simple model's mean of the last five, seed by seed?"""
+    if not all(m in by_method for m in METHODS):
+        return f"- {setting}: not every method ran"
+    seeds = sorted({int(r["seed"]) for r in by_method["fedhen"]})  # type: ignore[call-overload]
+    parts = []
+    for seed in seeds:
+        tails = {}
+        for m in METHODS:
+            run = next((r for r in by_method[m] if r["seed"] == seed), None)
+            tails[m] = _tail(run[(view, "simple")]) if run else math.nan  # type: ignore[index]
+        first, second = tails["fedhen"] >= tails["noside"], tails["noside"] >= tails["decouple"]
+        parts.append(
+            f"seed {seed}: FedHeN {tails['fedhen']:.3f} {'>=' if first else '<'} NoSide {tails['noside']:.3f} "
+            f"{'>=' if second else '<'} Decouple {tails['decouple']:.3f}"
+        )
+    return f"- {setting}, simple model, mean of the last {LAST}: " + "; ".join(parts)
 
 
 def main(root: Path) -> list[dict[str, object]]:
     runs = [_read(p.parent) for p in sorted(root.rglob("evals.csv"))]
-    header = ["setting", "method"]
-    for model in ("simple", "complex"):
-        header += [f"{model}: last", f"{model}: mean of last {LAST}", f"{model}: rounds to target"]
-    header.append("devices: last")
-    print("| " + " | ".join(header) + " |")
-    print("|" + "---|" * len(header))
-    notes = []
-    for setting in sorted({str(r["setting"]) for r in runs}):
-        group = [r for r in runs if r["setting"] == setting]
-        targets = {}
-        for model in ("simple", "complex"):
-            finals = [curve[-1][1] for r in group if (curve := r[model])]  # type: ignore[index]
-            targets[model] = 0.9 * max(finals) if finals else float("nan")
-        notes.append(f"{setting}: simple {targets['simple']:.3f}, complex {targets['complex']:.3f}")
-        for r in sorted(group, key=lambda r: str(r["method"])):
-            cells = [setting, str(r["method"])]
-            for model in ("simple", "complex"):
-                curve: list[tuple[int, float]] = r[model]  # type: ignore[assignment]
-                if not curve:
-                    cells += ["-", "-", "-"]
-                    continue
-                tail = [acc for _, acc in curve[-LAST:]]
-                cells += [f"{curve[-1][1]:.3f}", f"{sum(tail) / len(tail):.3f}", _first_reaching(curve, targets[model])]
-            devices: list[float] = r["devices"]  # type: ignore[assignment]
-            cells.append(f"{devices[-1]:.3f}" if devices else "-")
-            print("| " + " | ".join(cells) + " |")
-    print()
-    print("Targets (0.9 x the best last accuracy of any method): " + "; ".join(notes) + ".")
+    for view in VIEWS:
+        print("\n".join(table(runs, view)))
     return runs
 
 
+def _band(curves: list[Curve]) -> tuple[list[int], list[float], list[float], list[float]]:
+    """Rounds every seed evaluated, with the mean, lowest and highest accuracy over seeds at each."""
+    common = sorted(set.intersection(*(set(dict(c)) for c in curves))) if curves else []
+    values = [[dict(c)[x] for c in curves] for x in common]
+    return common, [_mean(v) for v in values], [min(v) for v in values], [max(v) for v in values]
+
+
 def plot(runs: list[dict[str, object]], path: Path) -> None:
-    """Accuracy against rounds: one panel per setting and model, one line per method."""
+    """Accuracy against rounds: one row per setting, columns simple, complex and the device average; one colour per
+    method, solid for the global models and dashed for the all-device models, mean over seeds with a min-max band."""
     settings = sorted({str(r["setting"]) for r in runs})
-    fig = Figure(figsize=(10, 3.6 * len(settings)))
+    fig = Figure(figsize=(15, 4.0 * len(settings)))
     FigureCanvasAgg(fig)
-    axes = fig.subplots(len(settings), 2, squeeze=False)
+    axes = fig.subplots(len(settings), 3, squeeze=False)
+    colours = {"fedhen": "tab:blue", "noside": "tab:orange", "decouple": "tab:green"}
     for i, setting in enumerate(settings):
-        for j, model in enumerate(("simple", "complex")):
+        for j, model in enumerate(("simple", "complex", "devices")):
             ax = axes[i][j]
-            for r in sorted((r for r in runs if r["setting"] == setting), key=lambda r: str(r["method"])):
-                curve: list[tuple[int, float]] = r[model]  # type: ignore[assignment]
-                ax.plot([c[0] for c in curve], [c[1] for c in curve], label=str(r["method"]))
-            ax.set_title(f"{setting}: {model} model")
+            for method in METHODS:
+                group = [r for r in runs if r["setting"] == setting and r["method"] == method]
+                for view, style in (("global", "-"), ("all", "--")):
+                    curves: list[Curve] = [r[(view, model)] for r in group if r[(view, model)]]  # type: ignore[misc]
+                    if not curves:
+                        continue
+                    x, mean, low, high = _band(curves)
+                    label = f"{method} ({'global' if view == 'global' else 'all devices'})"
+                    ax.plot(x, mean, style, color=colours[method], label=label, linewidth=1.2)
+                    if len(curves) > 1:
+                        ax.fill_between(x, low, high, color=colours[method], alpha=0.12 if view == "global" else 0.06)
+            seeds = len({r["seed"] for r in runs if r["setting"] == setting})
+            title = "device average" if model == "devices" else f"{model} model"
+            ax.set_title(f"{setting}: {title} ({seeds} seeds)")
             ax.set_xlabel("Round")
             ax.set_ylabel("Test accuracy")
             ax.grid(alpha=0.3)
-            ax.legend()
+            ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 

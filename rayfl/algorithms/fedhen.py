@@ -24,8 +24,15 @@ the family like any sub-model.
   and record it as ``nan_update``.
 * **Evaluation.** The engine evaluates the complex model (``test_acc``) and, through ``eval_structures``, the simple
   one (the global simple model is the complex model's ``M`` part, so it is the same parameters at the side-exit
-  units), recorded as ``simple`` in ``evals.csv`` (Decouple's own simple model too). The average over devices'
-  models (``device_acc``) scores every device of the run on the model its budgets give it (``device_evals``).
+  units), recorded as ``simple`` in ``evals.csv`` (Decouple's own simple model too). ``device_acc`` scores every
+  device of the run on the model its budgets give it (``device_evals``). The paper's own reporting models ("Reporting
+  Results": the server models averaged over all devices rather than the round's active ones, for reporting only)
+  are the engine's all-device model (``eval_all_devices``, ``engine/multieval.py``): this module's aggregation
+  applied to every device's last upload, so the simple part is the mean over all devices and the rest the mean over
+  all complex devices (Decouple: the means over all simple and over all complex devices). The paper's parenthesis
+  ("all complex devices for server complex model and all simple devices for server simple model") could also be
+  read as averaging FedHeN's simple model over the simple devices alone; we keep each method's own rule, since what
+  the paragraph changes is "all devices" for "only active devices".
 
 * **Decouple** (Algorithm 3): two independent FedAvgs in one run, on the engine's several global models
   (``algorithms/multimodel.py``): model 0 is the complex model (the run's), model 1 the simple model as a stand-alone

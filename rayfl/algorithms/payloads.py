@@ -8,6 +8,7 @@ them in one flat dict: model 0 under its own names, model ``k > 0`` under ``m{k}
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -105,6 +106,12 @@ class TrainTask:
     link: LinkDraw | None = None  # unstable links: what this round's transfers deliver (None: perfect links)
     client_state: object | None = None  # the algorithm's own state of this client from its last round (or None)
     model_config: ModelConfig | None = None  # the architecture of model ``assignment.model_id``; None = the run's
+    # keep the update that reaches the server in the client's memory (``eval_all_devices``: the all-device model)
+    keep_upload: bool = False
+
+    def keeping_upload(self, keep: bool) -> TrainTask:
+        """The task, asking the host to keep the client's upload when ``keep``."""
+        return dataclasses.replace(self, keep_upload=True) if keep else self
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ evaluate on fixed-size test batches combined in batch order.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ __all__ = [
     "shard_plan",
     "tasks_by_host",
     "to_numpy",
+    "uploads_by_host",
 ]
 
 
@@ -69,6 +71,8 @@ class Backend(Protocol):
     def client_states(self) -> dict[int, object]: ...
 
     def load_client_states(self, states: dict[int, object]) -> None: ...
+
+    def reduce_uploads(self, params: Params) -> Aggregate: ...
 
 
 def to_numpy(params: Params) -> NumpyParams:
@@ -132,6 +136,13 @@ def shard_plan(
         return current, None
     plan = plan_shards({k: tuple(v.shape) for k, v in params.items()}, num_shards)
     return plan, [[n for n, k in plan.items() if k == s] for s in range(len(shards))]
+
+
+def uploads_by_host(handles: Sequence[tuple[int, object]], num_hosts: int) -> list[list[object]]:
+    """Every client's memory handle (in client-id order) dealt to hosts in contiguous runs of client ids, so the
+    reduction over all uploads has one canonical order (hosts in id order, clients in id order) on every backend."""
+    bounds = np.linspace(0, len(handles), num_hosts + 1).round().astype(int)
+    return [[h for _, h in handles[bounds[k] : bounds[k + 1]]] for k in range(num_hosts)]
 
 
 def assemble_aggregate(
@@ -202,6 +213,28 @@ class LocalBackend:
         results = [shard.reduce(arrays, *per_shard[s]) for s, shard in enumerate(self.shards)]
         outcomes.sort(key=lambda o: o.client_id)
         return assemble_aggregate(results, outcomes), outcomes
+
+    def reduce_uploads(self, params: Params) -> Aggregate:
+        """The all-device model: the algorithm's reducer over every client's kept upload (``eval_all_devices``,
+        ``engine/client_state.py``), elements no upload covers keeping ``params``' values; ``num_clients`` counts the
+        uploads."""
+        self.shard_of, names = shard_plan(self.shard_of, params, self.num_shards, self.shards)
+        if names is not None:
+            for shard, own in zip(self.shards, names, strict=True):
+                shard.set_names(own)
+        arrays = to_numpy(params)
+        per_shard: list[list[ArrayPartial]] = [[] for _ in range(self.num_shards)]
+        count = 0
+        for host, held in zip(self.hosts, uploads_by_host(self.memories.handles(), self.num_hosts), strict=True):
+            if not held:
+                continue
+            out = host.reduce_uploads(arrays, self.shard_of, self.num_shards, *cast(list[ClientMemory | None], held))
+            for s, p in enumerate(out[: self.num_shards]):
+                per_shard[s].append(cast(ArrayPartial, p))
+            count += cast(int, out[self.num_shards])
+        torch.set_num_threads(self._threads)
+        results = [shard.reduce(arrays, *per_shard[s]) for s, shard in enumerate(self.shards)]
+        return dataclasses.replace(assemble_aggregate(results, []), num_clients=count)
 
     def evaluate(
         self, params: Params, units: tuple[int, ...] | None = None, model_config: ModelConfig | None = None

@@ -6,12 +6,17 @@ it follows the client. The host returns each client's new ``ClientMemory`` besid
 never passes through the driver) and hands it back with the client's next task. Where a client trains therefore
 never changes what it remembers, and the store holds at most one memory per client that ever trained.
 
-A memory holds two things, each only when something uses it:
+A memory holds three things, each only when something uses it:
 
 * ``params``/``slices``: the client's own trained model of the last round it trained (its sub-model's tensors and
   the global positions they cover), kept when unstable links pad (``system.links.padding``);
 * ``algo_state``: whatever the algorithm keeps per client (``Algorithm.keeps_client_state``; it receives it as
-  ``TrainTask.client_state`` and returns the next one as ``ClientUpdate.client_state``).
+  ``TrainTask.client_state`` and returns the next one as ``ClientUpdate.client_state``);
+* ``upload``: the last update of the client that reached the server (``KeptUpload``: values as the server received
+  them, their global positions and weights), kept under ``eval_all_devices`` (``TrainTask.keep_upload``). The
+  engine's all-device model is the algorithm's reducer over every client's kept upload (``reduce_uploads``): paper
+  001 reports models averaged over all devices, not only the round's active ones. A round in which the client failed
+  (its upload lost, its update not finite) keeps the upload it had.
 
 Padding (Eq. 5): a client that received only the first ``p_d`` levels of its model fills the rest, up to its own
 ``p_k``, from its memory; positions its memory lacks (a client's first round, or a capacity larger than before) come
@@ -27,7 +32,7 @@ import numpy as np
 import torch
 
 from rayfl.algorithms.base import Algorithm
-from rayfl.algorithms.payloads import Assignment, TensorSlice, TrainTask
+from rayfl.algorithms.payloads import Assignment, ClientUpdate, TensorSlice, TrainTask
 from rayfl.config import ModelConfig
 from rayfl.models import InputSpec, build_model
 from rayfl.models.elastic.family import gather
@@ -36,6 +41,7 @@ from rayfl.rng import derive_seed
 __all__ = [
     "ClientMemory",
     "ClientStateStore",
+    "KeptUpload",
     "initial_weights",
     "keeps_state",
     "memory_bytes",
@@ -45,24 +51,52 @@ __all__ = [
 
 
 @dataclass(frozen=True, slots=True)
+class KeptUpload:
+    """A client's last update as the server received it (after link cuts and compression), named as in the flat
+    parameter dict: what the all-device model averages for this client."""
+
+    values: dict[str, np.ndarray]
+    slices: dict[str, TensorSlice]
+    weight: float
+    tensor_weights: dict[str, float]
+
+    @classmethod
+    def of(cls, update: ClientUpdate) -> KeptUpload:
+        """A copy of ``update``'s tensors (never a view of the round's global arrays or of a model's weights)."""
+        values = {k: v.detach().cpu().numpy().copy() for k, v in update.values.items()}
+        return cls(values, dict(update.slices), float(update.weight), dict(update.tensor_weights))
+
+    def as_update(self, client_id: int, names: Mapping[str, object]) -> ClientUpdate:
+        """The upload as a ``ClientUpdate`` for the reducer, restricted to the tensors in ``names`` (a tensor of a
+        global model the run no longer holds is left out)."""
+        values = {k: torch.from_numpy(v) for k, v in self.values.items() if k in names}
+        slices = {k: v for k, v in self.slices.items() if k in values}
+        return ClientUpdate(client_id, self.weight, values, slices, 0, float("nan"), 0, dict(self.tensor_weights))
+
+
+@dataclass(frozen=True, slots=True)
 class ClientMemory:
     """What one client remembers between the rounds it trains (see module docstring)."""
 
     params: dict[str, np.ndarray] | None = None
     slices: dict[str, TensorSlice] | None = None
     algo_state: object | None = None
+    upload: KeptUpload | None = None
 
 
 def keeps_state(algorithm: Algorithm, tasks: Sequence[TrainTask]) -> bool:
-    """Whether a round's clients carry memories: the algorithm keeps per-client state, or links pad."""
-    return algorithm.keeps_client_state or any(t.link is not None and t.link.padding for t in tasks)
+    """Whether a round's clients carry memories: the algorithm keeps per-client state, links pad, or the run keeps
+    every client's last upload (``eval_all_devices``)."""
+    return algorithm.keeps_client_state or any(t.keep_upload or (t.link is not None and t.link.padding) for t in tasks)
 
 
 def memory_bytes(memory: ClientMemory | None) -> int:
-    """Bytes of a memory's tensors (its ``algo_state`` is the algorithm's and not counted)."""
-    if memory is None or memory.params is None:
+    """Bytes of a memory's tensors, its kept upload included (its ``algo_state`` is the algorithm's and not
+    counted)."""
+    if memory is None:
         return 0
-    return sum(int(v.nbytes) for v in memory.params.values())
+    params = sum(int(v.nbytes) for v in memory.params.values()) if memory.params is not None else 0
+    return params + (sum(int(v.nbytes) for v in memory.upload.values.values()) if memory.upload is not None else 0)
 
 
 class ClientStateStore:
@@ -86,6 +120,10 @@ class ClientStateStore:
             raise RuntimeError(f"a host returned {len(handles)} client memories for {len(tasks)} tasks")
         for task, handle in zip(tasks, handles, strict=True):
             self._handles[task.client_id] = handle
+
+    def handles(self) -> list[tuple[int, object]]:
+        """Every client's memory handle with its client id, in client-id order."""
+        return [(c, self._handles[c]) for c in sorted(self._handles)]
 
     def client_states(self) -> dict[int, object]:
         """Every client's memory, by client id (for checkpoints)."""

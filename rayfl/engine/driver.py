@@ -30,6 +30,7 @@ from rayfl.engine.guard import NonFiniteError, NonFiniteGuard, all_finite
 from rayfl.engine.multieval import (
     client_accuracies,
     device_accuracy,
+    evaluate_all_devices,
     evaluate_models,
     model_fields,
     named_evaluations,
@@ -165,7 +166,9 @@ def _run(
                 plan = clock.plan(round_idx, views, assignments, state.models, train, work)
                 lr = schedule.lr(cfg.train, round_idx)
                 tasks = [
-                    train_task(v.client_id, round_idx, cfg.seed, lr, assignments[v.client_id], state, plan.link(i))
+                    train_task(
+                        v.client_id, round_idx, cfg.seed, lr, assignments[v.client_id], state, plan.link(i)
+                    ).keeping_upload(cfg.eval_all_devices)
                     for i, (v, runs) in enumerate(zip(views, plan.runs, strict=True))
                     if runs
                 ]
@@ -191,9 +194,9 @@ def _run(
                 evals: list[EvalResult] | None = None
                 structure_evals: list[EvalRecord] = []
                 client_accs: list[ClientAccRecord] = []
-                device_acc = math.nan
+                device_fields: dict[str, Any] = {}  # the device averages, the all-device model's main figures
                 if evaluated:
-                    run.last_eval, evals, structure_evals, device_acc, client_accs = evaluate_round(
+                    run.last_eval, evals, structure_evals, device_fields, client_accs = evaluate_round(
                         cfg, backend, algorithm, state, clock, ds, round_idx
                     )
                 now = time.perf_counter()
@@ -225,7 +228,7 @@ def _run(
                     server_train_s=stats.server_train_s,
                     phase=schedule.phase_at(round_idx).name,
                     **model_fields(evals, state, outcomes, client_accs),
-                    device_acc=device_acc,
+                    **device_fields,
                     train_macs=float(plan.train_flops[plan.runs].sum()) / 2.0 if len(plan.train_flops) else 0.0,
                     faults=backend.take_faults(),
                     rolled_back=int(rolled_back),
@@ -292,9 +295,10 @@ def evaluate_round(
     clock: SimClock,
     ds: FederatedDataset,
     round_idx: int,
-) -> tuple[EvalResult, list[EvalResult], list[EvalRecord], float, list[ClientAccRecord]]:
+) -> tuple[EvalResult, list[EvalResult], list[EvalRecord], dict[str, float], list[ClientAccRecord]]:
     """An evaluated round: the main evaluation, every global model's, the named structures' (``evals.csv`` rows),
-    the average over devices' models and, with per-client test data, each client's accuracy on its model."""
+    the average over devices' models (``device_acc``; with ``eval_all_devices`` the all-device model's figures and
+    rows too) and, with per-client test data, each client's accuracy on its model."""
     eval_params = algorithm.eval_params(state)
     main = backend.evaluate(eval_params, algorithm.eval_units(state))
     evals = evaluate_models(backend, algorithm, state, main)
@@ -312,7 +316,12 @@ def evaluate_round(
     everyone = np.arange(ds.num_clients)
     census = clock.check_in(round_idx, everyone, [ds.num_examples(int(c)) for c in everyone])
     client_accs = client_accuracies(ds, named_evals, algorithm, state, census, round_idx)
-    return main, evals, structure_evals, device_accuracy(accs, algorithm, state, census), client_accs
+    fields = {"device_acc": device_accuracy(accs, algorithm, state, census)}
+    if cfg.eval_all_devices:
+        all_fields, all_rows = evaluate_all_devices(backend, algorithm, state, wanted, census, round_idx)
+        fields.update(all_fields)
+        structure_evals.extend(all_rows)
+    return main, evals, structure_evals, fields, client_accs
 
 
 _NOTHING = Aggregate(params={}, coverage={}, num_clients=0)

@@ -37,7 +37,14 @@ from rayfl.algorithms.submodel import first_k
 from rayfl.config import BackendConfig, CompressionConfig, ModelConfig
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine.allocator import tune_allocator
-from rayfl.engine.client_state import ClientMemory, initial_weights, keeps_state, own_global, padded_tensor
+from rayfl.engine.client_state import (
+    ClientMemory,
+    KeptUpload,
+    initial_weights,
+    keeps_state,
+    own_global,
+    padded_tensor,
+)
 from rayfl.engine.device import use_device
 from rayfl.models import InputSpec, build_model, to_input
 from rayfl.models.elastic import FAMILIES, ElasticFamily, build_family
@@ -215,6 +222,25 @@ class ClientHost:
         shares = [as_arrays(p) for p in split_partial(partial, shard_of, num_shards)]  # numpy: shards load no torch
         return (*shares, outcomes, *after)
 
+    def reduce_uploads(
+        self, params: NumpyParams, shard_of: Mapping[str, int], num_shards: int, *memories: ClientMemory | None
+    ) -> tuple[object, ...]:
+        """The reducer's partial sums over the uploads that ``memories`` (clients in id order) kept, against the
+        tensors of ``params``: ``num_shards`` partials as ``run_round`` returns them, then how many uploads they hold.
+        The all-device model's half on the hosts (``Backend.reduce_uploads``); a memory without an upload adds
+        nothing."""
+        torch.set_num_threads(self.torch_threads)
+        shapes = {k: torch.Size(v.shape) for k, v in params.items()}
+        partial: Partial = {}
+        count = 0
+        for memory in memories:
+            if memory is None or memory.upload is None:
+                continue
+            self.algorithm.reducer.accumulate(partial, memory.upload.as_update(-1, shapes), shapes)
+            count += 1
+        shares = [as_arrays(p) for p in split_partial(partial, shard_of, num_shards)]
+        return (*shares, count)
+
     def _run_client(
         self,
         task: TrainTask,
@@ -242,7 +268,8 @@ class ClientHost:
                 time.perf_counter() - began,
                 model_id=model_id,
             )
-            return _under_model(update, model_id), noop, memory
+            update = _under_model(update, model_id)
+            return update, noop, _with_upload(memory, task, update)
         link = task.link
         levels = column_levels(self.family, task.assignment, link.column_ratio) if link else [task.assignment]
         got = delivered(link.down_run, len(levels)) if link else len(levels)
@@ -270,7 +297,8 @@ class ClientHost:
         after = memory
         if failure is None and (self.algorithm.keeps_client_state or (link is not None and link.padding)):
             kept = _float_state(model) if link is not None and link.padding else None
-            after = ClientMemory(kept, dict(assignment.slices) if kept is not None else None, update.client_state)
+            slices = dict(assignment.slices) if kept is not None else None
+            after = ClientMemory(kept, slices, update.client_state, memory.upload if memory is not None else None)
         sent, p_up = update, math.nan
         if link is not None:
             arrived = delivered(link.up_run, level)
@@ -283,6 +311,8 @@ class ClientHost:
             # the server receives what the client sent plus the dequantised update (compression.py)
             update = compress_update(update, base, self.compression, seed=task.seed, round_idx=task.round_idx)
         update = _under_model(update, model_id)
+        if failure is None:
+            after = _with_upload(after, task, update)
         outcome = ClientOutcome(
             client_id=task.client_id,
             num_examples=update.num_examples,
@@ -417,6 +447,13 @@ def _on_cpu(update: ClientUpdate) -> ClientUpdate:
     if all(v.device.type == "cpu" for v in update.values.values()):
         return update
     return dataclasses.replace(update, values={k: v.cpu() for k, v in update.values.items()})
+
+
+def _with_upload(memory: ClientMemory | None, task: TrainTask, update: ClientUpdate) -> ClientMemory | None:
+    """``memory`` with ``update`` (as the server receives it) as the client's kept upload, when the task asks."""
+    if not task.keep_upload:
+        return memory
+    return dataclasses.replace(memory or ClientMemory(), upload=KeptUpload.of(update))
 
 
 def _float_state(model: nn.Module) -> dict[str, np.ndarray]:

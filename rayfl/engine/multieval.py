@@ -9,11 +9,23 @@ before.
 
 The device average (``device_accuracy``) needs no per-client test data: every device of the run is scored by the
 whole-test-set accuracy of the evaluation that scores its model (``Algorithm.device_evals``), so a model counts as
-often as devices use it (paper 001's average over devices' models).
+often as devices use it.
+
+The all-device model (``evaluate_all_devices``, ``eval_all_devices``) is what paper 001 reports ("Reporting Results":
+the server models averaged over all devices, not only the round's active ones, for reporting alone; training is
+unchanged). It is the algorithm's own reducer applied to every client's last upload that reached the server (kept in
+the client's memory, ``engine/client_state.py``), elements no upload covers keeping the global values; FedHeN's
+simple part is then the mean over all devices, its deep part the mean over all complex devices, and Decouple's two
+models the means over all simple and all complex devices. Every evaluation of the round is repeated on it: the main
+one (``all_devices_acc``), each structure and further model (``all_devices/<name>`` rows in evals.csv) and the device
+average (``all_devices_device_acc``). Choices where the paper is silent: a device that never trained has no model
+and is left out (the paper's runs are long enough that every device has trained), and a device's model is its last
+upload as the server received it (after link cuts and compression), the only version a server could average.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -25,15 +37,17 @@ from rayfl.algorithms.multimodel import model_params
 from rayfl.algorithms.payloads import ClientOutcome, ClientView, ServerState
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine.backend import Backend, EvalResult
-from rayfl.engine.records import ClientAccRecord
+from rayfl.engine.records import ClientAccRecord, EvalRecord
 from rayfl.models.elastic.spec import SubModelSpec
 
 if TYPE_CHECKING:
     from rayfl.models.elastic import ElasticFamily
 
 __all__ = [
+    "ALL_DEVICES",
     "client_accuracies",
     "device_accuracy",
+    "evaluate_all_devices",
     "evaluate_models",
     "model_fields",
     "named_accuracies",
@@ -96,6 +110,38 @@ def device_accuracy(
     if unknown:
         raise ValueError(f"{algorithm.name}: device_evals names {unknown}, not one of the evaluations {sorted(accs)}")
     return float(np.mean([accs[name] for name in names]))
+
+
+ALL_DEVICES = "all_devices"  # prefix of the all-device model's evals.csv rows and its record columns
+
+
+def evaluate_all_devices(
+    backend: Backend,
+    algorithm: Algorithm,
+    state: ServerState,
+    structures: Mapping[str, tuple[int, ...] | None],
+    views: Sequence[ClientView],
+    round_idx: int,
+) -> tuple[dict[str, float], list[EvalRecord]]:
+    """The all-device model's record fields (its main evaluation's accuracy and loss, the device average on it) and
+    its evals.csv rows (each of ``structures`` and each further global model), after the round's state ``state``;
+    NaN and no rows while no client has uploaded."""
+    aggregate = backend.reduce_uploads(state.params)
+    if aggregate.num_clients == 0:
+        return {}, []
+    report = dataclasses.replace(state, params=aggregate.params)
+    params = algorithm.eval_params(report)
+    main = backend.evaluate(params, algorithm.eval_units(report))
+    evals = evaluate_models(backend, algorithm, report, main)
+    scored = {name: backend.evaluate(params, units) for name, units in structures.items()}
+    accs = named_accuracies(algorithm, report, evals, scored)
+    named = [*scored.items(), *zip(algorithm.model_names(report)[1:], evals[1:], strict=True)]
+    fields = {
+        f"{ALL_DEVICES}_acc": main.accuracy,
+        f"{ALL_DEVICES}_loss": main.loss,
+        f"{ALL_DEVICES}_device_acc": device_accuracy(accs, algorithm, report, views),
+    }
+    return fields, [EvalRecord(round_idx, f"{ALL_DEVICES}/{n}", e.accuracy, e.loss) for n, e in named]
 
 
 def client_accuracies(

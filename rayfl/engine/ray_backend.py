@@ -12,11 +12,12 @@ lost work re-run by the driver (``recovery.py``).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import Sequence
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import ray
 
@@ -32,6 +33,7 @@ from rayfl.engine.backend import (
     shard_plan,
     tasks_by_host,
     to_numpy,
+    uploads_by_host,
 )
 from rayfl.engine.client_state import ClientStateStore, keeps_state
 from rayfl.engine.param_server import plan_shards
@@ -171,6 +173,40 @@ class RayBackend:
             s: Step(f"parameter-server shard {s}", partial(submit, s), _ready_call(shard), recompute_inputs=True)
             for s, shard in enumerate(self.shards)
         }
+
+    def reduce_uploads(self, params: Params) -> Aggregate:
+        """``LocalBackend.reduce_uploads`` on the actors: each host reduces its share of the kept uploads (the
+        memories' object-store references resolve on the host, never passing through the driver), the shards merge
+        the partials in host order."""
+        self.shard_of, names = shard_plan(self.shard_of, params, self.num_shards, self.shards)
+        if names is not None:
+            self._names = names
+        params_ref = ray.put(to_numpy(params))
+        groups = {h: g for h, g in enumerate(uploads_by_host(self.memories.handles(), self.num_hosts)) if g}
+
+        def submit(h: int, held: list[Any]) -> list[Any]:
+            call = self.hosts[h].reduce_uploads_on.options(num_returns=self.num_shards + 1)
+            return list(call.remote(self._run_arg, params_ref, self.shard_of, self.num_shards, *held))
+
+        steps = {
+            h: Step(
+                f"client host {h}",
+                partial(submit, h, g),
+                _ready_call(self.hosts[h], self._run_arg),
+                probe=self.num_shards,
+            )
+            for h, g in groups.items()
+        }
+        while True:
+            ran: dict[int, list[Any]] = {}
+            counts = self.recovery.gather(steps, ran)
+            try:
+                results = self.recovery.gather(self._reduce_steps(params_ref, ran))
+            except InputsLost:
+                continue
+            break
+        aggregate = assemble_aggregate([results[s] for s in range(self.num_shards)], [])
+        return dataclasses.replace(aggregate, num_clients=sum(cast(int, c) for c in counts.values()))
 
     def evaluate(
         self, params: Params, units: tuple[int, ...] | None = None, model_config: ModelConfig | None = None

@@ -85,6 +85,11 @@ class RayClientHost(ClientHost):
         self._build(run)
         return self.run_round(*args)
 
+    def reduce_uploads_on(self, run: list[Any], *args: Any) -> tuple[object, ...]:
+        """``reduce_uploads`` (its arguments after the run's references)."""
+        self._build(run)
+        return self.reduce_uploads(*args)
+
     def evaluate_on(self, run: list[Any], *args: Any) -> EvalStats:
         """``evaluate`` (its arguments after the run's references)."""
         self._build(run)

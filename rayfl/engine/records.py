@@ -76,6 +76,11 @@ class RoundRecord:
     # the mean over all devices of the accuracy of the model each uses (``Algorithm.device_evals``: FedHeN's simple
     # devices on the simple model, complex devices on the complex one); NaN in a round without evaluation
     device_acc: float = math.nan
+    # ``eval_all_devices``: the all-device model (the reducer over every client's last upload, paper 001's reporting
+    # model): its main evaluation's accuracy and loss, and the device average on it; NaN otherwise
+    all_devices_acc: float = math.nan
+    all_devices_loss: float = math.nan
+    all_devices_device_acc: float = math.nan
     # 1 when the round's aggregate or server step was not finite and the global model was rolled back to the state
     # before it (engine/guard.py); the round's simulated time and client failures stand
     rolled_back: int = 0

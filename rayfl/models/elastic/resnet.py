@@ -3,7 +3,9 @@
 Stem: 3x3 conv (3 → widths[0]), no norm, no pooling. Stages of blocks; every block is pre-activation
 (norm → act → conv), convs have no bias, a 1x1 projection shortcut reads the activated block input where a block changes
 shape, and the head is norm → act → global average pool → linear. ResNet-18/34 use basic blocks, 50/101/152
-bottlenecks (expansion 4).
+bottlenecks (expansion 4). ``head_pool: k`` > 1 averages over k x k equal windows instead of the whole map, and the
+linear layer reads the k*k cells of every channel (channel-major, as the side head): a label that depends on where a
+feature is (the synthetic data's block teacher) stays within the head's reach, which a global pool discards.
 
 Searchable dimensions:
 
@@ -209,7 +211,8 @@ class ElasticResNet(nn.Module):
             last = plans[-1].stream_out
             self.n4 = make_norm(cfg, units[last], track)
             self.s4 = Scaler(rate(last)) if cfg.scaler else nn.Identity()
-            self.linear = nn.Linear(units[last], num_classes)
+            self.linear = nn.Linear(units[last] * cfg.head_pool**2, num_classes)
+        self.head_pool = cfg.head_pool
 
     def _run(self, x: torch.Tensor, with_side: bool) -> list[torch.Tensor]:
         exits: list[torch.Tensor] = []
@@ -219,8 +222,7 @@ class ElasticResNet(nn.Module):
             if self.side is not None and i + 1 == self.side_after and (with_side or self.linear is None):
                 exits.append(self.side(out))
         if self.linear is not None:
-            out = self.act(self.n4(self.s4(out))).mean(dim=(2, 3))
-            exits.append(self.linear(out))
+            exits.append(self.linear(grid_mean(self.act(self.n4(self.s4(out))), self.head_pool)))
         return exits
 
     def forward_exits(self, x: torch.Tensor) -> list[torch.Tensor]:
@@ -319,7 +321,10 @@ class ResNetFamily(ElasticFamily):
         if cfg.norm != "none":
             lay("n4.weight", (c_in,), (Axis(stream),), deep)
             lay("n4.bias", (c_in,), (Axis(stream),), deep)
-        lay("linear.weight", (num_classes, c_in), (None, Axis(stream)), deep)
+        if res % cfg.head_pool:
+            raise ValueError(f"model.head_pool={cfg.head_pool} must divide the {res}x{res} maps of the last stage")
+        head_area = cfg.head_pool * cfg.head_pool
+        lay("linear.weight", (num_classes, c_in * head_area), (None, Axis(stream, head_area)), deep)
         lay("linear.bias", (num_classes,), (None,), deep)
         self.plans = tuple(plans)
         self.side = side
@@ -359,7 +364,8 @@ class ResNetFamily(ElasticFamily):
             return _Head(cfg, w[0], self.num_classes), _images(w[0], res, True)
 
         deep = None if self.side is None else self.side.deep
-        units.append(CostUnit(("resnet_head", self.num_classes, res, style), (last,), deep, head))
+        pooled = () if cfg.head_pool == 1 else (cfg.head_pool,)  # keys of the default head as they always were
+        units.append(CostUnit(("resnet_head", self.num_classes, res, style, *pooled), (last,), deep, head))
         return units
 
     @staticmethod
@@ -410,11 +416,22 @@ class _Head(nn.Module):
         self.n4 = make_norm(cfg, width, False)
         self.s4 = Scaler(0.5) if cfg.scaler else nn.Identity()
         self.act = make_act(cfg.act)
-        self.linear = nn.Linear(width, num_classes)
+        self.pool = cfg.head_pool
+        self.linear = nn.Linear(width * self.pool**2, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = self.linear(self.act(self.n4(self.s4(x))).mean(dim=(2, 3)))
+        out: torch.Tensor = self.linear(grid_mean(self.act(self.n4(self.s4(x))), self.pool))
         return out
+
+
+def grid_mean(x: torch.Tensor, pool: int) -> torch.Tensor:
+    """``(b, c, h, w)`` maps averaged over ``pool`` x ``pool`` equal windows, flattened channel-major to
+    ``(b, c * pool * pool)``; ``pool`` 1 is the global average pool. Only reshapes and a mean: autograd keeps nothing
+    of ``x`` (the head's cost is the activation's alone, as before)."""
+    if pool == 1:
+        return x.mean(dim=(2, 3))
+    b, c, h, w = x.shape
+    return x.reshape(b, c, pool, h // pool, pool, w // pool).mean(dim=(3, 5)).reshape(b, -1)
 
 
 def _images(channels: int, res: int, grad: bool) -> Callable[[int, torch.device], torch.Tensor]:

@@ -26,6 +26,7 @@ from rayfl.config import (
     IndependentConfig,
     NoSideConfig,
     ResNetConfig,
+    SystemConfig,
 )
 from rayfl.engine.build import bind_algorithm, build_backend, build_clock, build_setup
 from rayfl.engine.driver import RunResult, run_experiment, train_task
@@ -167,6 +168,31 @@ def test_a_round_equals_two_fedavgs_by_hand() -> None:
         for name, value in got.items():
             assert torch.equal(value, (trained[0][name] + trained[1][name]) / 2.0), name
             assert not torch.equal(value, model_params(state.params, model_id)[name]) or name.startswith("side."), name
+
+
+def test_decouple_with_only_complex_devices_is_fedavg_bit_for_bit() -> None:
+    """No budgets, so every device is complex: Decouple's complex model is the unweighted FedAvg of the complex model,
+    bit for bit (records and weights, its untrained side head included). The simple model, which no device trains
+    then, keeps its start (the complex model's initial M part), and its accuracy is that of the initial simple
+    model every round."""
+    cfg = dataclasses.replace(fedhen_config(DecoupleConfig(), rounds=2), system=SystemConfig())
+    ds = tiny_image_dataset(NUM_CLIENTS)
+    decouple = run_experiment(cfg, write=False, dataset=ds)
+    fedavg = run_experiment(
+        dataclasses.replace(cfg, algorithm=FedAvgConfig(weighting="uniform")), write=False, dataset=ds
+    )
+    keys = ("train_loss", "test_acc", "test_loss", "clients_run", "clients_failed", "bytes_down", "bytes_up")
+    assert [tuple(getattr(r, k) for k in keys) for r in decouple.records] == [
+        tuple(getattr(r, k) for k in keys) for r in fedavg.records
+    ]
+    assert [r.clients_per_model for r in decouple.records] == ["4 0", "4 0"]
+    assert set(model_params(decouple.state.params, 0)) == set(fedavg.state.params)
+    for name, value in fedavg.state.params.items():
+        assert torch.equal(decouple.state.params[name], value), name
+    initial = build_setup(cfg, ds).params
+    simple = model_params(decouple.state.params, 1)
+    assert simple and all(torch.equal(v, initial[k]) for k, v in simple.items())
+    assert len({e.test_acc for e in decouple.evals}) == 1  # the same untrained simple model every round
 
 
 def _run(**backend: object) -> RunResult:

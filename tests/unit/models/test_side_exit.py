@@ -13,7 +13,8 @@ from torch import nn
 from rayfl.algorithms.submodel import first_k
 from rayfl.config import ResNetConfig
 from rayfl.models.elastic.cost import CostModel, saved_tensors
-from rayfl.models.elastic.resnet import ElasticResNet, ResNetFamily, SideHead
+from rayfl.models.elastic.resnet import ElasticResNet, ResNetFamily, SideHead, grid_mean
+from rayfl.models.elastic.spec import RandomSubset, SubModelSpec
 
 TINY = (4, 8, 16, 32)
 
@@ -152,3 +153,72 @@ def test_without_side_exit_the_model_is_unchanged() -> None:
     fam = ResNetFamily(ResNetConfig(widths=TINY))
     assert "deep" not in [d.name for d in fam.space.dims]
     assert not any(n.startswith("side.") for n in fam.global_model().state_dict())
+
+
+# ------------------------------------------------------------------------------------- the main head's grid pooling
+def test_grid_mean_by_hand() -> None:
+    """x[c, r, q] = 16 c + 4 r + q on 4x4 maps, 2x2 windows: channel 0's cells are the means of {0, 1, 4, 5} = 2.5,
+    {2, 3, 6, 7} = 4.5, {8, 9, 12, 13} = 10.5, {10, 11, 14, 15} = 12.5, channel 1's the same plus 16, channel-major;
+    a pool of 1 is the global average pool, bit for bit."""
+    x = torch.arange(2 * 4 * 4, dtype=torch.float32).reshape(1, 2, 4, 4)
+    assert grid_mean(x, 2).tolist() == [[2.5, 4.5, 10.5, 12.5, 18.5, 20.5, 26.5, 28.5]]
+    assert grid_mean(x, 4).tolist() == [list(range(32))]
+    y = torch.randn(3, 5, 4, 4, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(grid_mean(y, 1), y.mean(dim=(2, 3)))
+
+
+def test_head_pool_default_leaves_the_model_unchanged_and_pools_a_grid_otherwise() -> None:
+    """``head_pool: 1`` is the global pool (same tensors and initial values, same logits as before); ``head_pool: 4``
+    on the 4x4 maps of the last stage feeds the linear layer every cell of every channel, so a sub-model of any
+    widths still equals the global model with the elements it lacks set to 0 (the linear layer's columns follow
+    their channel, 16 per channel)."""
+    plain = ResNetFamily(ResNetConfig(widths=TINY, norm="none", scaler=False))
+    torch.manual_seed(0)
+    model = plain.global_model()
+    assert model.get_submodule("linear").in_features == TINY[-1]
+    x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+    grid = ResNetFamily(ResNetConfig(widths=TINY, norm="none", scaler=False, head_pool=4))
+    torch.manual_seed(0)
+    g = grid.global_model().eval()
+    assert g.get_submodule("linear").in_features == TINY[-1] * 16
+    spec = SubModelSpec.uniform(grid.space, 0.5, RandomSubset(seed=2, keys=(3,)))
+    sel = grid.select(spec)
+    sub = grid.extract(g.state_dict(), sel).eval()
+    masked = grid.global_model()
+    slices = grid.slices(sel)
+    with torch.no_grad():
+        masked.load_state_dict(g.state_dict())
+        for name, t in masked.state_dict().items():
+            keep = torch.zeros(t.shape, dtype=torch.bool)
+            keep[slices[name].torch_index(tuple(t.shape))] = True
+            t.mul_(keep)
+        masked.eval()
+        torch.testing.assert_close(sub(x), masked(x), atol=1e-5, rtol=1e-5)
+    kept = slices["linear.weight"].index[1]
+    assert kept is not None and len(kept) == 16 * TINY[-1] // 2
+    channels = np.asarray(kept[::16]) // 16  # a kept channel brings its 16 cells, in order
+    assert np.array_equal(np.asarray(kept).reshape(-1, 16), channels[:, None] * 16 + np.arange(16))
+    assert not np.array_equal(channels, np.arange(TINY[-1] // 2))  # a random subset, not the first half
+    with pytest.raises(ValueError, match="head_pool"):
+        ResNetFamily(ResNetConfig(widths=TINY, head_pool=3))
+
+
+def test_cost_model_prices_a_grid_head_exactly() -> None:
+    """The grid head keeps no more for backward than the global pool did: costs equal direct measurement."""
+    fam = ResNetFamily(ResNetConfig(widths=TINY, norm="gn", scaler=False, head_pool=2))
+    cm = CostModel(fam, batch_size=3, optimizer="sgd", momentum=0.0, transient_factor=0.0)
+    assert cm.max_check_error < 1e-9
+    units = fam.full_units
+    costs = cm.evaluate(np.array([units]))
+    model = fam.build(units)
+    assert costs.params[0] == sum(p.numel() for p in model.parameters())
+    measured = {}
+    for batch in (1, 3):
+        with torch.device("meta"):
+            built = fam.build(units)
+            built.train()
+            x = torch.randn(batch, 3, 32, 32)
+        saved, _, flops = saved_tensors(built, x)
+        measured[batch] = (float(sum(t.numel() * t.element_size() for t in saved)), flops)
+    assert costs.flops[0] == pytest.approx(measured[1][1], rel=1e-12)
+    assert costs.peak_memory[0] == pytest.approx(2 * 4 * costs.params[0] + measured[3][0], rel=1e-4)
