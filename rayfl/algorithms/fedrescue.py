@@ -166,6 +166,12 @@ class NestedWidthAlgorithm(SubModelAlgorithm):
         out: torch.Tensor = model(x, all_positions=True) if self.train.sequence_loss == "all" else model(x)
         return out
 
+    def distill_loss(self, logits: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+        """``KL(teacher || student)`` of the softmax outputs, averaged over samples (and positions)."""
+        student = nn.functional.log_softmax(logits.flatten(0, -2), dim=-1)
+        target = nn.functional.log_softmax(teacher.flatten(0, -2), dim=-1)
+        return nn.functional.kl_div(student, target, reduction="batchmean", log_target=True)
+
     def cross_entropy(self, logits: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Hard-label cross-entropy, as ``Algorithm.local_loss`` forms it from the logits."""
         if self.train.sequence_loss == "all":
@@ -214,12 +220,6 @@ class FedResCuE(NestedWidthAlgorithm):
             mask = block_mask(shape, sub(units)) & ~block_mask(shape, sub(previous))
             mask = self._masks[key] = mask.to(tensor.device)
         return mask
-
-    def distill_loss(self, logits: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
-        """``KL(teacher || student)`` of the softmax outputs, averaged over samples (and positions)."""
-        student = nn.functional.log_softmax(logits.flatten(0, -2), dim=-1)
-        target = nn.functional.log_softmax(teacher.flatten(0, -2), dim=-1)
-        return nn.functional.kl_div(student, target, reduction="batchmean", log_target=True)
 
     def train_batch(
         self,

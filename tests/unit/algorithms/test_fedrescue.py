@@ -226,12 +226,15 @@ def test_at_full_width_over_perfect_links_every_method_is_fedavg(method: Any, we
     assert _same(_run(_cfg(method, links=PERFECT)), fedavg)
 
 
-def test_fedslim_sums_the_gradients_of_the_sampled_widths_into_one_step() -> None:
-    """FedSlim's batch gradient = the sum over the listed widths of each separately extracted sub-model's gradient,
-    placed on its leading block (an independent oracle: real sub-models, no shared views)."""
+@pytest.mark.parametrize("distill", [True, False], ids=["paper-kd", "slimmable-ce"])
+def test_fedslim_sums_the_gradients_of_the_sampled_widths_into_one_step(distill: bool) -> None:
+    """FedSlim's batch gradient = the whole model's cross-entropy gradient plus, for every smaller listed width,
+    the gradient of KL(the whole model's detached logits || the width's) (paper 004's Algorithm 3, the default) or of
+    its cross-entropy (``kd: false``), each computed on a separately extracted sub-model and placed on its
+    leading block (an independent oracle: real sub-models, no shared views)."""
     from rayfl.algorithms import FedSlim
 
-    cfg = _cfg(FedSlimConfig())
+    cfg = _cfg(FedSlimConfig(kd=distill))
     setup = build_setup(cfg, tiny_image_dataset())
     bind_algorithm(cfg, setup, build_clock(cfg, setup))
     alg = cast(FedSlim, setup.algorithm)
@@ -241,15 +244,22 @@ def test_fedslim_sums_the_gradients_of_the_sampled_widths_into_one_step() -> Non
     x, y = setup.dataset.client_train(1)
     inputs, labels = to_input(x[:8], setup.input_spec, torch.device("cpu")), torch.as_tensor(y[:8])
     widths = alg.unit_list(_Client(own, 1.0, derive_rng(0, "slim")))
-    assert len(widths) == 4
+    assert len(widths) == 4 and widths[-1] == own
     alg._client = _Client(own, 1.0, derive_rng(0, "slim"))
     model.zero_grad()
     alg.backward_step(model, inputs, labels, None)  # type: ignore[arg-type]
     alg._client = None
     expected = {k: torch.zeros_like(v) for k, v in model.named_parameters()}
+    teacher = family.extract(setup.params, first_k(own))(inputs).detach()
     for units in widths:
         sub = family.extract(setup.params, first_k(units))
-        torch.nn.functional.cross_entropy(sub(inputs), labels).backward()  # type: ignore[no-untyped-call]
+        logits = sub(inputs)
+        if units != own and distill:
+            target = torch.log_softmax(teacher, dim=1)
+            loss = torch.sum(target.exp() * (target - torch.log_softmax(logits, dim=1))) / len(labels)
+        else:
+            loss = torch.nn.functional.cross_entropy(logits, labels)
+        loss.backward()  # type: ignore[no-untyped-call]
         for name, p in sub.named_parameters():
             assert p.grad is not None
             expected[name][tuple(slice(0, n) for n in p.shape)] += p.grad
