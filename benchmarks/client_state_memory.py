@@ -49,7 +49,7 @@ def main() -> None:
     for c, p in enumerate(CAPACITIES):
         assignment = host.family.assignment(first_k(_units(space, p)))
         task = TrainTask(c, 0, cfg.seed, 0.05, assignment, link=LinkDraw(0.15, 1, 2, 0.125, True))
-        *_, after = host.run_round([task], params, {k: 0 for k in params}, 1, None)
+        *_, after = host.run_round([task], params, {k: 0 for k in params}, 1, params, None)
         assert isinstance(after, ClientMemory)
         memories[p] = after
         print(
