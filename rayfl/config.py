@@ -773,12 +773,15 @@ class LinkConfig:
     simulated seconds or, with ``trace_time: round``, as round indices (row ``t_s = r`` holds from round ``r``). With
     ``padding`` (Eq. 5) a client fills the columns it failed to download from its own parameters of the last round
     it trained (at first, the initial global model's); without it the client trains the part that arrived, and fails
-    when nothing did."""
+    when nothing did. ``memory_dtype``: the precision in which a client remembers its model for padding
+    (``float16`` halves the per-client state, e.g. 1,000 clients of the 16-32-64 CNN; padded values are then rounded
+    to half precision)."""
 
     error_rate: ResourceConfig = field(default_factory=ResourceConfig)
     column_ratio: float = bounded(0.125, gt=0.0, le=1.0)
     padding: bool = True
     trace_time: Literal["simulated", "round"] = "simulated"
+    memory_dtype: Literal["float32", "float16"] = "float32"
 
     def __post_init__(self) -> None:
         er = self.error_rate

@@ -279,7 +279,7 @@ class ClientHost:
         failure = None if _finite(update) else "nan_update"
         after = memory
         if failure is None and (self.algorithm.keeps_client_state or (link is not None and link.padding)):
-            kept = _float_state(model) if link is not None and link.padding else None
+            kept = _float_state(model, link.memory_dtype) if link is not None and link.padding else None
             slices = dict(assignment.slices) if kept is not None else None
             after = ClientMemory(kept, slices, update.client_state, model_id)
         sent, p_up = update, math.nan
@@ -426,9 +426,15 @@ def _on_cpu(update: ClientUpdate) -> ClientUpdate:
     return dataclasses.replace(update, values={k: v.cpu() for k, v in update.values.items()})
 
 
-def _float_state(model: nn.Module) -> dict[str, np.ndarray]:
-    """A copy of the model's floating tensors, on the CPU (a client's memory)."""
-    return {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items() if v.is_floating_point()}
+def _float_state(model: nn.Module, dtype: str = "float32") -> dict[str, np.ndarray]:
+    """A copy of the model's floating tensors, on the CPU (a client's memory): as they are, or rounded to half
+    precision for ``float16`` (padding casts them back to the model's dtype)."""
+    half = dtype == "float16"
+    return {
+        k: (v.detach().half() if half else v.detach()).cpu().numpy().copy()
+        for k, v in model.state_dict().items()
+        if v.is_floating_point()
+    }
 
 
 def _cut(

@@ -53,12 +53,14 @@ def _block(shape: tuple[int, ...], sub: tuple[int, ...]) -> torch.Tensor:
 INITIAL = 3.0  # the run's initial global model in these tests (what padding falls back to)
 
 
-def _train_once(host: ClientHost, setup: Any, memory: ClientMemory | None, down_run: int) -> ClientMemory:
+def _train_once(
+    host: ClientHost, setup: Any, memory: ClientMemory | None, down_run: int, dtype: str = "float32"
+) -> ClientMemory:
     """One client at capacity 0.75 whose download stops after ``down_run`` columns; lr 0 keeps the padded model.
-    The global model is 1 everywhere, the run's initial model 3."""
+    The global model is 1 everywhere, the run's initial model 3; the client remembers at ``dtype``."""
     assert host.family is not None
     assignment = host.family.assignment(first_k(_units(host, 0.75)))
-    link = LinkDraw(0.1, down_run, -1, 0.125, True)
+    link = LinkDraw(0.1, down_run, -1, 0.125, True, dtype)
     task = TrainTask(3, 0, 0, 0.0, assignment, link=link)
     params = {k: np.ones(tuple(v.shape), dtype=np.float32) for k, v in setup.params.items()}  # global = 1
     initial = {k: np.full(tuple(v.shape), INITIAL, dtype=np.float32) for k, v in setup.params.items()}
@@ -110,6 +112,31 @@ def test_a_full_download_needs_no_padding_and_a_first_round_pads_from_the_initia
     other = dataclasses.replace(first, model_id=1)  # a memory of another of the run's models is not padded from
     again = _train_once(host, setup, other, down_run=2)
     assert again.params is not None and all(np.array_equal(again.params[k], first.params[k]) for k in first.params)
+
+
+def test_a_half_precision_memory_takes_half_the_bytes_and_pads_with_its_rounded_values() -> None:
+    """``memory_dtype: float16``: the client's memory is float16 (half the bytes of float32); padding from it gives
+    the float16-rounded values (0.1 -> 0.0999755859375) back as float32, the arrived columns untouched."""
+    host, setup = _host()
+    assert host.family is not None
+    space = host.family.space
+    own = _units(host, 0.75)
+    previous = host.family.slices(first_k(own))
+    kept = {k: np.full(space.sub_shape(k, own), 0.1, dtype=np.float16) for k in previous}
+    half = _train_once(host, setup, ClientMemory(params=kept, slices=previous), down_run=2, dtype="float16")
+    full = _train_once(host, setup, ClientMemory(params=kept, slices=previous), down_run=2)
+    assert half.params is not None and full.params is not None
+    assert all(v.dtype == np.float16 for v in half.params.values())
+    assert all(v.dtype == np.float32 for v in full.params.values())
+    assert 2 * memory_bytes(half) == memory_bytes(full) > 0
+    rounded = float(np.float32(np.float16(0.1)))
+    assert rounded != np.float32(0.1)
+    for name, value in full.params.items():
+        got = torch.from_numpy(value)
+        arrived = _block(got.shape, space.sub_shape(name, _units(host, 0.25)))
+        assert torch.equal(got[arrived], torch.ones_like(got[arrived])), name
+        assert torch.equal(got[~arrived], torch.full_like(got[~arrived], rounded)), name
+        assert np.array_equal(half.params[name], value.astype(np.float16)), name
 
 
 def test_store_round_trips_and_follows_clients() -> None:
