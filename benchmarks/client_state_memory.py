@@ -65,7 +65,8 @@ def main() -> None:
     assert host.family is not None
     space = host.family.space
     params = {k: v.numpy() for k, v in setup.params.items()}
-    out: dict[str, object] = {"command": "python benchmarks/client_state_memory.py", "clients": NUM_CLIENTS}
+    command = "python benchmarks/client_state_memory.py" + (f" --json {args.json}" if args.json else "")
+    out: dict[str, object] = {"command": command, "clients": NUM_CLIENTS}
     for dtype in ("float32", "float16"):
         memories: dict[float, ClientMemory] = {}
         task = TrainTask(0, 0, cfg.seed, 0.05, host.family.assignment(first_k(host.family.full_units)))
