@@ -10,9 +10,12 @@ there is not run again), and from it the script writes the table (``--out``), ea
 (Eq. 5), as in the paper.
 
     python experiments/fedrescue/run_table.py [--rounds N] [--seeds 0 1 2] [--methods FedResCuE ...]
-        [--runs runs.json] [--out results.md] [--curves curves.png] [--bytes-plot bytes.png]
+        [--runs runs.json] [--out results.md] [--curves curves.png] [--bytes-plot bytes.png] [--table-only]
 
-With several seeds every number is the mean over them (accuracy also with its spread, max - min).
+``--table-only`` runs nothing and tabulates what runs.json holds (by default every seed in it). The table, the
+curves and the bytes plot use only the seeds that are complete, a finished run for every shown method and error
+rate (a method with no run at all is not shown); a partial seed is named under the table with the runs it has. With
+several seeds every number is the mean over them (accuracy also with its range over seeds, max - min).
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import shlex
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -77,53 +82,111 @@ def summarise(result: Any, wall_s: float) -> dict[str, Any]:
     }
 
 
-def table(runs: dict[str, Any], labels: list[str], seeds: list[int], rounds: int, command: str) -> str:
+def complete_seeds(
+    runs: dict[str, Any], labels: list[str], seeds: list[int], ers: tuple[float, ...] = ERROR_RATES
+) -> tuple[list[str], list[int]]:
+    """The methods with at least one run, and the seeds with a run for each of them at every error rate."""
+    shown = [lb for lb in labels if any(run_key(lb, er, s) in runs for er in ers for s in seeds)]
+    whole = [s for s in seeds if all(run_key(lb, er, s) in runs for lb in shown for er in ers)]
+    return shown, whole
+
+
+def _range(x: np.ndarray) -> str:
+    return f"[{x.min():+.3f}, {x.max():+.3f}]"
+
+
+def table(
+    runs: dict[str, Any],
+    labels: list[str],
+    seeds: list[int],
+    rounds: int,
+    command: str,
+    ers: tuple[float, ...] = ERROR_RATES,
+) -> str:
+    shown, whole = complete_seeds(runs, labels, seeds, ers)
+    partial = [s for s in seeds if s not in whole]
     lines = [
         f"# FedResCuE vs baselines under unstable links ({rounds} rounds, `{HERE.name}/cpu.yaml`, "
-        f"seeds {', '.join(map(str, seeds))})",
+        f"seeds {', '.join(map(str, whole))})",
         "",
-        "Produced by",
+        "Produced by (the runs' figures are in `runs.json`; `--table-only` rewrites this file from it without running)",
         "",
         f"    {command}",
         "",
         "Accuracy of the final global model's x p sub-models on the 1000 test images (the engine's last `eval_widths`",
-        "evaluation), mean over seeds with the spread (max - min) in brackets; `mean` is the mean over the four",
-        "widths (its spread over seeds in brackets); MB moved over the run (down, up, as sent: delivered columns plus",
-        "the lost one); client-rounds whose whole upload was lost; wall seconds per run on a shared 2-core machine",
-        "under other jobs' load (not a timing figure).",
+        "evaluation), mean over the seeds with the range over seeds (max - min) in brackets; `mean` is the mean over",
+        "the four widths (its range over seeds in brackets). er is the constant loss probability of each column (1/8",
+        "of the network) in each direction; every method pads locally (Eq. 5). MB moved over the run (down, up, as",
+        "sent: delivered columns plus the lost one); client-rounds (of 600) whose whole upload was lost; wall seconds",
+        "per run on a shared 2-core machine under other jobs' load (not a timing figure).",
         "",
         "| method | er | x0.25 | x0.5 | x0.75 | x1 | mean | MB down | MB up | uploads lost | wall s |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    means: dict[tuple[str, float], np.ndarray] = {}
-    for er in ERROR_RATES:
-        for label in labels:
-            got = [runs[k] for s in seeds if (k := run_key(label, er, s)) in runs]
+    acc: dict[tuple[str, float], np.ndarray] = {}  # seeds x widths
+    for er in ers:
+        for label in shown:
+            got = [runs[run_key(label, er, s)] for s in whole]
             if not got:
                 continue
-            acc = np.asarray([g["final"] for g in got])
-            per_seed = acc.mean(axis=1)
-            means[(label, er)] = per_seed
-            cells = " | ".join(f"{m:.3f} ({s:.3f})" for m, s in zip(acc.mean(axis=0), np.ptp(acc, axis=0), strict=True))
+            a = acc[(label, er)] = np.asarray([g["final"] for g in got])
+            per_seed = a.mean(axis=1)
+            cells = " | ".join(f"{m:.3f} ({r:.3f})" for m, r in zip(a.mean(axis=0), np.ptp(a, axis=0), strict=True))
             lines.append(
                 f"| {label} | {er:g} | {cells} | {per_seed.mean():.3f} ({np.ptp(per_seed):.3f}) | "
                 f"{np.mean([g['mb_down'] for g in got]):.2f} | {np.mean([g['mb_up'] for g in got]):.2f} | "
                 f"{np.mean([g['uploads_lost'] for g in got]):.1f} | {np.mean([g['wall_s'] for g in got]):.0f} |"
             )
-    lines += [
-        "",
-        "Mean accuracy over the four widths, change from er = 0 to er = 0.1 and 0.2 (per seed, then mean and range):",
-        "",
-    ]
-    for label in labels:
-        if not all((label, er) in means for er in ERROR_RATES):
-            continue
-        base = means[(label, 0.0)]
-        parts = []
-        for er in ERROR_RATES[1:]:
-            drop = means[(label, er)] - base if len(means[(label, er)]) == len(base) else np.array([np.nan])
-            parts.append(f"er {er:g}: {drop.mean():+.3f} [{drop.min():+.3f}, {drop.max():+.3f}]")
-        lines.append(f"- {label}: {base.mean():.3f} at er 0; " + "; ".join(parts))
+    if not whole:
+        lines.append("| (no seed is complete) | | | | | | | | | | |")
+    else:
+        lines += [
+            "",
+            f"Change from er = {ers[0]:g}, per seed (the same seed's run at er {ers[0]:g}), mean over seeds",
+            "with the range over seeds in brackets; `mean` is the change of the mean over widths, `rel.` that",
+            f"change relative to the mean at er {ers[0]:g}:",
+            "",
+            "| method | er | x0.25 | x0.5 | x0.75 | x1 | mean | rel. |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for er in ers[1:]:
+            for label in shown:
+                d = acc[(label, er)] - acc[(label, ers[0])]
+                dm = d.mean(axis=1)
+                rel = dm / acc[(label, ers[0])].mean(axis=1)
+                cells = " | ".join(f"{d[:, j].mean():+.3f} {_range(d[:, j])}" for j in range(len(WIDTHS)))
+                lines.append(f"| {label} | {er:g} | {cells} | {dm.mean():+.3f} {_range(dm)} | {rel.mean():+.0%} |")
+        q = rounds / 4
+        lines += [
+            "",
+            "Learning still going on late in the run: the mean accuracy over widths averaged over the evaluations",
+            f"in rounds {q:g} < r <= {2 * q:g} and in rounds {3 * q:g} < r <= {rounds}, and the gain from the first",
+            "window to the second, mean over seeds (seed by seed in brackets):",
+            "",
+            f"| method | er | rounds {q:g}-{2 * q:g} | rounds {3 * q:g}-{rounds} | gain |",
+            "|---|---|---|---|---|",
+        ]
+        for er in ers:
+            for label in shown:
+                early, late = [], []
+                for s in whole:
+                    curves = runs[run_key(label, er, s)]["curves"]
+                    at = np.asarray([r for r, _ in curves[WIDTHS[0]]])
+                    m = np.mean([[a for _, a in curves[w]] for w in WIDTHS], axis=0)
+                    early.append(m[(at > q) & (at <= 2 * q)].mean())
+                    late.append(m[at > 3 * q].mean())
+                gain = np.asarray(late) - np.asarray(early)
+                lines.append(
+                    f"| {label} | {er:g} | {np.mean(early):.3f} | {np.mean(late):.3f} | {gain.mean():+.3f} "
+                    f"({', '.join(f'{g:+.3f}' for g in gain)}) |"
+                )
+    for s in partial:
+        have = sorted(k for k in runs if k.endswith(f"/seed{s}") and k.split("/")[0] in shown)
+        lines += [
+            "",
+            f"Seed {s} is left out, incomplete: {len(have)} of {len(shown) * len(ers)} runs "
+            f"({', '.join(k.rsplit('/', 1)[0] for k in have) or 'none'}).",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -132,15 +195,18 @@ def _mean_curve(got: list[dict[str, Any]], width: str) -> tuple[list[int], np.nd
     return rounds, np.mean([[a for _, a in g["curves"][width]] for g in got], axis=0)
 
 
-def plot_curves(runs: dict[str, Any], labels: list[str], seeds: list[int], path: Path) -> None:
+def plot_curves(
+    runs: dict[str, Any], labels: list[str], seeds: list[int], path: Path, ers: tuple[float, ...] = ERROR_RATES
+) -> None:
     """One panel per error rate and width, one line per method: accuracy against rounds, mean over seeds."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(3.2 * len(WIDTHS), 2.8 * len(ERROR_RATES)))
+    labels, seeds = complete_seeds(runs, labels, seeds, ers)
+    fig = Figure(figsize=(3.2 * len(WIDTHS), 2.8 * len(ers)))
     FigureCanvasAgg(fig)
-    axes = fig.subplots(len(ERROR_RATES), len(WIDTHS), squeeze=False)
-    for i, er in enumerate(ERROR_RATES):
+    axes = fig.subplots(len(ers), len(WIDTHS), squeeze=False)
+    for i, er in enumerate(ers):
         for j, width in enumerate(WIDTHS):
             ax = axes[i][j]
             for label in labels:
@@ -158,15 +224,18 @@ def plot_curves(runs: dict[str, Any], labels: list[str], seeds: list[int], path:
     fig.savefig(path, dpi=100)
 
 
-def plot_bytes(runs: dict[str, Any], labels: list[str], seeds: list[int], path: Path) -> None:
+def plot_bytes(
+    runs: dict[str, Any], labels: list[str], seeds: list[int], path: Path, ers: tuple[float, ...] = ERROR_RATES
+) -> None:
     """One panel per error rate: mean accuracy over the widths against MB moved (down + up), mean over seeds."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(4.2 * len(ERROR_RATES), 3.4))
+    labels, seeds = complete_seeds(runs, labels, seeds, ers)
+    fig = Figure(figsize=(4.2 * len(ers), 3.4))
     FigureCanvasAgg(fig)
-    axes = fig.subplots(1, len(ERROR_RATES), squeeze=False)[0]
-    for ax, er in zip(axes, ERROR_RATES, strict=True):
+    axes = fig.subplots(1, len(ers), squeeze=False)[0]
+    for ax, er in zip(axes, ers, strict=True):
         for label in labels:
             got = [runs[k] for s in seeds if (k := run_key(label, er, s)) in runs]
             if not got:
@@ -179,34 +248,23 @@ def plot_bytes(runs: dict[str, Any], labels: list[str], seeds: list[int], path: 
         ax.set_ylabel("Mean accuracy over x0.25 ... x1")
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
-    fig.tight_layout()
+    fig.suptitle(f"Mean accuracy against MB moved (mean over seeds {', '.join(map(str, seeds))})")
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
     fig.savefig(path, dpi=100)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--rounds", type=int, default=0, help="override the YAML's rounds")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
-    parser.add_argument("--methods", nargs="+", default=[], help="labels to run (default: all six)")
-    parser.add_argument("--runs", default=str(HERE / "runs.json"), help="every finished run's figures (JSON)")
-    parser.add_argument("--out", default=str(HERE / "results.md"))
-    parser.add_argument("--curves", default="", help="write each width's accuracy against rounds to this PNG")
-    parser.add_argument("--bytes-plot", default="", help="write mean accuracy against MB moved to this PNG")
-    parser.add_argument("--output-dir", default="", help="where the runs go (default: the YAML's output_dir)")
-    parser.add_argument("--command", default="", help="the command line to state in the table")
-    args = parser.parse_args()
-    base = dataclasses.replace(load_config(HERE / "cpu.yaml"), eval_widths=CAPACITIES)
-    if args.rounds:
-        base = dataclasses.replace(base, rounds=args.rounds)
-    if args.output_dir:
-        base = dataclasses.replace(base, output_dir=args.output_dir)
-    assert isinstance(base.algorithm, FedResCuEConfig)
-    catalogue = methods(base.algorithm)
-    labels = args.methods or list(catalogue)
-    path = Path(args.runs)
-    runs: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
-    for seed in args.seeds:
-        for er in ERROR_RATES:
+def run_all(
+    base: Any,
+    catalogue: dict[str, Any],
+    labels: list[str],
+    seeds: list[int],
+    ers: tuple[float, ...],
+    runs: dict[str, Any],
+    path: Path,
+) -> None:
+    """Every run not yet in ``runs`` at ``base.rounds``, seed by seed; each one's figures saved as it finishes."""
+    for seed in seeds:
+        for er in ers:
             links = dataclasses.replace(base.system.links, error_rate=ResourceConfig(source="constant", low=er))
             for label in labels:
                 key = run_key(label, er, seed)
@@ -224,17 +282,47 @@ def main() -> None:
                 runs[key] = {"rounds": base.rounds, **summarise(result, time.perf_counter() - began)}
                 path.write_text(json.dumps(runs, indent=1) + "\n")
                 print(f"{key}: acc x.25/.5/.75/1 = {runs[key]['final']}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rounds", type=int, default=0, help="override the YAML's rounds")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[], help="default 0; --table-only: all in --runs")
+    parser.add_argument("--table-only", action="store_true", help="run nothing; tabulate and plot from --runs")
+    parser.add_argument("--methods", nargs="+", default=[], help="labels to run and show (default: all six)")
+    parser.add_argument("--error-rates", type=float, nargs="+", default=list(ERROR_RATES), help="the first is the base")
+    parser.add_argument("--runs", default=str(HERE / "runs.json"), help="every finished run's figures (JSON)")
+    parser.add_argument("--out", default=str(HERE / "results.md"))
+    parser.add_argument("--curves", default="", help="write each width's accuracy against rounds to this PNG")
+    parser.add_argument("--bytes-plot", default="", help="write mean accuracy against MB moved to this PNG")
+    parser.add_argument("--output-dir", default="", help="where the runs go (default: the YAML's output_dir)")
+    parser.add_argument("--command", default="", help="the command line to state in the table")
+    args = parser.parse_args()
+    base = dataclasses.replace(load_config(HERE / "cpu.yaml"), eval_widths=CAPACITIES)
+    if args.rounds:
+        base = dataclasses.replace(base, rounds=args.rounds)
+    if args.output_dir:
+        base = dataclasses.replace(base, output_dir=args.output_dir)
+    assert isinstance(base.algorithm, FedResCuEConfig)
+    catalogue = methods(base.algorithm)
+    labels = args.methods or list(catalogue)
+    path = Path(args.runs)
+    runs: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+    ers = tuple(args.error_rates)
+    if args.table_only:
+        seeds = args.seeds or sorted({int(k.rsplit("seed", 1)[1]) for k in runs})
+    else:
+        seeds = args.seeds or [0]
+        run_all(base, catalogue, labels, seeds, ers, runs, path)
     done = {k: v for k, v in runs.items() if v.get("rounds") == base.rounds}
-    command = args.command or "python experiments/fedrescue/run_table.py " + " ".join(
-        f"--seeds {' '.join(map(str, args.seeds))}".split()
-    )
-    Path(args.out).write_text(table(done, labels, args.seeds, base.rounds, command))
+    command = args.command or shlex.join(["python", "experiments/fedrescue/run_table.py", *sys.argv[1:]])
+    Path(args.out).write_text(table(done, labels, seeds, base.rounds, command, ers))
     print(f"wrote {args.out}")
     if args.curves:
-        plot_curves(done, labels, args.seeds, Path(args.curves))
+        plot_curves(done, labels, seeds, Path(args.curves), ers)
         print(f"wrote {args.curves}")
     if args.bytes_plot:
-        plot_bytes(done, labels, args.seeds, Path(args.bytes_plot))
+        plot_bytes(done, labels, seeds, Path(args.bytes_plot), ers)
         print(f"wrote {args.bytes_plot}")
 
 
