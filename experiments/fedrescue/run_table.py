@@ -13,9 +13,10 @@ there is not run again), and from it the script writes the table (``--out``), ea
         [--runs runs.json] [--out results.md] [--curves curves.png] [--bytes-plot bytes.png] [--table-only]
 
 ``--table-only`` runs nothing and tabulates what runs.json holds (by default every seed in it). The table, the
-curves and the bytes plot use only the seeds that are complete, a finished run for every shown method and error
-rate (a method with no run at all is not shown); a partial seed is named under the table with the runs it has. With
-several seeds every number is the mean over them (accuracy also with its range over seeds, max - min).
+curves and the bytes plot show the methods that have, for some seed, a run at every error rate, and use only the
+seeds that are complete, a run for every shown method and error rate; a partial seed is named under the table with
+the runs it has. With several seeds every number is the mean over them (accuracy also with its range over seeds,
+max - min).
 """
 
 from __future__ import annotations
@@ -85,8 +86,9 @@ def summarise(result: Any, wall_s: float) -> dict[str, Any]:
 def complete_seeds(
     runs: dict[str, Any], labels: list[str], seeds: list[int], ers: tuple[float, ...] = ERROR_RATES
 ) -> tuple[list[str], list[int]]:
-    """The methods with at least one run, and the seeds with a run for each of them at every error rate."""
-    shown = [lb for lb in labels if any(run_key(lb, er, s) in runs for er in ers for s in seeds)]
+    """The methods with a run at every error rate for some seed, and the seeds with a run for each of them at every
+    error rate."""
+    shown = [lb for lb in labels if any(all(run_key(lb, er, s) in runs for er in ers) for s in seeds)]
     whole = [s for s in seeds if all(run_key(lb, er, s) in runs for lb in shown for er in ers)]
     return shown, whole
 
