@@ -556,14 +556,17 @@ class FedRushConfig(FedResCuEConfig):
 
 @dataclass(frozen=True, kw_only=True)
 class FedSlimConfig:
-    """FedSlim (paper 004's baseline, slimmable training after Yu et al. 2018): per batch, the cross-entropy
-    gradients of ``num_ratios`` ordered ratios of ``ratios`` (ending at the client's capacity) are summed into one
-    step; sample-weighted element-wise mean (FedAvg)."""
+    """FedSlim (paper 004's baseline, Algorithm 3): per batch, ``num_ratios`` ordered ratios of ``ratios`` (ending
+    at the client's capacity); the client's whole model takes cross-entropy and every smaller width KL(the whole
+    model's detached output || its own) (in-place distillation, as the paper's "learns prunable submodels purely by
+    knowledge distillation"), all gradients summed into one step; sample-weighted element-wise mean (FedAvg).
+    ``kd: false`` gives the smaller widths cross-entropy instead (Yu et al. 2018's slimmable training)."""
 
     name: Literal["fedslim"] = "fedslim"
     capacities: tuple[float, ...] = CAPACITIES
     ratios: tuple[float, ...] = COLUMN_RATIOS
     num_ratios: int = bounded(4, ge=1)
+    kd: bool = True
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -778,12 +781,15 @@ class LinkConfig:
     simulated seconds or, with ``trace_time: round``, as round indices (row ``t_s = r`` holds from round ``r``). With
     ``padding`` (Eq. 5) a client fills the columns it failed to download from its own parameters of the last round
     it trained (at first, the initial global model's); without it the client trains the part that arrived, and fails
-    when nothing did."""
+    when nothing did. ``memory_dtype``: the precision in which a client remembers its model for padding
+    (``float16`` halves the per-client state, e.g. 1,000 clients of the 16-32-64 CNN; padded values are then rounded
+    to half precision)."""
 
     error_rate: ResourceConfig = field(default_factory=ResourceConfig)
     column_ratio: float = bounded(0.125, gt=0.0, le=1.0)
     padding: bool = True
     trace_time: Literal["simulated", "round"] = "simulated"
+    memory_dtype: Literal["float32", "float16"] = "float32"
 
     def __post_init__(self) -> None:
         er = self.error_rate

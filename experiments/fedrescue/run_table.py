@@ -1,20 +1,31 @@
-"""FedResCuE vs FedSlim vs FjORD vs HeteroFL under unstable links (paper 004, Sec. 5.4), CPU-sized.
+"""FedResCuE vs FedSlim vs FjORD vs HeteroFL, and paper 004's ablations FedSeq and FedRush, under unstable links
+(paper 004, Sec. 5.4 and 5.6), CPU-sized.
 
-Runs experiments/fedrescue/cpu.yaml once per method and error rate (er per column, constant; 0 = links that never
-lose a column). The engine evaluates the global model's x0.25 ... x1 sub-models (first-k, batch statistics) every
-evaluated round (``eval_widths``, evals.csv); the table holds the last evaluation's and writes
-experiments/fedrescue/results.md, with ``--curves`` each width's accuracy against rounds as a PNG. Every method pads
-locally (Eq. 5), as in the paper.
+Runs experiments/fedrescue/cpu.yaml once per method, error rate (er per column, constant; 0 = links that never lose a
+column) and seed, one run after another, seed by seed (so that an interrupted sweep leaves whole seeds). The engine
+evaluates the global model's x0.25 ... x1 sub-models (first-k, batch statistics) every evaluated round
+(``eval_widths``, evals.csv). Every run's figures go to a JSON file as soon as it finishes (``--runs``; a run already
+there is not run again), and from it the script writes the table (``--out``), each width's accuracy against rounds
+(``--curves``) and the mean accuracy over widths against the MB moved (``--bytes-plot``). Every method pads locally
+(Eq. 5), as in the paper.
 
-    python experiments/fedrescue/run_table.py [--rounds N] [--seeds 0 1] [--out results.md] [--curves curves.png]
+    python experiments/fedrescue/run_table.py [--rounds N] [--seeds 0 1 2] [--methods FedResCuE ...]
+        [--runs runs.json] [--out results.md] [--curves curves.png] [--bytes-plot bytes.png] [--table-only]
 
-With several seeds every number is the mean over them (accuracy also with its spread, max - min).
+``--table-only`` runs nothing and tabulates what runs.json holds (by default every seed in it). The table, the
+curves and the bytes plot show the methods that have, for some seed, a run at every error rate, and use only the
+seeds that are complete, a run for every shown method and error rate; a partial seed is named under the table with
+the runs it has. With several seeds every number is the mean over them (accuracy also with its range over seeds,
+max - min).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
+import shlex
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -23,6 +34,8 @@ import numpy as np
 
 from rayfl.config import (
     FedResCuEConfig,
+    FedRushConfig,
+    FedSeqConfig,
     FedSlimConfig,
     FjORDConfig,
     HeteroFLConfig,
@@ -34,123 +47,285 @@ from rayfl.engine.driver import run_experiment
 HERE = Path(__file__).parent
 CAPACITIES = (0.25, 0.5, 0.75, 1.0)
 ERROR_RATES = (0.0, 0.1, 0.2)
+WIDTHS = [f"x{p:g}" for p in CAPACITIES]
 
 
 def methods(base: FedResCuEConfig) -> dict[str, Any]:
+    nested = {"capacities": base.capacities, "ratios": base.ratios, "num_ratios": base.num_ratios}
     return {
         "FedResCuE": base,
-        "FedSlim": FedSlimConfig(capacities=base.capacities, ratios=base.ratios, num_ratios=base.num_ratios),
+        "FedSlim": FedSlimConfig(**nested),
         "FjORD": FjORDConfig(widths=CAPACITIES, kd=True),
         "HeteroFL": HeteroFLConfig(rates=tuple(reversed(CAPACITIES)), label_mask=False, static_bn=False),
+        "FedSeq": FedSeqConfig(**nested),
+        "FedRush": FedRushConfig(**nested, alpha=base.alpha),
     }
 
 
-def width_curves(evals: list[Any]) -> dict[float, list[tuple[int, float]]]:
-    """Each width's accuracy against rounds (1-based) from a run's ``eval_widths`` records."""
-    return {p: [(e.round_idx + 1, e.test_acc) for e in evals if e.name == f"x{p:g}"] for p in CAPACITIES}
+def run_key(label: str, er: float, seed: int) -> str:
+    return f"{label}/er{er:g}/seed{seed}"
 
 
-def plot(curves: dict[tuple[str, float], list[dict[float, list[tuple[int, float]]]]], path: Path) -> None:
-    """One panel per error rate and width, one line per method (the first seed's curve)."""
+def summarise(result: Any, wall_s: float) -> dict[str, Any]:
+    """What the table and plots need of one run: each width's accuracy per evaluated round (1-based) with the MB
+    moved (down + up) up to that round, final accuracies, MB down and up, uploads lost, wall seconds."""
+    moved = np.cumsum([(r.bytes_down + r.bytes_up) / 1e6 for r in result.records])
+    curves = {w: [[e.round_idx + 1, e.test_acc] for e in result.evals if e.name == w] for w in WIDTHS}
+    rounds = [r for r, _ in curves[WIDTHS[-1]]]
+    return {
+        "final": [curves[w][-1][1] for w in WIDTHS],
+        "curves": curves,
+        "mb_moved": [float(moved[r - 1]) for r in rounds],
+        "mb_down": sum(r.bytes_down for r in result.records) / 1e6,
+        "mb_up": sum(r.bytes_up for r in result.records) / 1e6,
+        "uploads_lost": sum(r.clients_failed for r in result.records),
+        "wall_s": wall_s,
+    }
+
+
+def complete_seeds(
+    runs: dict[str, Any], labels: list[str], seeds: list[int], ers: tuple[float, ...] = ERROR_RATES
+) -> tuple[list[str], list[int]]:
+    """The methods with a run at every error rate for some seed, and the seeds with a run for each of them at every
+    error rate."""
+    shown = [lb for lb in labels if any(all(run_key(lb, er, s) in runs for er in ers) for s in seeds)]
+    whole = [s for s in seeds if all(run_key(lb, er, s) in runs for lb in shown for er in ers)]
+    return shown, whole
+
+
+def _range(x: np.ndarray) -> str:
+    return f"[{x.min():+.3f}, {x.max():+.3f}]"
+
+
+def table(
+    runs: dict[str, Any],
+    labels: list[str],
+    seeds: list[int],
+    rounds: int,
+    command: str,
+    ers: tuple[float, ...] = ERROR_RATES,
+) -> str:
+    shown, whole = complete_seeds(runs, labels, seeds, ers)
+    partial = [s for s in seeds if s not in whole]
+    lines = [
+        f"# FedResCuE vs baselines under unstable links ({rounds} rounds, `{HERE.name}/cpu.yaml`, "
+        f"seeds {', '.join(map(str, whole))})",
+        "",
+        "Produced by (the runs' figures are in `runs.json`; `--table-only` rewrites this file from it without running)",
+        "",
+        f"    {command}",
+        "",
+        "Accuracy of the final global model's x p sub-models on the 1000 test images (the engine's last `eval_widths`",
+        "evaluation), mean over the seeds with the range over seeds (max - min) in brackets; `mean` is the mean over",
+        "the four widths (its range over seeds in brackets). er is the constant loss probability of each column (1/8",
+        "of the network) in each direction; every method pads locally (Eq. 5). MB moved over the run (down, up, as",
+        "sent: delivered columns plus the lost one); client-rounds (of 600) whose whole upload was lost; wall seconds",
+        "per run on a shared 2-core machine under other jobs' load (not a timing figure).",
+        "",
+        "| method | er | x0.25 | x0.5 | x0.75 | x1 | mean | MB down | MB up | uploads lost | wall s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    acc: dict[tuple[str, float], np.ndarray] = {}  # seeds x widths
+    for er in ers:
+        for label in shown:
+            got = [runs[run_key(label, er, s)] for s in whole]
+            if not got:
+                continue
+            a = acc[(label, er)] = np.asarray([g["final"] for g in got])
+            per_seed = a.mean(axis=1)
+            cells = " | ".join(f"{m:.3f} ({r:.3f})" for m, r in zip(a.mean(axis=0), np.ptp(a, axis=0), strict=True))
+            lines.append(
+                f"| {label} | {er:g} | {cells} | {per_seed.mean():.3f} ({np.ptp(per_seed):.3f}) | "
+                f"{np.mean([g['mb_down'] for g in got]):.2f} | {np.mean([g['mb_up'] for g in got]):.2f} | "
+                f"{np.mean([g['uploads_lost'] for g in got]):.1f} | {np.mean([g['wall_s'] for g in got]):.0f} |"
+            )
+    if not whole:
+        lines.append("| (no seed is complete) | | | | | | | | | | |")
+    else:
+        lines += [
+            "",
+            f"Change from er = {ers[0]:g}, per seed (the same seed's run at er {ers[0]:g}), mean over seeds",
+            "with the range over seeds in brackets; `mean` is the change of the mean over widths, `rel.` that",
+            f"change relative to the mean at er {ers[0]:g}:",
+            "",
+            "| method | er | x0.25 | x0.5 | x0.75 | x1 | mean | rel. |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for er in ers[1:]:
+            for label in shown:
+                d = acc[(label, er)] - acc[(label, ers[0])]
+                dm = d.mean(axis=1)
+                rel = dm / acc[(label, ers[0])].mean(axis=1)
+                cells = " | ".join(f"{d[:, j].mean():+.3f} {_range(d[:, j])}" for j in range(len(WIDTHS)))
+                lines.append(f"| {label} | {er:g} | {cells} | {dm.mean():+.3f} {_range(dm)} | {rel.mean():+.0%} |")
+        q = rounds / 4
+        lines += [
+            "",
+            "Learning still going on late in the run: the mean accuracy over widths averaged over the evaluations",
+            f"in rounds {q:g} < r <= {2 * q:g} and in rounds {3 * q:g} < r <= {rounds}, and the gain from the first",
+            "window to the second, mean over seeds (seed by seed in brackets):",
+            "",
+            f"| method | er | rounds {q:g}-{2 * q:g} | rounds {3 * q:g}-{rounds} | gain |",
+            "|---|---|---|---|---|",
+        ]
+        for er in ers:
+            for label in shown:
+                early, late = [], []
+                for s in whole:
+                    curves = runs[run_key(label, er, s)]["curves"]
+                    at = np.asarray([r for r, _ in curves[WIDTHS[0]]])
+                    m = np.mean([[a for _, a in curves[w]] for w in WIDTHS], axis=0)
+                    early.append(m[(at > q) & (at <= 2 * q)].mean())
+                    late.append(m[at > 3 * q].mean())
+                gain = np.asarray(late) - np.asarray(early)
+                lines.append(
+                    f"| {label} | {er:g} | {np.mean(early):.3f} | {np.mean(late):.3f} | {gain.mean():+.3f} "
+                    f"({', '.join(f'{g:+.3f}' for g in gain)}) |"
+                )
+    for s in partial:
+        have = sorted(k for k in runs if k.endswith(f"/seed{s}") and k.split("/")[0] in shown)
+        lines += [
+            "",
+            f"Seed {s} is left out, incomplete: {len(have)} of {len(shown) * len(ers)} runs "
+            f"({', '.join(k.rsplit('/', 1)[0] for k in have) or 'none'}).",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def _mean_curve(got: list[dict[str, Any]], width: str) -> tuple[list[int], np.ndarray]:
+    rounds = [r for r, _ in got[0]["curves"][width]]
+    return rounds, np.mean([[a for _, a in g["curves"][width]] for g in got], axis=0)
+
+
+def plot_curves(
+    runs: dict[str, Any], labels: list[str], seeds: list[int], path: Path, ers: tuple[float, ...] = ERROR_RATES
+) -> None:
+    """One panel per error rate and width, one line per method: accuracy against rounds, mean over seeds."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(3.2 * len(CAPACITIES), 2.8 * len(ERROR_RATES)))
+    labels, seeds = complete_seeds(runs, labels, seeds, ers)
+    fig = Figure(figsize=(3.2 * len(WIDTHS), 2.8 * len(ers)))
     FigureCanvasAgg(fig)
-    axes = fig.subplots(len(ERROR_RATES), len(CAPACITIES), squeeze=False)
-    for i, er in enumerate(ERROR_RATES):
-        for j, p in enumerate(CAPACITIES):
+    axes = fig.subplots(len(ers), len(WIDTHS), squeeze=False)
+    for i, er in enumerate(ers):
+        for j, width in enumerate(WIDTHS):
             ax = axes[i][j]
-            for (label, e), runs in curves.items():
-                if e == er:
-                    ax.plot([c[0] for c in runs[0][p]], [c[1] for c in runs[0][p]], label=label)
-            ax.set_title(f"er {er:g}, x{p:g}", fontsize=9)
+            for label in labels:
+                got = [runs[k] for s in seeds if (k := run_key(label, er, s)) in runs]
+                if got:
+                    rounds, acc = _mean_curve(got, width)
+                    ax.plot(rounds, acc, label=label)
+            ax.set_title(f"er {er:g}, {width}", fontsize=9)
             ax.set_xlabel("Round")
             ax.set_ylabel("Test accuracy")
             ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=7)
+    fig.suptitle(f"Accuracy of each x p sub-model against rounds (mean over seeds {', '.join(map(str, seeds))})")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
+
+
+def plot_bytes(
+    runs: dict[str, Any], labels: list[str], seeds: list[int], path: Path, ers: tuple[float, ...] = ERROR_RATES
+) -> None:
+    """One panel per error rate: mean accuracy over the widths against MB moved (down + up), mean over seeds."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    labels, seeds = complete_seeds(runs, labels, seeds, ers)
+    fig = Figure(figsize=(4.2 * len(ers), 3.4))
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, len(ers), squeeze=False)[0]
+    for ax, er in zip(axes, ers, strict=True):
+        for label in labels:
+            got = [runs[k] for s in seeds if (k := run_key(label, er, s)) in runs]
+            if not got:
+                continue
+            acc = np.mean([_mean_curve(got, w)[1] for w in WIDTHS], axis=0)
+            moved = np.mean([g["mb_moved"] for g in got], axis=0)
+            ax.plot(moved, acc, label=label)
+        ax.set_title(f"er {er:g}", fontsize=9)
+        ax.set_xlabel("MB moved (down + up)")
+        ax.set_ylabel("Mean accuracy over x0.25 ... x1")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.suptitle(f"Mean accuracy against MB moved (mean over seeds {', '.join(map(str, seeds))})")
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
+    fig.savefig(path, dpi=100)
+
+
+def run_all(
+    base: Any,
+    catalogue: dict[str, Any],
+    labels: list[str],
+    seeds: list[int],
+    ers: tuple[float, ...],
+    runs: dict[str, Any],
+    path: Path,
+) -> None:
+    """Every run not yet in ``runs`` at ``base.rounds``, seed by seed; each one's figures saved as it finishes."""
+    for seed in seeds:
+        for er in ers:
+            links = dataclasses.replace(base.system.links, error_rate=ResourceConfig(source="constant", low=er))
+            for label in labels:
+                key = run_key(label, er, seed)
+                if key in runs and runs[key].get("rounds") == base.rounds:
+                    continue
+                cfg = dataclasses.replace(
+                    base,
+                    name=f"{label.lower()}-er{er:g}-seed{seed}",
+                    seed=seed,
+                    algorithm=catalogue[label],
+                    system=dataclasses.replace(base.system, links=links),
+                )
+                began = time.perf_counter()
+                result = run_experiment(cfg)
+                runs[key] = {"rounds": base.rounds, **summarise(result, time.perf_counter() - began)}
+                path.write_text(json.dumps(runs, indent=1) + "\n")
+                print(f"{key}: acc x.25/.5/.75/1 = {runs[key]['final']}", flush=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=0, help="override the YAML's rounds")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[], help="default 0; --table-only: all in --runs")
+    parser.add_argument("--table-only", action="store_true", help="run nothing; tabulate and plot from --runs")
+    parser.add_argument("--methods", nargs="+", default=[], help="labels to run and show (default: all six)")
+    parser.add_argument("--error-rates", type=float, nargs="+", default=list(ERROR_RATES), help="the first is the base")
+    parser.add_argument("--runs", default=str(HERE / "runs.json"), help="every finished run's figures (JSON)")
     parser.add_argument("--out", default=str(HERE / "results.md"))
     parser.add_argument("--curves", default="", help="write each width's accuracy against rounds to this PNG")
+    parser.add_argument("--bytes-plot", default="", help="write mean accuracy against MB moved to this PNG")
     parser.add_argument("--output-dir", default="", help="where the runs go (default: the YAML's output_dir)")
+    parser.add_argument("--command", default="", help="the command line to state in the table")
     args = parser.parse_args()
     base = dataclasses.replace(load_config(HERE / "cpu.yaml"), eval_widths=CAPACITIES)
     if args.rounds:
         base = dataclasses.replace(base, rounds=args.rounds)
     if args.output_dir:
         base = dataclasses.replace(base, output_dir=args.output_dir)
-    curves: dict[tuple[str, float], list[dict[float, list[tuple[int, float]]]]] = {}
     assert isinstance(base.algorithm, FedResCuEConfig)
-    rows = []
-    for er in ERROR_RATES:
-        links = dataclasses.replace(base.system.links, error_rate=ResourceConfig(source="constant", low=er))
-        for label, algorithm in methods(base.algorithm).items():
-            accs, downs, ups, lost, began = [], [], [], [], time.perf_counter()
-            for seed in args.seeds:
-                cfg = dataclasses.replace(
-                    base,
-                    name=f"{label.lower()}-er{er:g}-seed{seed}",
-                    seed=seed,
-                    algorithm=algorithm,
-                    system=dataclasses.replace(base.system, links=links),
-                )
-                result = run_experiment(cfg)
-                by_width = width_curves(result.evals)
-                curves.setdefault((label, er), []).append(by_width)
-                accs.append([by_width[p][-1][1] for p in CAPACITIES])
-                downs.append(sum(r.bytes_down for r in result.records) / 1e6)
-                ups.append(sum(r.bytes_up for r in result.records) / 1e6)
-                lost.append(sum(r.clients_failed for r in result.records))
-                print(f"{label:10s} er={er:.1f} seed={seed} acc x.25/.5/.75/1 = {accs[-1]}", flush=True)
-            acc = np.asarray(accs)
-            rows.append(
-                (
-                    label,
-                    er,
-                    acc,
-                    float(np.mean(downs)),
-                    float(np.mean(ups)),
-                    float(np.mean(lost)),
-                    (time.perf_counter() - began) / len(args.seeds),
-                )
-            )
-    lines = [
-        f"# FedResCuE vs baselines under unstable links ({base.rounds} rounds, `{HERE.name}/cpu.yaml`, "
-        f"seeds {', '.join(map(str, args.seeds))})",
-        "",
-        "Accuracy of the final global model's x p sub-models on the 1000 test images (the engine's last `eval_widths`",
-        "evaluation; mean over seeds, with several",
-        "seeds the spread max - min in brackets); MB moved over the run (down, up, as sent: delivered columns plus",
-        "the lost one); clients whose whole upload was lost; wall seconds per run, measured on a shared 2-core",
-        "machine under other jobs' load.",
-        "",
-        "| method | er | x0.25 | x0.5 | x0.75 | x1 | mean | MB down | MB up | uploads lost | wall s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for label, er, acc, down, up, failed, wall in rows:
-        mean, spread = acc.mean(axis=0), acc.max(axis=0) - acc.min(axis=0)
-        cells = " | ".join(
-            f"{m:.3f} ({s:.3f})" if len(acc) > 1 else f"{m:.3f}" for m, s in zip(mean, spread, strict=True)
-        )
-        lines.append(
-            f"| {label} | {er:g} | {cells} | {acc.mean():.3f} | {down:.2f} | {up:.2f} | {failed:.1f} | {wall:.0f} |"
-        )
-    lines += ["", "Mean accuracy over the four widths, drop from er = 0 to er = 0.2:", ""]
-    for label in methods(base.algorithm):
-        mean = {er: float(acc.mean()) for lab, er, acc, *_ in rows if lab == label}
-        lines.append(f"- {label}: {mean[0.0]:.3f} -> {mean[0.2]:.3f} ({mean[0.2] - mean[0.0]:+.3f})")
-    Path(args.out).write_text("\n".join(lines) + "\n")
+    catalogue = methods(base.algorithm)
+    labels = args.methods or list(catalogue)
+    path = Path(args.runs)
+    runs: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+    ers = tuple(args.error_rates)
+    if args.table_only:
+        seeds = args.seeds or sorted({int(k.rsplit("seed", 1)[1]) for k in runs})
+    else:
+        seeds = args.seeds or [0]
+        run_all(base, catalogue, labels, seeds, ers, runs, path)
+    done = {k: v for k, v in runs.items() if v.get("rounds") == base.rounds}
+    command = args.command or shlex.join(["python", "experiments/fedrescue/run_table.py", *sys.argv[1:]])
+    Path(args.out).write_text(table(done, labels, seeds, base.rounds, command, ers))
     print(f"wrote {args.out}")
     if args.curves:
-        plot(curves, Path(args.curves))
+        plot_curves(done, labels, seeds, Path(args.curves), ers)
         print(f"wrote {args.curves}")
+    if args.bytes_plot:
+        plot_bytes(done, labels, seeds, Path(args.bytes_plot), ers)
+        print(f"wrote {args.bytes_plot}")
 
 
 if __name__ == "__main__":

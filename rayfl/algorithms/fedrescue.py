@@ -10,10 +10,12 @@
   ``derive_rng(seed, "nested_widths", round, client)`` (the same lists for FedSlim, FedSeq and FedRush). The
   client's model before the batch is the stop-gradient teacher (its logits, computed once). For each ratio ``p_i``:
   loss ``J_i = CE + alpha_i KL(teacher || sub-model p_i)`` with ``alpha_i = alpha`` for ``p_i < 1`` and 0 at 1
-  (Eq. 3), one optimizer step, after which every element outside
-  ``theta_{p_i} minus theta_{p_{i-1}}`` (the columns this ratio adds) is put back to its value before the step, so
-  only the new columns move, whatever the optimizer (weight decay and momentum included). Then one ordinary
-  cross-entropy step on the client's whole model (line 9). The sub-model ``p_i`` runs on views of the leading
+  (Eq. 3), and one optimizer step on the columns this ratio adds, ``theta_{p_i} minus theta_{p_{i-1}}`` (Eq. 2):
+  the gradient is masked to them before clipping and stepping, and the step (``optim.masked_step``) leaves every
+  other element's parameter **and optimizer state** exactly as it was (no momentum spent or decayed, no weight
+  decay), as the paper's customised SGD "masks out the gradients of parameters that were not included in the
+  specified columns" (Appendix A.6.2). Then one ordinary cross-entropy step on the client's whole model (line 9),
+  which moves and accumulates momentum in every column. The sub-model ``p_i`` runs on views of the leading
   slices of the client's tensors (``torch.func.functional_call``, as FjORD), so no copies are made.
 * **Aggregation (Eq. 4).** Each uploaded element is averaged, unweighted, over the clients whose upload covers it:
   for nested bands this is exactly "band ``p_i`` = the plain mean over the users whose uploaded ratio reaches
@@ -32,6 +34,15 @@ Choices where the paper leaves room:
 * **Tensors outside the searched dimensions** (the classifier's bias, a norm's class-sized part) belong to every
   sub-model, hence to ``theta_{p_1}``: they move in the first step of the list and in the final step only.
 * **Reported loss**: the final step's cross-entropy.
+* **Optimizer state of frozen columns.** The paper masks the gradients; with momentum (its SGD: 0.9, Nesterov,
+  weight decay 1e-4) a masked gradient fed to an ordinary step would still move the frozen columns by their momentum
+  and weight decay and decay their buffers, breaking "fix its parameters" (Sec. 3.2, Algorithm 1 line 7). Here a
+  frozen element is outside the step altogether (torch.optim's rule for a parameter without a gradient, per
+  element): its momentum buffer is not decayed by the steps of larger ratios, so it carries the same momentum into
+  the line-9 step whatever ratios were drawn after it. Decaying it (``buf = momentum x buf``) would shrink the
+  x0.25 columns' momentum by 0.9^3 every batch at S = 4 through steps that do not train them.
+* **Clipping** (``train.grad_clip_norm``; the paper uses none): the norm of ``g_i``, the gradient with respect to the
+  new columns only, which is the gradient the step applies (Eq. 2).
 """
 
 from __future__ import annotations
@@ -45,7 +56,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from rayfl.algorithms.optim import ClientOptimizer
+from rayfl.algorithms.optim import ClientOptimizer, masked_step
 from rayfl.algorithms.payloads import Assignment, ClientUpdate, ClientView, ServerState, TensorSlice, TrainTask
 from rayfl.algorithms.submodel import SubModelAlgorithm, WidthModels, sorted_ratios
 from rayfl.config import TrainConfig
@@ -155,6 +166,12 @@ class NestedWidthAlgorithm(SubModelAlgorithm):
         out: torch.Tensor = model(x, all_positions=True) if self.train.sequence_loss == "all" else model(x)
         return out
 
+    def distill_loss(self, logits: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+        """``KL(teacher || student)`` of the softmax outputs, averaged over samples (and positions)."""
+        student = nn.functional.log_softmax(logits.flatten(0, -2), dim=-1)
+        target = nn.functional.log_softmax(teacher.flatten(0, -2), dim=-1)
+        return nn.functional.kl_div(student, target, reduction="batchmean", log_target=True)
+
     def cross_entropy(self, logits: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Hard-label cross-entropy, as ``Algorithm.local_loss`` forms it from the logits."""
         if self.train.sequence_loss == "all":
@@ -204,12 +221,6 @@ class FedResCuE(NestedWidthAlgorithm):
             mask = self._masks[key] = mask.to(tensor.device)
         return mask
 
-    def distill_loss(self, logits: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
-        """``KL(teacher || student)`` of the softmax outputs, averaged over samples (and positions)."""
-        student = nn.functional.log_softmax(logits.flatten(0, -2), dim=-1)
-        target = nn.functional.log_softmax(teacher.flatten(0, -2), dim=-1)
-        return nn.functional.kl_div(student, target, reduction="batchmean", log_target=True)
-
     def train_batch(
         self,
         model: nn.Module,
@@ -256,14 +267,21 @@ class FedResCuE(NestedWidthAlgorithm):
         if teacher is not None and not whole:
             loss = loss + alpha * self.distill_loss(logits, teacher)
         loss.backward()  # type: ignore[no-untyped-call]  # torch stubs leave backward untyped
-        if self.train.grad_clip_norm > 0:
-            nn.utils.clip_grad_norm_(params, self.train.grad_clip_norm)
-        named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-        before = [p.detach().clone() for _, p in named]
-        optimizer.step()
+        names = {id(p): n for n, p in model.named_parameters()}
+        masks: list[torch.Tensor | None] = []
         with torch.no_grad():
-            for (name, p), old in zip(named, before, strict=True):
-                p.copy_(torch.where(self.new_columns(name, p, units, previous), p, old))
+            for p in params:
+                mask = self.new_columns(names[id(p)], p, units, previous)
+                if p.grad is not None and bool(mask.any()):
+                    p.grad.masked_fill_(~mask, 0.0)  # g_i of Eq. 2: the gradient with respect to the new columns only
+                    masks.append(mask)
+                else:
+                    masks.append(None)
+        if self.train.grad_clip_norm > 0:  # the norm of g_i, the step's own gradient
+            nn.utils.clip_grad_norm_(
+                [p for p, m in zip(params, masks, strict=True) if m is not None], self.train.grad_clip_norm
+            )
+        masked_step(optimizer, params, masks)
 
 
 class FedSeq(FedResCuE):

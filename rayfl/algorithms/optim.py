@@ -18,7 +18,7 @@ from typing import Protocol
 import torch
 from torch import nn
 
-__all__ = ["SGD", "Adam", "ClientOptimizer", "client_optimizer"]
+__all__ = ["SGD", "Adam", "ClientOptimizer", "client_optimizer", "masked_step"]
 
 
 class ClientOptimizer(Protocol):
@@ -71,6 +71,11 @@ class SGD(_Plain):
                 grad = buf
             param.add_(grad, alpha=-self.lr)
 
+    def tensor_state(self, index: int) -> dict[str, torch.Tensor]:
+        """Parameter ``index``'s per-element state (its momentum buffer, once a step made one), live."""
+        buf = self.buffers[index]
+        return {} if buf is None else {"momentum_buffer": buf}
+
 
 class Adam(_Plain):
     """``torch.optim.Adam(params, lr, weight_decay)`` with the default betas (0.9, 0.999) and eps 1e-8, no amsgrad,
@@ -116,6 +121,12 @@ class Adam(_Plain):
             denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(self.eps)
             param.addcdiv_(exp_avg, denom, value=-step_size)
 
+    def tensor_state(self, index: int) -> dict[str, torch.Tensor]:
+        """Parameter ``index``'s per-element state (its two moments, once a step made them), live; the step count
+        is per tensor and not in it."""
+        state = self.state.get(index)
+        return {} if state is None else {"exp_avg": state[1], "exp_avg_sq": state[2]}
+
 
 def client_optimizer(
     kind: str, params: Sequence[nn.Parameter], lr: float, momentum: float = 0.0, weight_decay: float = 0.0
@@ -130,3 +141,47 @@ def client_optimizer(
     if on_cpu:
         return SGD(params, lr, momentum, weight_decay)
     return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
+
+
+def _tensor_state(optimizer: ClientOptimizer, index: int, param: nn.Parameter) -> dict[str, torch.Tensor]:
+    """The live per-element state tensors ``optimizer`` keeps for ``param`` (its ``index``-th parameter): ours by
+    index, torch.optim's (off the CPU) from its state dict, those shaped like the parameter."""
+    if isinstance(optimizer, SGD | Adam):
+        return optimizer.tensor_state(index)
+    if isinstance(optimizer, torch.optim.Optimizer):
+        found = optimizer.state.get(param, {})
+        return {k: v for k, v in found.items() if isinstance(v, torch.Tensor) and v.shape == param.shape}
+    raise TypeError(f"masked_step: cannot read the state of {type(optimizer).__name__}")
+
+
+@torch.no_grad()
+def masked_step(
+    optimizer: ClientOptimizer, params: Sequence[nn.Parameter], masks: Sequence[torch.Tensor | None]
+) -> None:
+    """One step of ``optimizer`` (built on ``params``, in this order) that changes only the elements where
+    ``masks`` is True, as if the others were not in the optimizer: outside the masks the parameters **and** the
+    optimizer's per-element state (SGD's momentum buffer, Adam's moments) are exactly what they were, so no momentum
+    is spent or decayed and no weight decay is applied there. A parameter whose mask is ``None`` takes no part at
+    all (its gradient is dropped, which torch.optim skips). This is torch.optim's rule for a parameter without a
+    gradient, applied per element; the caller masks the gradients first (before any clipping), so a step's clipping
+    norm counts only what it updates. Adam's step count is per tensor: it advances when any element of the tensor
+    steps.
+
+    The elements outside a mask are put back after an ordinary step (a state tensor the step created is put back to
+    zero there, which is what a first step from an absent state makes of it), so the elements inside see exactly the
+    arithmetic of an unmasked step, bit for bit, on every optimizer."""
+    if len(masks) != len(params):
+        raise ValueError(f"masked_step: {len(masks)} masks for {len(params)} parameters")
+    kept: list[tuple[int, nn.Parameter, torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]] = []
+    for i, (param, mask) in enumerate(zip(params, masks, strict=True)):
+        if mask is None:
+            param.grad = None
+        elif param.grad is not None and not bool(mask.all()):
+            state = {k: v.clone() for k, v in _tensor_state(optimizer, i, param).items()}
+            kept.append((i, param, mask, param.detach().clone(), state))
+    optimizer.step()
+    for i, param, mask, old, state in kept:
+        param.copy_(torch.where(mask, param, old))
+        for key, tensor in _tensor_state(optimizer, i, param).items():
+            before = state.get(key)
+            tensor.copy_(torch.where(mask, tensor, torch.zeros_like(tensor) if before is None else before))

@@ -85,13 +85,14 @@ class LinkDraw:
     """What an unstable link does to one client's transfers in one round (``rayfl/system/links.py``): the error rate
     drawn for it, and how many transfer units (columns) each direction delivers before its first failure (``-1``:
     none fails). ``column_ratio`` is the links' granularity, ``padding`` whether the client fills columns it missed
-    from its own previous parameters (local model padding, paper 004 Eq. 5)."""
+    from its own previous parameters (local model padding, paper 004 Eq. 5), remembered at ``memory_dtype``."""
 
     error_rate: float
     down_run: int
     up_run: int
     column_ratio: float
     padding: bool
+    memory_dtype: str = "float32"  # the precision of the client's remembered model (``LinkConfig.memory_dtype``)
 
 
 @dataclass(frozen=True, slots=True)

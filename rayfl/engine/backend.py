@@ -22,7 +22,7 @@ from rayfl.algorithms.base import Algorithm
 from rayfl.algorithms.payloads import Aggregate, ClientOutcome, Params, TrainTask
 from rayfl.config import BackendConfig, CompressionConfig, ModelConfig
 from rayfl.data.federated import FederatedDataset
-from rayfl.engine.client_state import ClientMemory, ClientStateStore, keeps_state
+from rayfl.engine.client_state import ClientMemory, ClientStateStore, keeps_state, pads
 from rayfl.engine.host import ClientHost, EvalStats, NumpyParams
 from rayfl.engine.param_server import ParamServerShard, plan_shards
 from rayfl.partials import ArrayPartial
@@ -58,7 +58,9 @@ class Backend(Protocol):
         still runs on the hosts)."""
         ...
 
-    def train_and_reduce(self, tasks: Sequence[TrainTask], params: Params) -> tuple[Aggregate, list[ClientOutcome]]: ...
+    def train_and_reduce(
+        self, tasks: Sequence[TrainTask], params: Params, initial: Params | None = None
+    ) -> tuple[Aggregate, list[ClientOutcome]]: ...
 
     def evaluate(
         self, params: Params, units: tuple[int, ...] | None = None, model_config: ModelConfig | None = None
@@ -188,7 +190,11 @@ class LocalBackend:
         self.algorithm = algorithm
         self.memories = ClientStateStore()  # per-client state across rounds (engine/client_state.py)
 
-    def train_and_reduce(self, tasks: Sequence[TrainTask], params: Params) -> tuple[Aggregate, list[ClientOutcome]]:
+    def train_and_reduce(
+        self, tasks: Sequence[TrainTask], params: Params, initial: Params | None = None
+    ) -> tuple[Aggregate, list[ClientOutcome]]:
+        """One round's training and reduction; ``initial`` (the run's initial global tensors,
+        ``client_state.first_values``) is what padding clients fall back to."""
         self.shard_of, names = shard_plan(self.shard_of, params, self.num_shards, self.shards)
         if names is not None:
             for shard, own in zip(self.shards, names, strict=True):
@@ -197,12 +203,13 @@ class LocalBackend:
         per_shard: list[list[ArrayPartial]] = [[] for _ in range(self.num_shards)]
         outcomes: list[ClientOutcome] = []
         keep = keeps_state(self.algorithm, tasks)
+        first = to_numpy(initial) if initial is not None and pads(tasks) else None
         for host, host_tasks in zip(self.hosts, tasks_by_host(tasks, self.sizes, self.num_hosts), strict=True):
             if not host_tasks:
                 continue
             held = self.memories.handles_for(host_tasks) if keep else []
             out = host.run_round(
-                host_tasks, arrays, self.shard_of, self.num_shards, *cast(list[ClientMemory | None], held)
+                host_tasks, arrays, self.shard_of, self.num_shards, first, *cast(list[ClientMemory | None], held)
             )
             for s, p in enumerate(out[: self.num_shards]):
                 per_shard[s].append(cast(ArrayPartial, p))

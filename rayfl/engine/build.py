@@ -55,8 +55,7 @@ class Setup:
 
 
 def initial_params(cfg: ExperimentConfig, spec: InputSpec) -> Params:
-    """The global model's initial weights, drawn from a generator derived from the seed (global RNG untouched); the
-    client hosts rebuild the same weights for local model padding (``client_state.initial_weights``)."""
+    """The global model's initial weights, drawn from a generator derived from the seed (global RNG untouched)."""
     return initial_weights(cfg.model, spec, cfg.seed)
 
 

@@ -5,6 +5,8 @@ What a checkpoint after ``n`` finished rounds holds (``RunSnapshot``):
 * ``state``: the ``ServerState``: every global model's parameters and architecture, the server optimizer's state and
   the algorithm's own state (model search's pool, FedorAS's tiers and search populations);
 * ``client_states``: every client's memory (``Backend.client_states``: padding models, per-client algorithm state);
+* ``initial_params``: with padding, each global tensor's value from the first round that broadcast it, what a client
+  pads from where its memory has nothing (``client_state.first_values``);
 * ``sim_time_s``: the simulated clock. It is the clock's only changing state: budgets, traces, availability and link
   draws are pure functions of (client, simulated time, round), so there is no trace or link cursor to keep;
 * ``phase_results``: what finished phases reported (``PhaseSchedule.results``, FedorAS's chosen paths);
@@ -40,13 +42,13 @@ import os
 import re
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any, cast
 
 import torch
 
-from rayfl.algorithms.payloads import ServerState
+from rayfl.algorithms.payloads import Params, ServerState
 
 __all__ = ["CHECKPOINT_DIR", "CheckpointStore", "Manifest", "PendingCheckpoint", "RunSnapshot"]
 
@@ -69,6 +71,8 @@ class RunSnapshot:
     last_eval: tuple[float, float, int]  # accuracy, loss and samples of the last evaluation
     nonfinite_streak: int
     wall_time_s: float
+    # each global tensor's value when first broadcast to padding clients (their fallback where they remember nothing)
+    initial_params: Params = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

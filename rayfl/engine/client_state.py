@@ -19,8 +19,12 @@ A memory holds three things, each only when something uses it:
   (its upload lost, its update not finite) keeps the upload it had.
 
 Padding (Eq. 5): a client that received only the first ``p_d`` levels of its model fills the rest, up to its own
-``p_k``, from its memory; positions its memory lacks (a client's first round, or a capacity larger than before) come
-from the initial global model, as Algorithm 2 initialises every client's model with ``w x p_k``.
+``p_k``, from its memory; positions its memory lacks (a client's first round, a capacity larger than before, or a
+memory of another of the run's models) come from the run's initial global model, as Algorithm 2 initialises every
+client's model with ``w x p_k``. "Initial" is what the run actually started from, not a fresh draw: the engine keeps
+each global tensor's value from the first round that broadcast it to padding clients (``first_values``: the
+algorithm's ``init_state``, e.g. HeteroFL's zeroed biases, and each of several global models' own weights; a model
+added later, at its creation) and hands it to the hosts with the round's tasks; checkpoints keep it.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import numpy as np
 import torch
 
 from rayfl.algorithms.base import Algorithm
-from rayfl.algorithms.payloads import Assignment, ClientUpdate, TensorSlice, TrainTask
+from rayfl.algorithms.payloads import Assignment, ClientUpdate, Params, TensorSlice, TrainTask
 from rayfl.config import ModelConfig
 from rayfl.models import InputSpec, build_model
 from rayfl.models.elastic.family import gather
@@ -42,11 +46,13 @@ __all__ = [
     "ClientMemory",
     "ClientStateStore",
     "KeptUpload",
+    "first_values",
     "initial_weights",
     "keeps_state",
     "memory_bytes",
     "own_global",
     "padded_tensor",
+    "pads",
 ]
 
 
@@ -81,6 +87,7 @@ class ClientMemory:
     params: dict[str, np.ndarray] | None = None
     slices: dict[str, TensorSlice] | None = None
     algo_state: object | None = None
+    model_id: int = 0  # the global model ``params`` belong to (a run with several: a client may change model)
     upload: KeptUpload | None = None
 
 
@@ -88,6 +95,20 @@ def keeps_state(algorithm: Algorithm, tasks: Sequence[TrainTask]) -> bool:
     """Whether a round's clients carry memories: the algorithm keeps per-client state, links pad, or the run keeps
     every client's last upload (``eval_all_devices``)."""
     return algorithm.keeps_client_state or any(t.keep_upload or (t.link is not None and t.link.padding) for t in tasks)
+
+
+def pads(tasks: Sequence[TrainTask]) -> bool:
+    """Whether a round's clients fill what their links lost from their own parameters (padding)."""
+    return any(t.link is not None and t.link.padding for t in tasks)
+
+
+def first_values(known: Params, params: Params) -> Params:
+    """``known`` plus a copy of every tensor of ``params`` it lacks: kept from the first round a tensor is broadcast,
+    this is the run's initial value of every global tensor (``known`` itself, not a copy, when nothing is new)."""
+    new = [k for k in params if k not in known]
+    if not new:
+        return known
+    return {**known, **{k: params[k].detach().clone() for k in new}}
 
 
 def memory_bytes(memory: ClientMemory | None) -> int:
@@ -143,11 +164,14 @@ def initial_weights(model_cfg: ModelConfig, spec: InputSpec, seed: int) -> dict[
     return {k: v.detach().clone() for k, v in model.state_dict().items() if v.is_floating_point()}
 
 
-def own_global(initial: Mapping[str, torch.Tensor], memory: ClientMemory | None) -> dict[str, torch.Tensor]:
-    """Global-shaped tensors of what the client itself holds: its remembered parameters where it has them, the
-    initial global model elsewhere."""
+def own_global(
+    initial: Mapping[str, torch.Tensor], memory: ClientMemory | None, model_id: int = 0
+) -> dict[str, torch.Tensor]:
+    """Global-shaped tensors of what the client itself holds of model ``model_id`` (``initial`` is that model's
+    initial tensors): its remembered parameters where it has them, the initial global model elsewhere. A memory of
+    another model is not used."""
     own = {k: v.clone() for k, v in initial.items()}
-    if memory is None or memory.params is None:
+    if memory is None or memory.params is None or getattr(memory, "model_id", 0) != model_id:
         return own
     slices = memory.slices or {}
     for name, value in memory.params.items():

@@ -26,6 +26,7 @@ from rayfl.data.federated import FederatedDataset
 from rayfl.engine.backend import Backend, EvalResult
 from rayfl.engine.build import bind_algorithm, build_backend, build_clock, prepare_run
 from rayfl.engine.checkpoint import CheckpointStore
+from rayfl.engine.client_state import first_values, pads
 from rayfl.engine.guard import NonFiniteError, NonFiniteGuard, all_finite
 from rayfl.engine.multieval import (
     client_accuracies,
@@ -172,8 +173,13 @@ def _run(
                     for i, (v, runs) in enumerate(zip(views, plan.runs, strict=True))
                     if runs
                 ]
-                # 4. Local training on the hosts and sharded reduction.
-                aggregate, outcomes = backend.train_and_reduce(tasks, state.params) if tasks else (_NOTHING, [])
+                # 4. Local training on the hosts and sharded reduction. Clients that pad what their links lost fall
+                # back, where they remember nothing, to each global tensor's value when it was first broadcast.
+                if pads(tasks):
+                    run.initial_params = first_values(run.initial_params, state.params)
+                aggregate, outcomes = (
+                    backend.train_and_reduce(tasks, state.params, run.initial_params) if tasks else (_NOTHING, [])
+                )
                 train_done = time.perf_counter()
                 plan = clock.measured_compute(plan, {o.client_id: o.train_wall_s for o in outcomes})
                 # 5. Server update (skipped when every client failed: the global model stays), refused when it is not

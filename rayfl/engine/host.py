@@ -37,14 +37,7 @@ from rayfl.algorithms.submodel import first_k
 from rayfl.config import BackendConfig, CompressionConfig, ModelConfig
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine.allocator import tune_allocator
-from rayfl.engine.client_state import (
-    ClientMemory,
-    KeptUpload,
-    initial_weights,
-    keeps_state,
-    own_global,
-    padded_tensor,
-)
+from rayfl.engine.client_state import ClientMemory, KeptUpload, keeps_state, own_global, padded_tensor
 from rayfl.engine.device import use_device
 from rayfl.models import InputSpec, build_model, to_input
 from rayfl.models.elastic import FAMILIES, ElasticFamily, build_family
@@ -116,7 +109,6 @@ class ClientHost:
             backend_cfg.device, backend_cfg.gpus_per_host, backend_cfg.gpu_memory_fraction, host_id=host_id
         )
         self.model_cfg = model_cfg
-        self._initial: dict[int, dict[str, torch.Tensor]] = {}  # initial global weights per seed (padding)
         self.compression = compression or CompressionConfig()  # upload compression of every client's update
         self.input_spec = InputSpec.of(dataset.input_kind, dataset.num_classes, dataset.x, dataset.meta)
         with torch.random.fork_rng(devices=[]):
@@ -195,6 +187,7 @@ class ClientHost:
         params: NumpyParams,
         shard_of: Mapping[str, int],
         num_shards: int,
+        initial: NumpyParams | None,
         *memories: ClientMemory | None,
     ) -> tuple[object, ...]:
         """Train ``tasks`` in client-id order.
@@ -203,10 +196,13 @@ class ClientHost:
         own object)
         followed by the list of per-client ``ClientOutcome``s. When the round's clients carry memories
         (``client_state.keeps_state``), ``memories`` holds each task's (aligned with ``tasks``, ``None`` for a client
-        with none yet) and every task's next memory follows the outcomes, in the order of ``tasks``.
+        with none yet) and every task's next memory follows the outcomes, in the order of ``tasks``. ``initial`` is
+        the run's initial value of every global tensor (``client_state.first_values``), what padding falls back to
+        where a client's memory has nothing; it is needed only when a client pads.
         """
         torch.set_num_threads(self.torch_threads)
         base = as_tensors(params)
+        first = as_tensors(initial) if initial is not None else None
         shapes = {k: v.shape for k, v in base.items()}
         keep = keeps_state(self.algorithm, tasks)
         held = dict(zip((t.client_id for t in tasks), memories, strict=False)) if keep else {}
@@ -214,7 +210,9 @@ class ClientHost:
         outcomes: list[ClientOutcome] = []
         kept: dict[int, ClientMemory | None] = {}
         for task in sorted(tasks, key=lambda t: t.client_id):
-            update, outcome, kept[task.client_id] = self._run_client(task, base, shapes, held.get(task.client_id))
+            update, outcome, kept[task.client_id] = self._run_client(
+                task, base, shapes, held.get(task.client_id), first
+            )
             if update is not None and outcome.failure is None:
                 self.algorithm.reducer.accumulate(partial, update, shapes)
             outcomes.append(outcome)
@@ -247,6 +245,7 @@ class ClientHost:
         base: Mapping[str, torch.Tensor],
         shapes: Mapping[str, torch.Size],
         memory: ClientMemory | None,
+        initial: Mapping[str, torch.Tensor] | None = None,
     ) -> tuple[ClientUpdate | None, ClientOutcome, ClientMemory | None]:
         """One client: receive (what the links deliver, padded), train, send (what the links deliver); returns the
         update to aggregate, the outcome and the client's next memory."""
@@ -255,6 +254,7 @@ class ClientHost:
         if not (model_id == 0 and task.model_config is None):  # a single-model run's tensors are the model's own
             base = model_params(base, model_id)
             shapes = {k: v.shape for k, v in base.items()}
+            initial = None if initial is None else model_params(initial, model_id)
         if self.algorithm.train.noop:
             update, noop_bytes = self._noop_update(task, base)
             noop = ClientOutcome(
@@ -284,7 +284,10 @@ class ClientHost:
         assignment = levels[level - 1]
         model = self._model_for(assignment, base, task.model_config)
         if level > got:
-            self._pad(model, assignment, levels[got - 1] if got else None, base, memory, task.seed)
+            if initial is None:
+                raise RuntimeError("padding needs the run's initial global parameters (run_round's ``initial``)")
+            own = own_global(initial, memory, model_id)
+            self._pad(model, assignment, levels[got - 1] if got else None, base, own)
         bytes_down = down_bytes if down_bytes is not None else self._model_bytes(model)
         run = dataclasses.replace(
             task, assignment=assignment, client_state=memory.algo_state if memory is not None else None
@@ -296,9 +299,10 @@ class ClientHost:
         failure = None if _finite(update) else "nan_update"
         after = memory
         if failure is None and (self.algorithm.keeps_client_state or (link is not None and link.padding)):
-            kept = _float_state(model) if link is not None and link.padding else None
+            kept = _float_state(model, link.memory_dtype) if link is not None and link.padding else None
             slices = dict(assignment.slices) if kept is not None else None
-            after = ClientMemory(kept, slices, update.client_state, memory.upload if memory is not None else None)
+            upload = memory.upload if memory is not None else None
+            after = ClientMemory(kept, slices, update.client_state, model_id=model_id, upload=upload)
         sent, p_up = update, math.nan
         if link is not None:
             arrived = delivered(link.up_run, level)
@@ -340,20 +344,16 @@ class ClientHost:
         size = {k: v.element_size() for k, v in base.items()}
         return sum(slice_numel({k: shapes[k]}, level) * size[k] for k in shapes)
 
+    @staticmethod
     def _pad(
-        self,
         model: nn.Module,
         assignment: Assignment,
         arrived: Assignment | None,
         base: Mapping[str, torch.Tensor],
-        memory: ClientMemory | None,
-        seed: int,
+        own: Mapping[str, torch.Tensor],
     ) -> None:
-        """Local model padding (Eq. 5): the positions that did not arrive take the client's own values."""
-        initial = self._initial.get(seed)
-        if initial is None:
-            initial = self._initial[seed] = initial_weights(self.model_cfg, self.input_spec, seed)
-        own = own_global(initial, memory)
+        """Local model padding (Eq. 5): the positions that did not arrive take the client's own values (``own``:
+        ``client_state.own_global``)."""
         with torch.no_grad():
             for name, tensor in model.state_dict().items():
                 if name in base and name in own:
@@ -456,9 +456,15 @@ def _with_upload(memory: ClientMemory | None, task: TrainTask, update: ClientUpd
     return dataclasses.replace(memory or ClientMemory(), upload=KeptUpload.of(update))
 
 
-def _float_state(model: nn.Module) -> dict[str, np.ndarray]:
-    """A copy of the model's floating tensors, on the CPU (a client's memory)."""
-    return {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items() if v.is_floating_point()}
+def _float_state(model: nn.Module, dtype: str = "float32") -> dict[str, np.ndarray]:
+    """A copy of the model's floating tensors, on the CPU (a client's memory): as they are, or rounded to half
+    precision for ``float16`` (padding casts them back to the model's dtype)."""
+    half = dtype == "float16"
+    return {
+        k: (v.detach().half() if half else v.detach()).cpu().numpy().copy()
+        for k, v in model.state_dict().items()
+        if v.is_floating_point()
+    }
 
 
 def _cut(

@@ -35,7 +35,7 @@ from rayfl.engine.backend import (
     to_numpy,
     uploads_by_host,
 )
-from rayfl.engine.client_state import ClientStateStore, keeps_state
+from rayfl.engine.client_state import ClientStateStore, keeps_state, pads
 from rayfl.engine.param_server import plan_shards
 from rayfl.engine.ray_pool import ActorPool, release_warm_pool, take_pool
 from rayfl.engine.ray_session import ensure_ray, shutdown_ray
@@ -86,6 +86,7 @@ class RayBackend:
         self.algorithm = algorithm
         # per-client state across rounds as object-store references (engine/client_state.py)
         self.memories = ClientStateStore(fetch=ray.get, put=ray.put)
+        self._initial: tuple[Params | None, Any] = (None, None)  # the initial tensors last put, and their reference
         # dead hosts and shards: Ray restarts them, the driver re-runs their lost calls (engine/recovery.py)
         self.recovery = Recovery(backend_cfg.max_actor_failures, backend_cfg.start_timeout_s)
         self._names = [[n for n, k in self.shard_of.items() if k == s] for s in range(self.num_shards)]
@@ -119,18 +120,26 @@ class RayBackend:
         start, because a round whose clients all failed in planning runs no training, only its evaluation."""
         self.recovery.begin_round(round_idx)
 
-    def train_and_reduce(self, tasks: Sequence[TrainTask], params: Params) -> tuple[Aggregate, list[ClientOutcome]]:
+    def train_and_reduce(
+        self, tasks: Sequence[TrainTask], params: Params, initial: Params | None = None
+    ) -> tuple[Aggregate, list[ClientOutcome]]:
+        """One round's training and reduction; ``initial`` (the run's initial global tensors,
+        ``client_state.first_values``) is what padding clients fall back to: put in the object store once, again only
+        when the driver hands a new dict (a model was added)."""
         self.shard_of, names = shard_plan(self.shard_of, params, self.num_shards, self.shards)
         if names is not None:  # every reduce call names its shard's tensors (a restarted shard knows only the first)
             self._names = names
         params_ref = ray.put(to_numpy(params))
+        if initial is not None and pads(tasks) and initial is not self._initial[0]:
+            self._initial = (initial, ray.put(to_numpy(initial)))
+        initial_ref = self._initial[1] if initial is not None and pads(tasks) else None
         keep = keeps_state(self.algorithm, tasks)
         groups = {h: g for h, g in enumerate(tasks_by_host(tasks, self.sizes, self.num_hosts)) if g}
         # the driver fetches each host's outcomes (return ``num_shards``); its partial sums go straight to the shards
         steps = {
             h: Step(
                 f"client host {h}",
-                partial(self._run_round, h, g, params_ref, keep),
+                partial(self._run_round, h, g, params_ref, initial_ref, keep),
                 _ready_call(self.hosts[h], self._run_arg),
                 probe=self.num_shards,
             )
@@ -152,14 +161,14 @@ class RayBackend:
         outcomes = sorted((o for h in sorted(outcome_lists) for o in outcome_lists[h]), key=lambda o: o.client_id)
         return assemble_aggregate([results[s] for s in range(self.num_shards)], outcomes), outcomes
 
-    def _run_round(self, h: int, tasks: list[TrainTask], params_ref: Any, keep: bool) -> list[Any]:
+    def _run_round(self, h: int, tasks: list[TrainTask], params_ref: Any, initial_ref: Any, keep: bool) -> list[Any]:
         """Submit host ``h``'s share of a round (again, after a death: the same tasks and the same memories, which
         the store still references until the round succeeds)."""
         held = self.memories.handles_for(tasks) if keep else []
         return list(
             self.hosts[h]
             .run_round_on.options(num_returns=self.num_shards + 1 + len(held))
-            .remote(self._run_arg, tasks, params_ref, self.shard_of, self.num_shards, *held)
+            .remote(self._run_arg, tasks, params_ref, self.shard_of, self.num_shards, initial_ref, *held)
         )
 
     def _reduce_steps(self, params_ref: Any, ran: dict[int, list[Any]]) -> dict[int, Step]:

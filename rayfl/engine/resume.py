@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from rayfl.algorithms.payloads import ServerState
+from rayfl.algorithms.payloads import Params, ServerState
 from rayfl.config import ExperimentConfig
 from rayfl.config_loader import ConfigError, config_to_dict
 from rayfl.engine.backend import Backend, EvalResult
@@ -47,6 +47,8 @@ class RunProgress:
     eval_records: list[EvalRecord] = field(default_factory=list)
     last_eval: EvalResult = field(default_factory=lambda: EvalResult(math.nan, math.nan, 0))
     wall_offset_s: float = 0.0  # wall seconds the run spent before this process took it over
+    # every global tensor's value when first broadcast to padding clients (``client_state.first_values``)
+    initial_params: Params = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -144,6 +146,7 @@ def resume_progress(
         eval_records=list(writer.eval_rows),
         last_eval=EvalResult(accuracy, loss, samples),
         wall_offset_s=snap.wall_time_s,
+        initial_params=dict(getattr(snap, "initial_params", {})),  # none in checkpoints written before it
     )
 
 
@@ -161,4 +164,5 @@ def take_snapshot(
         last_eval=(last.accuracy, last.loss, last.num_samples),
         nonfinite_streak=progress.guard.streak,
         wall_time_s=wall_time_s,
+        initial_params=progress.initial_params,
     )

@@ -93,7 +93,8 @@ class LinkModel:
                 raise ValueError(f"system.links.error_rate: client {int(c)} drew error rate {er!r}, outside [0, 1)")
             rng = derive_rng(self.seed, "links", round_idx, int(c))
             down, up = (_run(rng, float(er)) for _ in range(2))
-            out.append(LinkDraw(float(er), down, up, self.cfg.column_ratio, self.cfg.padding))
+            cfg = self.cfg
+            out.append(LinkDraw(float(er), down, up, cfg.column_ratio, cfg.padding, cfg.memory_dtype))
         return out
 
 

@@ -72,34 +72,101 @@ def _block(shape: torch.Size, sub: tuple[int, ...]) -> torch.Tensor:
     return mask
 
 
-def test_each_progressive_step_moves_only_the_columns_its_ratio_adds() -> None:
-    """Step x0.25 (from nothing) moves only the 0.25 block; step x0.5 after it moves only the 0.5 block minus the 0.25
-    block: every other element stays bit-identical, even with momentum and weight decay in the optimizer."""
+def _state_of(opt: Any, i: int, p: torch.nn.Parameter) -> dict[str, torch.Tensor]:
+    """Clones of parameter ``i``'s per-element optimizer state (momentum buffer or Adam's moments)."""
+    if isinstance(opt, torch.optim.Optimizer):
+        return {k: v.clone() for k, v in opt.state[p].items() if v.shape == p.shape}
+    return {k: v.clone() for k, v in opt.tensor_state(i).items()}
+
+
+@pytest.mark.parametrize("kind", ["sgd", "torch-sgd", "adam"])
+def test_each_progressive_step_moves_only_the_columns_its_ratio_adds(kind: str) -> None:
+    """After one ordinary step (so every element has momentum), step x0.25 (from nothing) moves only the 0.25 block
+    and step x0.5 after it only the 0.5 block minus the 0.25 block. Every other element's parameter AND optimizer
+    state (SGD's momentum buffer, Adam's two moments) stays bit-identical, not decayed (the frozen elements are out of
+    the step, as torch.optim leaves a parameter without a gradient), with momentum 0.9 and weight decay 0.01; inside
+    the new columns both moved."""
+    from rayfl.algorithms.optim import client_optimizer
+
     alg, setup = _bound()
     family = alg.require_family()
     own = family.full_units
     model = family.extract(setup.params, first_k(own))
+    params = list(model.parameters())
     x, y = setup.dataset.client_train(0)
     inputs, labels = to_input(x[:8], setup.input_spec, torch.device("cpu")), torch.as_tensor(y[:8])
-    opt = torch.optim.SGD(list(model.parameters()), lr=0.5, momentum=0.9, weight_decay=0.01)
+    opt: Any = (
+        torch.optim.SGD(params, lr=0.5, momentum=0.9, weight_decay=0.01)
+        if kind == "torch-sgd"
+        else client_optimizer(kind, params, 0.5 if kind == "sgd" else 0.01, momentum=0.9, weight_decay=0.01)
+    )
+    opt.zero_grad()
+    torch.nn.functional.cross_entropy(model(inputs), labels).backward()  # type: ignore[no-untyped-call]
+    opt.step()  # every element now carries optimizer state
     alg._client = _Client(own, 1.0, derive_rng(0, "test"))
     with torch.no_grad():
         teacher = alg.logits(model, inputs)
     quarter, half = alg.uniform_units(0.25), alg.uniform_units(0.5)
     previous: tuple[int, ...] | None = None
     for units in (quarter, half):
-        before = {k: v.detach().clone() for k, v in model.named_parameters()}
-        alg._progressive_step(model, inputs, labels, units, previous, teacher, 1.0, opt, list(model.parameters()))
+        before = [(p.detach().clone(), _state_of(opt, i, p)) for i, p in enumerate(params)]
+        alg._progressive_step(model, inputs, labels, units, previous, teacher, 1.0, opt, params)
         moved_any = False
-        for name, p in model.named_parameters():
+        for i, (name, p) in enumerate(model.named_parameters()):
             new = _block(p.shape, family.space.sub_shape(name, units))
             if previous is not None:
                 new &= ~_block(p.shape, family.space.sub_shape(name, previous))
-            assert torch.equal(p.detach()[~new], before[name][~new]), (units, name)
-            moved_any |= not torch.equal(p.detach()[new], before[name][new])
+            old, old_state = before[i]
+            state = _state_of(opt, i, p)
+            assert state.keys() == old_state.keys() and state, (units, name)
+            assert torch.equal(p.detach()[~new], old[~new]), (units, name)
+            for key, value in state.items():
+                assert torch.equal(value[~new], old_state[key][~new]), (units, name, key)
+                moved_any |= bool(new.any()) and not torch.equal(value[new], old_state[key][new])
+            moved_any |= not torch.equal(p.detach()[new], old[new])
         assert moved_any, units
         previous = units
     alg._client = None
+
+
+def test_a_progressive_step_clips_the_norm_of_the_new_columns_gradient() -> None:
+    """With ``grad_clip_norm`` c and plain SGD (lr 1, no momentum) a progressive step x0.5 after x0.25 moves the new
+    columns by exactly -g * min(1, c / |g|), g the gradient of J restricted to those columns (an oracle on a copy):
+    the frozen columns' gradient neither moves anything nor counts in the norm."""
+    alg, setup = _bound()
+    alg.train = dataclasses.replace(alg.train, grad_clip_norm=0.05, momentum=0.0, weight_decay=0.0)
+    family = alg.require_family()
+    own = family.full_units
+    model = family.extract(setup.params, first_k(own))
+    x, y = setup.dataset.client_train(0)
+    inputs, labels = to_input(x[:8], setup.input_spec, torch.device("cpu")), torch.as_tensor(y[:8])
+    quarter, half = alg.uniform_units(0.25), alg.uniform_units(0.5)
+    alg._client = _Client(own, 1.0, derive_rng(0, "test"))
+    with torch.no_grad():
+        teacher = alg.logits(model, inputs)
+    oracle = family.extract(setup.params, first_k(own))
+    logits = alg.sub_forward(oracle, half)(inputs)
+    loss = alg.cross_entropy(logits, inputs, labels) + alg.distill_loss(logits, teacher)
+    grads = torch.autograd.grad(loss, list(oracle.parameters()))
+    new = {
+        name: _block(p.shape, family.space.sub_shape(name, half))
+        & ~_block(p.shape, family.space.sub_shape(name, quarter))
+        for name, p in oracle.named_parameters()
+    }
+    g = {
+        name: torch.where(new[name], grad, 0.0)
+        for (name, _), grad in zip(oracle.named_parameters(), grads, strict=True)
+    }
+    norm = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(v) for v in g.values()])))
+    assert norm > 0.05  # the clip binds
+    before = {k: v.detach().clone() for k, v in model.named_parameters()}
+    params = list(model.parameters())
+    alg._progressive_step(model, inputs, labels, half, quarter, teacher, 1.0, alg.make_optimizer(params, 1.0), params)
+    alg._client = None
+    for name, p in model.named_parameters():
+        expected = before[name] - g[name] * (0.05 / (norm + 1e-6))  # clip_grad_norm_'s scale
+        assert torch.allclose(p.detach(), expected, rtol=1e-5, atol=1e-7), name
+        assert torch.equal(p.detach()[~new[name]], before[name][~new[name]]), name
 
 
 def test_ratio_lists_are_ordered_distinct_and_end_at_one() -> None:
@@ -159,12 +226,15 @@ def test_at_full_width_over_perfect_links_every_method_is_fedavg(method: Any, we
     assert _same(_run(_cfg(method, links=PERFECT)), fedavg)
 
 
-def test_fedslim_sums_the_gradients_of_the_sampled_widths_into_one_step() -> None:
-    """FedSlim's batch gradient = the sum over the listed widths of each separately extracted sub-model's gradient,
-    placed on its leading block (an independent oracle: real sub-models, no shared views)."""
+@pytest.mark.parametrize("distill", [True, False], ids=["paper-kd", "slimmable-ce"])
+def test_fedslim_sums_the_gradients_of_the_sampled_widths_into_one_step(distill: bool) -> None:
+    """FedSlim's batch gradient = the whole model's cross-entropy gradient plus, for every smaller listed width,
+    the gradient of KL(the whole model's detached logits || the width's) (paper 004's Algorithm 3, the default) or of
+    its cross-entropy (``kd: false``), each computed on a separately extracted sub-model and placed on its
+    leading block (an independent oracle: real sub-models, no shared views)."""
     from rayfl.algorithms import FedSlim
 
-    cfg = _cfg(FedSlimConfig())
+    cfg = _cfg(FedSlimConfig(kd=distill))
     setup = build_setup(cfg, tiny_image_dataset())
     bind_algorithm(cfg, setup, build_clock(cfg, setup))
     alg = cast(FedSlim, setup.algorithm)
@@ -174,15 +244,22 @@ def test_fedslim_sums_the_gradients_of_the_sampled_widths_into_one_step() -> Non
     x, y = setup.dataset.client_train(1)
     inputs, labels = to_input(x[:8], setup.input_spec, torch.device("cpu")), torch.as_tensor(y[:8])
     widths = alg.unit_list(_Client(own, 1.0, derive_rng(0, "slim")))
-    assert len(widths) == 4
+    assert len(widths) == 4 and widths[-1] == own
     alg._client = _Client(own, 1.0, derive_rng(0, "slim"))
     model.zero_grad()
     alg.backward_step(model, inputs, labels, None)  # type: ignore[arg-type]
     alg._client = None
     expected = {k: torch.zeros_like(v) for k, v in model.named_parameters()}
+    teacher = family.extract(setup.params, first_k(own))(inputs).detach()
     for units in widths:
         sub = family.extract(setup.params, first_k(units))
-        torch.nn.functional.cross_entropy(sub(inputs), labels).backward()  # type: ignore[no-untyped-call]
+        logits = sub(inputs)
+        if units != own and distill:
+            target = torch.log_softmax(teacher, dim=1)
+            loss = torch.sum(target.exp() * (target - torch.log_softmax(logits, dim=1))) / len(labels)
+        else:
+            loss = torch.nn.functional.cross_entropy(logits, labels)
+        loss.backward()  # type: ignore[no-untyped-call]
         for name, p in sub.named_parameters():
             assert p.grad is not None
             expected[name][tuple(slice(0, n) for n in p.shape)] += p.grad

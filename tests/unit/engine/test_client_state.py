@@ -6,13 +6,23 @@ import dataclasses
 from typing import Any, cast
 
 import numpy as np
+import pytest
 import torch
 
 from rayfl.algorithms.payloads import ClientOutcome, LinkDraw, TrainTask
 from rayfl.algorithms.submodel import first_k
-from rayfl.config import BackendConfig, CNNConfig, FedAvgConfig
-from rayfl.engine.build import build_setup
-from rayfl.engine.client_state import ClientMemory, ClientStateStore, initial_weights, memory_bytes
+from rayfl.config import (
+    BackendConfig,
+    CNNConfig,
+    FedAvgConfig,
+    HeteroFLConfig,
+    IndependentConfig,
+    LinkConfig,
+    ResourceConfig,
+)
+from rayfl.engine.build import bind_algorithm, build_clock, build_setup
+from rayfl.engine.client_state import ClientMemory, ClientStateStore, memory_bytes
+from rayfl.engine.driver import run_experiment
 from rayfl.engine.host import ClientHost
 from rayfl.models.elastic.spec import SubModelSpec
 from rayfl.system.links import column_levels
@@ -40,14 +50,21 @@ def _block(shape: tuple[int, ...], sub: tuple[int, ...]) -> torch.Tensor:
     return mask
 
 
-def _train_once(host: ClientHost, setup: Any, memory: ClientMemory | None, down_run: int) -> ClientMemory:
-    """One client at capacity 0.75 whose download stops after ``down_run`` columns; lr 0 keeps the padded model."""
+INITIAL = 3.0  # the run's initial global model in these tests (what padding falls back to)
+
+
+def _train_once(
+    host: ClientHost, setup: Any, memory: ClientMemory | None, down_run: int, dtype: str = "float32"
+) -> ClientMemory:
+    """One client at capacity 0.75 whose download stops after ``down_run`` columns; lr 0 keeps the padded model.
+    The global model is 1 everywhere, the run's initial model 3; the client remembers at ``dtype``."""
     assert host.family is not None
     assignment = host.family.assignment(first_k(_units(host, 0.75)))
-    link = LinkDraw(0.1, down_run, -1, 0.125, True)
+    link = LinkDraw(0.1, down_run, -1, 0.125, True, dtype)
     task = TrainTask(3, 0, 0, 0.0, assignment, link=link)
     params = {k: np.ones(tuple(v.shape), dtype=np.float32) for k, v in setup.params.items()}  # global = 1
-    *_, outcomes, after = host.run_round([task], params, {k: 0 for k in params}, 1, memory)
+    initial = {k: np.full(tuple(v.shape), INITIAL, dtype=np.float32) for k, v in setup.params.items()}
+    *_, outcomes, after = host.run_round([task], params, {k: 0 for k in params}, 1, initial, memory)
     (outcome,) = cast(list[ClientOutcome], outcomes)
     assert (
         outcome.failure is None and outcome.p_down == (0.75 if down_run < 0 else down_run / 8) and outcome.p_up == 0.75
@@ -68,7 +85,6 @@ def test_padding_fills_exactly_the_missing_columns_from_the_clients_previous_par
     memory = ClientMemory(params=kept, slices=previous)
     after = _train_once(host, setup, memory, down_run=2)
     assert after.params is not None
-    initial = initial_weights(MODEL, setup.input_spec, 0)
     quarter, own = _units(host, 0.25), _units(host, 0.75)
     for name, value in after.params.items():
         got = torch.from_numpy(value)
@@ -78,8 +94,7 @@ def test_padding_fills_exactly_the_missing_columns_from_the_clients_previous_par
         fresh = ~(arrived | remembered)
         assert torch.equal(got[arrived], torch.ones_like(got[arrived])), name
         assert torch.equal(got[remembered], torch.full_like(got[remembered], 2.0)), name
-        init = initial[name][tuple(slice(0, n) for n in got.shape)]
-        assert torch.equal(got[fresh], init[fresh]), name
+        assert torch.equal(got[fresh], torch.full_like(got[fresh], INITIAL)), name
     assert memory_bytes(after) == sum(4 * int(np.prod(space.sub_shape(k, own))) for k in shapes)
 
 
@@ -88,14 +103,40 @@ def test_a_full_download_needs_no_padding_and_a_first_round_pads_from_the_initia
     full = _train_once(host, setup, None, down_run=-1)  # nothing lost
     assert full.params is not None and all(np.all(v == 1.0) for v in full.params.values())
     first = _train_once(host, setup, None, down_run=2)
-    initial = initial_weights(MODEL, setup.input_spec, 0)
     assert first.params is not None and host.family is not None
     for name, value in first.params.items():
         got = torch.from_numpy(value)
         arrived = _block(got.shape, host.family.space.sub_shape(name, _units(host, 0.25)))
-        init = initial[name][tuple(slice(0, n) for n in got.shape)]
         assert torch.equal(got[arrived], torch.ones_like(got[arrived])), name
-        assert torch.equal(got[~arrived], init[~arrived]), name
+        assert torch.equal(got[~arrived], torch.full_like(got[~arrived], INITIAL)), name
+    other = dataclasses.replace(first, model_id=1)  # a memory of another of the run's models is not padded from
+    again = _train_once(host, setup, other, down_run=2)
+    assert again.params is not None and all(np.array_equal(again.params[k], first.params[k]) for k in first.params)
+
+
+def test_a_half_precision_memory_takes_half_the_bytes_and_pads_with_its_rounded_values() -> None:
+    """``memory_dtype: float16``: the client's memory is float16 (half the bytes of float32); padding from it gives
+    the float16-rounded values (0.1 -> 0.0999755859375) back as float32, the arrived columns untouched."""
+    host, setup = _host()
+    assert host.family is not None
+    space = host.family.space
+    own = _units(host, 0.75)
+    previous = host.family.slices(first_k(own))
+    kept = {k: np.full(space.sub_shape(k, own), 0.1, dtype=np.float16) for k in previous}
+    half = _train_once(host, setup, ClientMemory(params=kept, slices=previous), down_run=2, dtype="float16")
+    full = _train_once(host, setup, ClientMemory(params=kept, slices=previous), down_run=2)
+    assert half.params is not None and full.params is not None
+    assert all(v.dtype == np.float16 for v in half.params.values())
+    assert all(v.dtype == np.float32 for v in full.params.values())
+    assert 2 * memory_bytes(half) == memory_bytes(full) > 0
+    rounded = float(np.float32(np.float16(0.1)))
+    assert rounded != np.float32(0.1)
+    for name, value in full.params.items():
+        got = torch.from_numpy(value)
+        arrived = _block(got.shape, space.sub_shape(name, _units(host, 0.25)))
+        assert torch.equal(got[arrived], torch.ones_like(got[arrived])), name
+        assert torch.equal(got[~arrived], torch.full_like(got[~arrived], rounded)), name
+        assert np.array_equal(half.params[name], value.astype(np.float16)), name
 
 
 def test_store_round_trips_and_follows_clients() -> None:
@@ -123,7 +164,7 @@ def test_upload_stops_at_the_first_lost_column_and_only_what_arrived_is_aggregat
     assignment = host.family.assignment(first_k(_units(host, 0.75)))
     task = TrainTask(4, 0, 0, 0.05, assignment, link=LinkDraw(0.1, -1, 1, 0.125, True))
     params = {k: v.numpy() for k, v in setup.params.items()}
-    partial, outcomes, _after = host.run_round([task], params, {k: 0 for k in params}, 1, None)
+    partial, outcomes, _after = host.run_round([task], params, {k: 0 for k in params}, 1, None, None)
     (outcome,) = cast(list[ClientOutcome], outcomes)
     assert outcome.failure is None and outcome.p_down == 0.75 and outcome.p_up == 0.125
     first = _units(host, 0.125)
@@ -133,3 +174,41 @@ def test_upload_stops_at_the_first_lost_column_and_only_what_arrived_is_aggregat
         covered = torch.from_numpy(np.broadcast_to(sums[name].weight, value.shape) > 0)  # numpy: what shards get
         assert torch.equal(covered, _block(value.shape, space.sub_shape(name, first))), name
         assert float(sums[name].weight.max()) == outcome.num_examples  # FedAvg weighs by samples
+
+
+@pytest.mark.parametrize(
+    "algorithm",
+    [
+        HeteroFLConfig(rates=(1.0, 0.5), label_mask=False, static_bn=False, official_init=True),
+        IndependentConfig(num_models=2),
+    ],
+    ids=["heterofl-official-init", "two-models"],
+)
+def test_padding_falls_back_to_the_runs_own_initial_model(algorithm: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Clients that do not train (their batches take no step) upload exactly their padded models: after one round
+    with half of the columns lost, every global tensor is still the run's initial one (``init_state``'s: HeteroFL's
+    official initialisation with zeroed biases; model 1's own initial weights beside model 0's), so padding
+    filled what did not arrive from the run's initial model, not from a fresh draw of model 0."""
+    import rayfl.engine.build as build_module
+
+    build = build_module.build_run_algorithm
+
+    def frozen(cfg: Any) -> Any:
+        alg = build(cfg)
+        alg.train_batch = lambda model, x, y, task, *_: alg.local_loss(model, x, y, task).detach()  # no step
+        return alg
+
+    monkeypatch.setattr(build_module, "build_run_algorithm", frozen)
+    links = LinkConfig(error_rate=ResourceConfig(source="constant", low=0.5))
+    cfg = dataclasses.replace(tiny_config(kind="local"), algorithm=algorithm, rounds=1, clients_per_round=8)
+    cfg = dataclasses.replace(cfg, system=dataclasses.replace(cfg.system, links=links))
+    data = tiny_image_dataset()
+    setup = build_setup(cfg, data)
+    bind_algorithm(cfg, setup, build_clock(cfg, setup))
+    initial = setup.algorithm.init_state(setup.params).params
+    assert any(not torch.equal(initial[k], setup.params[k]) for k in setup.params) or len(initial) > len(setup.params)
+    result = run_experiment(cfg, write=False, dataset=data)
+    assert result.records[0].bytes_down < sum(4 * v.numel() for v in initial.values()) * 8 / 2  # columns were lost
+    assert result.state.params.keys() == initial.keys()
+    for name, value in result.state.params.items():
+        assert torch.allclose(value, initial[name], rtol=0.0, atol=1e-6), name
