@@ -99,7 +99,11 @@ def test_search_phase_finds_in_bracket_paths_per_tier() -> None:
     edges = state.tiers.edges
     tables = op_tables(supernet_family(result_family(cfg)), cost_model(cfg))
     for tier, search in enumerate(state.searches):
-        assert len(search.paths) == 6 and search.evaluations == len(search.seen_paths)
+        flops = path_flops(tables, search.seen_paths)
+        inside = (flops >= edges[tier]) & (flops <= edges[tier + 1])
+        assert len(search.paths) == 6 and search.evaluations == int(inside.sum())  # evaluated: the in-bracket ones
+        assert (search.seen_scores[inside] >= 0).all() and (search.seen_scores[~inside] < 0).all()
+        assert len(np.unique(search.paths, axis=0)) == len(search.paths)  # a population holds each path once
         best, score = search.best
         assert 0.0 <= score <= 1.0 and score == search.seen_scores.max()
         assert edges[tier] <= path_flops(tables, best)[0] <= edges[tier + 1]  # the best path lies in its bracket
