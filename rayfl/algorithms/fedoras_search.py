@@ -3,8 +3,10 @@
 Paper 003 Sec. 3.4 and the official ``src/search.py`` / ``src/nsga2.py`` (ALGORITHMS.md section 10). The phase takes
 over supernet training's state (parameters and ``FedorASState``: tiers and FLOPs brackets) and runs no client:
 
-* **Fitness** of a path: top-1 accuracy on a validation set (``val_examples`` drawn once, seeded, from the pooled
-  training data, standing in for the official global validation set) of the path realised with the supernet's weights.
+* **Fitness** of a path: top-1 accuracy of the path realised with the supernet's weights on ``val_examples`` examples
+  drawn once, seeded, from the data set's held-out validation set (``data.val_fraction`` of every client's samples,
+  which no client trains on: the paper's global validation set, "a held-out portion of the clients' datasets",
+  App. J.1), or with ``validation: train`` from the pooled training data.
   Candidates are evaluated in parallel through the engine's ``TaskPool`` (Ray tasks on the Ray backend), split into
   ``workers`` chunks; each evaluation is deterministic (one torch thread, fixed batches), so the pool does not change
   the result.
@@ -143,9 +145,17 @@ class FedorASSearch(Algorithm):
         super().bind_server(ctx)
         self._tables = context_tables(ctx, "fedoras_search")
         ds = ctx.dataset
-        count = min(self.config.val_examples, len(ds.y))
-        index = np.sort(derive_rng(ctx.seed, "fedoras-val").choice(len(ds.y), size=count, replace=False))
-        self._val = (np.asarray(ds.x[index]), np.asarray(ds.y[index]))
+        if self.config.validation == "held_out":
+            if ds.x_val is None or ds.y_val is None or not len(ds.y_val):
+                raise ValueError(
+                    "fedoras_search: validation: held_out needs a validation set: set data.val_fraction above 0"
+                )
+            x, y = ds.x_val, ds.y_val
+        else:
+            x, y = ds.x, ds.y
+        count = min(self.config.val_examples, len(y))
+        index = np.sort(derive_rng(ctx.seed, "fedoras-val").choice(len(y), size=count, replace=False))
+        self._val = (np.asarray(x[index]), np.asarray(y[index]))
 
     @property
     def tables(self) -> OpTables:

@@ -13,7 +13,11 @@ from rayfl.algorithms.fedoras import TierPlan
 from rayfl.algorithms.fedoras_sampling import OpTables, path_flops
 from rayfl.algorithms.fedoras_search import FedorASSearch, SearchState, TierSearch
 from rayfl.config import FedorASSearchConfig, TrainConfig
+from rayfl.engine.build import bind_algorithm, build_clock, build_setup
+from rayfl.engine.phases import PhasedAlgorithm
 from rayfl.engine.server_tasks import LocalTaskPool
+from tests.helpers import tiny_image_dataset
+from tests.helpers_fedoras import fedoras_tiny_config
 
 T = TypeVar("T")
 
@@ -87,3 +91,20 @@ def test_children_are_new_distinct_paths() -> None:
         keys = {tuple(k) for k in kids.tolist()}
         assert len(kids) == len(keys) == expected
         assert not keys & {tuple(p) for p in population.tolist()}
+
+
+def test_search_scores_on_a_validation_set_no_client_trains_on() -> None:
+    """With ``data.val_fraction`` the search draws its ``val_examples`` from the held-out rows: none of them is in any
+    client's training data (it used to draw them from the pooled training data)."""
+    cfg = fedoras_tiny_config(kind="local", num_hosts=1)
+    setup = build_setup(cfg, tiny_image_dataset())
+    bind_algorithm(cfg, setup, build_clock(cfg, setup))
+    assert isinstance(setup.algorithm, PhasedAlgorithm)
+    search = setup.algorithm.phases[1].algorithm
+    assert isinstance(search, FedorASSearch)
+    x, y = search._validation()
+    assert setup.dataset.y_val is not None and len(y) == min(40, len(setup.dataset.y_val))
+    train = {row.tobytes() for row in np.asarray(setup.dataset.x)}
+    val_rows = {row.tobytes() for row in x}
+    assert len(val_rows) == len(x) and not val_rows & train
+    assert len(setup.dataset.y) + len(setup.dataset.y_val) == len(tiny_image_dataset().y)

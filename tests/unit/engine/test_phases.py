@@ -196,6 +196,13 @@ def test_a_phase_may_have_its_own_clients_per_round_learning_rate_and_epochs(tmp
         ),
         ("rounds: 2\ndata: {name: synthetic}\nmodel: {name: supernet, ops: [conv1, conv9]}\n", "unknown op 'conv9'"),
         (
+            "rounds: 2\ndata: {name: synthetic}\nmodel: {name: supernet}\nphases:\n"
+            "  - {name: a, rounds: 1, algorithm: {name: fedoras}}\n"
+            "  - {name: b, rounds: 1, algorithm: {name: fedoras_search}}\n",
+            r"phases\[1\]\.algorithm\.validation: 'held_out' scores paths on the held-out validation set: set "
+            r"data\.val_fraction above 0",
+        ),
+        (
             "rounds: 2\ndata: {name: synthetic}\nmodel: {name: supernet}\n"
             "algorithm: {name: fedoras, tiers: {shares: [0.5, 0.4]}}\n",
             "sum to 1",
