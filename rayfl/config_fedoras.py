@@ -107,6 +107,8 @@ def _search_problems(cfg: ExperimentConfig, at: KeyPath, algo: FedorASSearchConf
                 "(or validation: train, the clients' training data)",
             )
         )
+    if 0 < algo.max_evaluations < algo.population:
+        problems.append(((*at, "max_evaluations"), f"must be 0 or at least population ({algo.population})"))
     return problems
 
 

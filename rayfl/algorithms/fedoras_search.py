@@ -24,6 +24,11 @@ over supernet training's state (parameters and ``FedorASState``: tiers and FLOPs
   and its size objective is above every path's, so every in-bracket path dominates it (Deb's constrained domination;
   the official search ranks by the score alone, which orders them the same way). ``method: random`` replaces the
   children by fresh distinct valid random paths (the paper's appendix baseline).
+* **Budget**: the official search evaluates 1,000 in-bracket paths per tier (128 at first, then generations of 64,
+  the last one overshooting). Here a round is one generation, so ``rounds`` bounds the search, and
+  ``max_evaluations`` stops a tier's breeding once it has evaluated that many (the paper's budget is
+  ``max_evaluations: 1000`` with ``rounds`` of at least 1 + (1000 - 128) / 64, i.e. 15, more when children fall
+  outside the bracket); a tier that stopped keeps its population while the others go on.
 * **Result**: per tier the best in-bracket path by validation accuracy, kept in ``SearchState``.
 * **Simulated time**: the forward FLOPs of every evaluation over ``server_gflops`` (modelled server time).
 """
@@ -210,6 +215,8 @@ class FedorASSearch(Algorithm):
     def children(self, tier: TierSearch, lo: float, hi: float, rng: np.random.Generator) -> np.ndarray:
         """One generation's ``parents`` new paths (module docstring): none of them scored before, no two alike."""
         count, tables = self.config.parents, self.tables
+        if 0 < self.config.max_evaluations <= tier.evaluations:  # the tier's budget is spent
+            return np.zeros((0, tables.num_layers), dtype=np.int64)
         seen = {path_key(p) for p in tier.seen_paths}
         if self.config.method == "random":
             return self.valid_paths(count, lo, hi, rng, seen)

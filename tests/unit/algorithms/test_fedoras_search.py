@@ -108,3 +108,19 @@ def test_search_scores_on_a_validation_set_no_client_trains_on() -> None:
     val_rows = {row.tobytes() for row in x}
     assert len(val_rows) == len(x) and not val_rows & train
     assert len(setup.dataset.y) + len(setup.dataset.y_val) == len(tiny_image_dataset().y)
+
+
+def test_a_tier_stops_breeding_at_max_evaluations() -> None:
+    tables = OpTables(params=np.ones((3, 2)), flops=np.zeros((3, 2)), fixed_params=0.0, fixed_flops=0.0, identity=None)
+    population = np.array([[0, 0, 0], [1, 1, 1], [0, 1, 0], [1, 0, 1]])
+    scores = np.array([0.1, 0.2, 0.3, 0.4])
+    for evaluated, budget, expected in ((4, 0, 2), (4, 6, 2), (6, 6, 0), (7, 6, 0)):
+        tier = TierSearch(population, scores, population, scores, evaluated)
+        search = _search(tables, parents=2, max_evaluations=budget)
+        assert len(search.children(tier, 0.0, 1.0, np.random.default_rng(0))) == expected
+    # a tier without children keeps its population, scored paths and count
+    state = _state([0.0, 1.0], population, scores)
+    empty = np.zeros((0, 3), dtype=np.int64)
+    score, flops = _search(tables).score({}, state, [empty], CountingPool())
+    kept = _search(tables).survive(state, 0, empty, score[0])
+    assert kept.paths.tolist() == population.tolist() and kept.evaluations == 4 and flops == 0.0
