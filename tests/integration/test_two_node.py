@@ -116,7 +116,7 @@ def _wait_for_nodes(address: str, env: dict[str, str], count: int, timeout_s: fl
     return frozenset(match.group(1).split())
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")  # one cluster for the module's tests: starting one takes most of their time
 def two_node_cluster() -> Iterator[Cluster]:
     root = tempfile.mkdtemp(prefix="rayfl2n_")  # short: Ray's socket paths live under it
     env = _cluster_env()
