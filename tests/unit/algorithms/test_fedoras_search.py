@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from rayfl.algorithms.fedoras import TierPlan
+from rayfl.algorithms.fedoras_nsga2 import non_dominated_ranks
 from rayfl.algorithms.fedoras_sampling import OpTables, path_flops
 from rayfl.algorithms.fedoras_search import FedorASSearch, SearchState, TierSearch
 from rayfl.config import FedorASSearchConfig, TrainConfig
@@ -77,6 +78,29 @@ def test_out_of_bracket_children_score_minus_their_distance_and_are_not_evaluate
     kept = search.survive(state, 0, children, scores[0])
     assert sorted(kept.paths.tolist()) == [[0, 1], [1, 0]]
     assert kept.evaluations == 2  # the out-of-bracket children were scored, not evaluated
+
+
+def test_out_of_bracket_paths_are_dominated_by_every_in_bracket_path() -> None:
+    """Two layers, op 1 costs 2 parameters and 5 FLOPs, op 0 nothing; 1 fixed parameter, so the largest path has 5.
+    Bracket [5, 10] FLOPs. In it: [1,1] (10 FLOPs, 5 parameters, score 0.0) and [0,1] (5 FLOPs, 3, score 0.3); out
+    of it: [0,0] (0 FLOPs, 1 parameter, score -5/10 = -0.5 by its distance). On the plain objectives (-score,
+    parameters) [0,0] would be on the front (the smallest model); constrained, it counts as 5 + 1 = 6 parameters, so
+    even the worst in-bracket path [1,1] dominates it, and it is the one that loses its survivor place."""
+    params = np.array([[0.0, 2.0], [0.0, 2.0]])
+    flops = np.array([[0.0, 5.0], [0.0, 5.0]])
+    tables = OpTables(params=params, flops=flops, fixed_params=1.0, fixed_flops=0.0, identity=None)
+    search = _search(tables)
+    paths = np.array([[1, 1], [0, 1], [0, 0]])
+    scores = np.array([0.0, 0.3, -0.5])
+    assert path_flops(tables, paths).tolist() == [10.0, 5.0, 0.0]
+    state = _state([5.0, 10.0], paths[:2], scores[:2])
+    assert search.score({}, state, [paths[2:]], CountingPool())[0][0].tolist() == [-0.5]  # 5 below, largest 10
+    assert non_dominated_ranks(np.array([[0.0, 5.0], [-0.3, 3.0], [0.5, 1.0]])).tolist() == [1, 0, 0]  # unconstrained
+    objectives = search.objectives(paths, scores, 5.0, 10.0)
+    assert objectives.tolist() == [[0.0, 5.0], [-0.3, 3.0], [0.5, 6.0]]
+    assert non_dominated_ranks(objectives).tolist() == [1, 0, 2]
+    kept = search.survive(state, 0, paths[2:], scores[2:])
+    assert sorted(kept.paths.tolist()) == [[0, 1], [1, 1]]
 
 
 def test_children_are_new_distinct_paths() -> None:
