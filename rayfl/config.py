@@ -109,6 +109,10 @@ class DataConfig:
     # samples as its own test set (0 = none); the global test set becomes their union. Gives the average client
     # accuracy (paper 002) on data split by a partitioner
     client_test_fraction: float = bounded(0.0, ge=0.0, lt=1.0)
+    # hold out this fraction of every client's training samples as the server's validation set, which no client trains
+    # on (0 = none: the clients keep every sample). FedorAS's search scores its candidates on it (paper 003 Sec. 3.2
+    # and App. J.1: "a held-out portion of the clients' datasets"); other methods only lose the held-out samples
+    val_fraction: float = bounded(0.0, ge=0.0, lt=1.0)
     seq_len: int = bounded(80, ge=2)  # Shakespeare window (LEAF uses 80)
     edition: Literal["modern", "folio", "both"] = "modern"  # which Shakespeare files are parsed
     synthetic_samples: int = bounded(64, ge=1)  # 'synthetic': samples per client (benchmarks, tests)
@@ -479,19 +483,25 @@ class FedorASConfig:
 class FedorASSearchConfig:
     """FedorAS's search phase (paper 003 Sec. 3.4, official ``search.py``/``nsga2.py``): per tier, a population of
     ``population`` valid paths (inside the tier's FLOPs bracket) scored by validation accuracy with the supernet's
-    weights, then one NSGA-II generation per round of ``parents`` parents (binary tournament on rank and crowding),
-    uniform crossover and per-layer mutation with probability ``mutation``; children outside the bracket are scored by
-    their negative distance to it. ``method: random`` draws every generation's children as fresh random valid paths
-    (the paper's appendix baseline). Validation: ``val_examples`` examples drawn once from the pooled training data;
-    ``workers``: parallel evaluation tasks (Ray tasks on the Ray backend). The search's simulated server time is
-    modelled as the forward FLOPs of every evaluation over ``server_gflops`` (measured time replaces it under
-    ``system.server_time: measured``)."""
+    weights, then one NSGA-II generation per round of ``parents`` children (parents by binary tournament on rank and
+    crowding, uniform crossover, per-layer mutation with probability ``mutation``; every child a path not scored
+    before); children outside the bracket are scored by their negative distance to it. ``method: random`` draws every
+    generation's children as fresh random valid paths (the paper's appendix baseline). ``max_evaluations``: a tier
+    breeds no more children once this many of its in-bracket paths were evaluated (the official budget: 1,000 per
+    tier; 0 = none, ``rounds`` alone bounds the search; as in the official loop, the last generation may overshoot by
+    fewer than ``parents``). Fitness: accuracy on ``val_examples`` examples drawn once from the held-out validation
+    set (``validation: held_out``, the paper's; needs ``data.val_fraction``) or from the pooled training data the
+    clients train on (``train``). ``workers``: parallel evaluation tasks (Ray tasks on the Ray backend). The search's
+    simulated server time is modelled as the forward FLOPs of every evaluation over ``server_gflops`` (measured time
+    replaces it under ``system.server_time: measured``)."""
 
     name: Literal["fedoras_search"] = "fedoras_search"
     method: Literal["nsga2", "random"] = "nsga2"
     population: int = bounded(128, ge=2)
     parents: int = bounded(64, ge=2)
     mutation: float = bounded(0.1, ge=0.0, le=1.0)
+    max_evaluations: int = bounded(0, ge=0)
+    validation: Literal["held_out", "train"] = "held_out"
     val_examples: int = bounded(1000, ge=1)
     eval_batch_size: int = bounded(256, ge=1)
     workers: int = bounded(2, ge=1)

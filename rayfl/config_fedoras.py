@@ -42,8 +42,8 @@ def fedoras_problems(cfg: ExperimentConfig) -> list[Problem]:
         before = _previous(cfg, at)
         if isinstance(algo, FedorASConfig):
             problems.extend(_tier_problems(cfg, (*at, "tiers"), algo.tiers))
-        elif isinstance(algo, FedorASSearchConfig) and not isinstance(before, FedorASConfig | FedorASSearchConfig):
-            problems.append(((*at, "name"), "'fedoras_search' must follow a 'fedoras' phase"))
+        elif isinstance(algo, FedorASSearchConfig):
+            problems.extend(_search_problems(cfg, at, algo, before))
         elif isinstance(algo, FedorASFinetuneConfig):
             problems.extend(_finetune_problems(cfg, at, algo, before))
     return problems
@@ -92,6 +92,23 @@ def _tier_problems(cfg: ExperimentConfig, at: KeyPath, tiers: FedorASTiersConfig
                 "client the same speed: use levels, uniform, binary, trace or empirical",
             )
         )
+    return problems
+
+
+def _search_problems(cfg: ExperimentConfig, at: KeyPath, algo: FedorASSearchConfig, before: Any) -> list[Problem]:
+    problems: list[Problem] = []
+    if not isinstance(before, FedorASConfig | FedorASSearchConfig):
+        problems.append(((*at, "name"), "'fedoras_search' must follow a 'fedoras' phase"))
+    if algo.validation == "held_out" and cfg.data.val_fraction <= 0:
+        problems.append(
+            (
+                (*at, "validation"),
+                "'held_out' scores paths on the held-out validation set: set data.val_fraction above 0 "
+                "(or validation: train, the clients' training data)",
+            )
+        )
+    if 0 < algo.max_evaluations < algo.population:
+        problems.append(((*at, "max_evaluations"), f"must be 0 or at least population ({algo.population})"))
     return problems
 
 

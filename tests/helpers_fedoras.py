@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from rayfl.config import (
     BackendConfig,
+    DataConfig,
     ExperimentConfig,
     FedorASConfig,
     FedorASFinetuneConfig,
@@ -23,6 +24,7 @@ def fedoras_tiny_config(finetune: FedorASFinetuneConfig | None = None, **backend
         name="fedoras-tiny",
         rounds=7,
         clients_per_round=4,
+        data=DataConfig(val_fraction=0.2),  # the search's validation set, held out of the given data set
         model=SupernetConfig(stem_channels=4, blocks_per_stage=(2, 1), ops=("conv1", "ds3_e1", "mb3_e2", "identity")),
         train=TrainConfig(lr=0.05, batch_size=5, eval_batch_size=16),
         backend=BackendConfig(**backend),  # type: ignore[arg-type]

@@ -30,7 +30,9 @@ from rayfl.rng import derive_rng
 
 __all__ = [
     "OpTables",
+    "novel_paths_in_bracket",
     "path_flops",
+    "path_key",
     "path_rng",
     "random_paths",
     "sample_path",
@@ -192,3 +194,28 @@ def sample_paths_in_bracket(
     raise ValueError(
         f"fedoras: found only {len(found)} of {count} paths in the bracket [{low_flops:.0f}, {high_flops:.0f}]"
     )
+
+
+def path_key(path: np.ndarray) -> bytes:
+    """A hashable key of one path (its op indices as int64 bytes)."""
+    return np.asarray(path, dtype=np.int64).tobytes()
+
+
+def novel_paths_in_bracket(
+    tables: OpTables, count: int, low_flops: float, high_flops: float, rng: np.random.Generator, seen: set[bytes]
+) -> np.ndarray:
+    """Up to ``count`` distinct paths with FLOPs in ``[low_flops, high_flops]`` whose keys are not in ``seen`` (the
+    official search's unique populations and random-search buckets): drawn as ``sample_paths_in_bracket`` draws, at
+    most ``100 x count`` draws, so a bracket with fewer unseen paths gives fewer rows, shape ``(k, L)``."""
+    full = np.ones_like(tables.params, dtype=bool)
+    found: list[np.ndarray] = []
+    keys = set(seen)
+    for _ in range(100 * count):
+        if len(found) == count:
+            break
+        path = sample_path(tables, full, high_flops, rng)
+        key = path_key(path)
+        if key not in keys and path_flops(tables, path)[0] >= low_flops:
+            keys.add(key)
+            found.append(path)
+    return np.stack(found) if found else np.zeros((0, tables.num_layers), dtype=np.int64)

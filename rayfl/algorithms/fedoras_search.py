@@ -3,19 +3,32 @@
 Paper 003 Sec. 3.4 and the official ``src/search.py`` / ``src/nsga2.py`` (ALGORITHMS.md section 10). The phase takes
 over supernet training's state (parameters and ``FedorASState``: tiers and FLOPs brackets) and runs no client:
 
-* **Fitness** of a path: top-1 accuracy on a validation set (``val_examples`` drawn once, seeded, from the pooled
-  training data, standing in for the official global validation set) of the path realised with the supernet's weights.
+* **Fitness** of a path: top-1 accuracy of the path realised with the supernet's weights on ``val_examples`` examples
+  drawn once, seeded, from the data set's held-out validation set (``data.val_fraction`` of every client's samples,
+  which no client trains on: the paper's global validation set, "a held-out portion of the clients' datasets",
+  App. J.1), or with ``validation: train`` from the pooled training data.
   Candidates are evaluated in parallel through the engine's ``TaskPool`` (Ray tasks on the Ray backend), split into
   ``workers`` chunks; each evaluation is deterministic (one torch thread, fixed batches), so the pool does not change
   the result.
-* **First round**: per tier ``population`` valid paths, drawn by the budgeted path sampler under the tier's upper edge
-  and kept when they reach its lower edge. **Each later round** is one generation per tier: ``parents`` parents by
-  binary tournament, uniform crossover, per-layer mutation (``mutation``), then NSGA-II survivor selection on
-  (-score, parameters): the paper's two objectives, accuracy and model size within the tier (Sec. 3.4; the FLOPs
-  bracket keeps the tier's compute). A child outside its tier's bracket is not evaluated; its score is minus its
-  distance to the bracket over the largest path's FLOPs (the official ``_score_invalid``). ``method: random`` replaces
-  the children by fresh valid random paths (the paper's appendix baseline). Paths already scored are not evaluated
-  again.
+* **First round**: per tier ``population`` distinct valid paths, drawn by the budgeted path sampler under the tier's
+  upper edge and kept when they reach its lower edge. **Each later round** is one generation per tier: ``parents``
+  children, each pair from two parents picked by binary tournament, uniform crossover and per-layer mutation
+  (``mutation``); a child that is already scored in this tier or already among the children is dropped and the pair
+  drawn again (at most ``10 x parents`` pairs), and any shortfall is filled with uniform random unscored paths, as the
+  official ``nsga2.crossover`` does (so every child is a new path, as with pymoo's ``eliminate_duplicates``). Then
+  NSGA-II survivor selection over the population and the children, duplicates removed first (a path counts once, or
+  copies would crowd the front), on two minimised objectives: minus the score and the path's parameters (the paper's
+  accuracy and model size within the tier, Sec. 3.4; the FLOPs bracket keeps the tier's compute). A child outside its
+  tier's bracket is not evaluated; its score is minus its distance to the bracket over the largest path's FLOPs (the
+  official ``_score_invalid``, which adds the upper edge to the distance below the bracket: a slip we do not copy),
+  and its size objective is above every path's, so every in-bracket path dominates it (Deb's constrained domination;
+  the official search ranks by the score alone, which orders them the same way). ``method: random`` replaces the
+  children by fresh distinct valid random paths (the paper's appendix baseline).
+* **Budget**: the official search evaluates 1,000 in-bracket paths per tier (128 at first, then generations of 64,
+  the last one overshooting). Here a round is one generation, so ``rounds`` bounds the search, and
+  ``max_evaluations`` stops a tier's breeding once it has evaluated that many (the paper's budget is
+  ``max_evaluations: 1000`` with ``rounds`` of at least 1 + (1000 - 128) / 64, i.e. 15, more when children fall
+  outside the bracket); a tier that stopped keeps its population while the others go on.
 * **Result**: per tier the best in-bracket path by validation accuracy, kept in ``SearchState``.
 * **Simulated time**: the forward FLOPs of every evaluation over ``server_gflops`` (modelled server time).
 """
@@ -40,7 +53,7 @@ from rayfl.algorithms.fedoras_nsga2 import (
     select_survivors,
     tournament,
 )
-from rayfl.algorithms.fedoras_sampling import OpTables, path_flops, sample_paths_in_bracket
+from rayfl.algorithms.fedoras_sampling import OpTables, novel_paths_in_bracket, path_flops, path_key, random_paths
 from rayfl.algorithms.payloads import Assignment, ClientView, Params, ServerState
 from rayfl.config import FedorASSearchConfig, TrainConfig
 from rayfl.data.federated import Rows
@@ -56,7 +69,8 @@ __all__ = ["FedorASSearch", "SearchState", "TierSearch", "evaluate_paths"]
 
 @dataclass(frozen=True)
 class TierSearch:
-    """One tier's search: current population (paths, scores), everything scored so far, the best path."""
+    """One tier's search: current population (distinct paths, scores), everything scored so far (out-of-bracket
+    children included, by their negative distance), the best path; ``evaluations``: in-bracket paths evaluated."""
 
     paths: np.ndarray  # (n, L)
     scores: np.ndarray  # (n,)
@@ -136,9 +150,17 @@ class FedorASSearch(Algorithm):
         super().bind_server(ctx)
         self._tables = context_tables(ctx, "fedoras_search")
         ds = ctx.dataset
-        count = min(self.config.val_examples, len(ds.y))
-        index = np.sort(derive_rng(ctx.seed, "fedoras-val").choice(len(ds.y), size=count, replace=False))
-        self._val = (np.asarray(ds.x[index]), np.asarray(ds.y[index]))
+        if self.config.validation == "held_out":
+            if ds.x_val is None or ds.y_val is None or not len(ds.y_val):
+                raise ValueError(
+                    "fedoras_search: validation: held_out needs a validation set: set data.val_fraction above 0"
+                )
+            x, y = ds.x_val, ds.y_val
+        else:
+            x, y = ds.x, ds.y
+        count = min(self.config.val_examples, len(y))
+        index = np.sort(derive_rng(ctx.seed, "fedoras-val").choice(len(y), size=count, replace=False))
+        self._val = (np.asarray(x[index]), np.asarray(y[index]))
 
     @property
     def tables(self) -> OpTables:
@@ -171,7 +193,10 @@ class FedorASSearch(Algorithm):
             rng = derive_rng(seed, "fedoras-search", round_idx, tier)
             lo, hi = search.tiers.edges[tier], search.tiers.edges[tier + 1]
             if not search.searches:
-                candidates.append(self.valid_paths(self.config.population, lo, hi, rng))
+                population = self.valid_paths(self.config.population, lo, hi, rng, set())
+                if not len(population):
+                    raise ValueError(f"fedoras_search: no path lies in tier {tier}'s bracket [{lo:.0f}, {hi:.0f}]")
+                candidates.append(population)
             else:
                 candidates.append(self.children(search.searches[tier], lo, hi, rng))
         scores, evaluated_flops = self.score(state.params, search, candidates, pool)
@@ -183,27 +208,53 @@ class FedorASSearch(Algorithm):
         return replace(state, algo_state=replace(search, searches=tuple(searches))), model_s
 
     # ------------------------------------------------------------------------------------------ search steps
-    def valid_paths(self, count: int, lo: float, hi: float, rng: np.random.Generator) -> np.ndarray:
-        """``count`` paths with FLOPs in ``[lo, hi]`` from the budgeted sampler (drawn until enough are found)."""
-        return sample_paths_in_bracket(self.tables, count, lo, hi, rng)
+    def valid_paths(self, count: int, lo: float, hi: float, rng: np.random.Generator, seen: set[bytes]) -> np.ndarray:
+        """Up to ``count`` distinct paths with FLOPs in ``[lo, hi]`` not in ``seen``, from the budgeted sampler."""
+        return novel_paths_in_bracket(self.tables, count, lo, hi, rng, seen)
 
     def children(self, tier: TierSearch, lo: float, hi: float, rng: np.random.Generator) -> np.ndarray:
-        count = self.config.parents
+        """One generation's ``parents`` new paths (module docstring): none of them scored before, no two alike."""
+        count, tables = self.config.parents, self.tables
+        if 0 < self.config.max_evaluations <= tier.evaluations:  # the tier's budget is spent
+            return np.zeros((0, tables.num_layers), dtype=np.int64)
+        seen = {path_key(p) for p in tier.seen_paths}
         if self.config.method == "random":
-            return self.valid_paths(count, lo, hi, rng)
-        f = self.objectives(tier.paths, tier.scores)
-        ranks = non_dominated_ranks(f)
-        parents = tier.paths[tournament(ranks, crowding_distance(f, ranks), count + count % 2, rng)]
+            return self.valid_paths(count, lo, hi, rng, seen)
+        ranks, crowd = self.ranking(tier.paths, tier.scores, lo, hi)
         kids: list[np.ndarray] = []
-        for a, b in zip(parents[0::2], parents[1::2], strict=True):
-            kids.extend(crossover(a, b, rng))
-        return np.stack([mutate(k, self.tables.num_ops, self.config.mutation, rng) for k in kids[:count]])
+        for _ in range(10 * count):
+            if len(kids) >= count:
+                break
+            a, b = tier.paths[tournament(ranks, crowd, 2, rng)]
+            for kid in crossover(a, b, rng):
+                kid = mutate(kid, tables.num_ops, self.config.mutation, rng)
+                if len(kids) < count and path_key(kid) not in seen:
+                    seen.add(path_key(kid))
+                    kids.append(kid)
+        for _ in range(100 * (count - len(kids))):  # the official fill: uniform random paths not seen yet
+            if len(kids) >= count:
+                break
+            kid = random_paths(tables, 1, rng)[0]
+            if path_key(kid) not in seen:
+                seen.add(path_key(kid))
+                kids.append(kid)
+        return np.stack(kids) if kids else np.zeros((0, tables.num_layers), dtype=np.int64)
 
-    def objectives(self, paths: np.ndarray, scores: np.ndarray) -> np.ndarray:
-        """Minimised: minus the score, and the path's parameters (model size)."""
+    def ranking(self, paths: np.ndarray, scores: np.ndarray, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
+        """Non-dominated rank and crowding distance of every path on ``objectives``."""
+        f = self.objectives(paths, scores, lo, hi)
+        ranks = non_dominated_ranks(f)
+        return ranks, crowding_distance(f, ranks)
+
+    def objectives(self, paths: np.ndarray, scores: np.ndarray, lo: float, hi: float) -> np.ndarray:
+        """Minimised: minus the score, and the path's parameters (model size); a path outside ``[lo, hi]`` counts as
+        one parameter larger than the largest path, so every path inside dominates it (constrained domination)."""
         tables = self.tables
         params = tables.fixed_params + tables.params[np.arange(tables.num_layers), paths].sum(axis=1)
-        return np.stack([-scores, params], axis=1)
+        flops = path_flops(tables, paths)
+        largest = tables.fixed_params + tables.params.max(axis=1).sum()
+        params = np.where((flops >= lo) & (flops <= hi), params, largest + 1.0)
+        return np.stack([-np.asarray(scores, dtype=np.float64), params], axis=1)
 
     def score(
         self, params: Params, search: SearchState, candidates: list[np.ndarray], pool: TaskPool
@@ -219,7 +270,7 @@ class FedorASSearch(Algorithm):
             flops = path_flops(tables, paths)
             lo, hi = edges[tier], edges[tier + 1]
             for k, path in enumerate(paths):
-                key = path.astype(np.int64).tobytes()
+                key = path_key(path)
                 if key in seen:
                     scores[tier][k] = seen[key]
                 elif not lo <= flops[k] <= hi:
@@ -231,7 +282,7 @@ class FedorASSearch(Algorithm):
                     todo.append((tier, k))
         accuracy = self._evaluate(params, np.stack(unique), pool) if unique else np.zeros(0)
         for tier, k in todo:
-            scores[tier][k] = accuracy[queued[candidates[tier][k].astype(np.int64).tobytes()]]
+            scores[tier][k] = accuracy[queued[path_key(candidates[tier][k])]]
         evaluated_flops = float(path_flops(tables, np.stack(unique)).sum()) if unique else 0.0
         return scores, evaluated_flops
 
@@ -250,25 +301,32 @@ class FedorASSearch(Algorithm):
         return np.concatenate(pool.map(evaluate_paths, shared, chunks))
 
     def survive(self, search: SearchState, tier: int, paths: np.ndarray, scores: np.ndarray) -> TierSearch:
+        """The tier's next population (NSGA-II survivor selection over the population and the children, each path
+        once), its scored paths and its evaluation count."""
+        lo, hi = search.tiers.edges[tier], search.tiers.edges[tier + 1]
         seen = {} if not search.searches else _lookup(search.searches[tier])
         fresh: list[int] = []
         for k, path in enumerate(paths):
-            key = path.astype(np.int64).tobytes()
-            if key not in seen:
-                seen[key] = float(scores[k])
+            if path_key(path) not in seen:
+                seen[path_key(path)] = float(scores[k])
                 fresh.append(k)
+        flops = path_flops(self.tables, paths) if len(paths) else np.zeros(0)
+        evaluated = int(((flops[fresh] >= lo) & (flops[fresh] <= hi)).sum())
         if not search.searches:
-            return TierSearch(paths, scores, paths[fresh], scores[fresh], len(fresh))
+            first = _distinct(paths)
+            return TierSearch(paths[first], scores[first], paths[fresh], scores[fresh], evaluated)
         old = search.searches[tier]
-        pool_paths = np.concatenate([old.paths, paths])
-        pool_scores = np.concatenate([old.scores, scores])
-        keep = select_survivors(self.objectives(pool_paths, pool_scores), len(old.paths))
+        joined_paths = np.concatenate([old.paths, paths])
+        joined_scores = np.concatenate([old.scores, scores])
+        distinct = _distinct(joined_paths)  # copies would take survivors' places and crowd the front
+        pool_paths, pool_scores = joined_paths[distinct], joined_scores[distinct]
+        keep = select_survivors(self.objectives(pool_paths, pool_scores, lo, hi), len(old.paths))
         return TierSearch(
             pool_paths[keep],
             pool_scores[keep],
             np.concatenate([old.seen_paths, paths[fresh]]),
             np.concatenate([old.seen_scores, scores[fresh]]),
-            old.evaluations + len(fresh),
+            old.evaluations + evaluated,
         )
 
     # ------------------------------------------------------------------------------------------ engine hooks
@@ -317,4 +375,12 @@ class FedorASSearch(Algorithm):
 
 
 def _lookup(search: TierSearch) -> dict[bytes, float]:
-    return {p.astype(np.int64).tobytes(): float(s) for p, s in zip(search.seen_paths, search.seen_scores, strict=True)}
+    return {path_key(p): float(s) for p, s in zip(search.seen_paths, search.seen_scores, strict=True)}
+
+
+def _distinct(paths: np.ndarray) -> np.ndarray:
+    """Indices of the first occurrence of every distinct path, in order."""
+    firsts: dict[bytes, int] = {}
+    for k, path in enumerate(paths):
+        firsts.setdefault(path_key(path), k)
+    return np.array(sorted(firsts.values()), dtype=np.int64)

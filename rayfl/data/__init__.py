@@ -12,7 +12,14 @@ from pathlib import Path
 from rayfl.config import DataConfig
 from rayfl.data.federated import FederatedDataset, InputKind, from_client_arrays
 
-__all__ = ["LOADERS", "FederatedDataset", "InputKind", "build_federated_dataset", "from_client_arrays"]
+__all__ = [
+    "LOADERS",
+    "FederatedDataset",
+    "InputKind",
+    "build_federated_dataset",
+    "from_client_arrays",
+    "with_validation",
+]
 
 
 def _cache_dir(cache_dir: Path | None) -> Path:
@@ -74,7 +81,8 @@ def build_federated_dataset(cfg: DataConfig, seed: int, cache_dir: Path | None =
     ``cache_dir`` (default: ``rayfl.data.shakespeare.default_cache_dir()``, resolved only when a loader
     needs it) holds downloads; ``cfg.root``, when set, is the data folder of ``cifar10`` and ``leaf`` (else
     ``<cache_dir>/cifar10`` and ``<cache_dir>/leaf``). ``cfg.client_test_fraction`` then holds out part of every
-    client's samples as its own test set (``hold_out_client_tests``).
+    client's samples as its own test set (``hold_out_client_tests``), and ``cfg.val_fraction`` part of every client's
+    remaining training samples as the server's validation set (``with_validation``).
 
     Numpy's BLAS runs at one thread meanwhile (``blas_threads.py``): the data set is the same in whichever process,
     thread or backend it is built, and building it beside ``ray.init`` (which forks) cannot hang.
@@ -92,4 +100,16 @@ def build_federated_dataset(cfg: DataConfig, seed: int, cache_dir: Path | None =
             from rayfl.rng import derive_rng
 
             dataset = hold_out_client_tests(dataset, cfg.client_test_fraction, derive_rng(seed, "client-test"))
-    return dataset
+        return with_validation(dataset, cfg, seed)
+
+
+def with_validation(dataset: FederatedDataset, cfg: DataConfig, seed: int) -> FederatedDataset:
+    """``dataset`` with ``cfg.val_fraction`` of every client's training samples held out as the server's validation
+    set (``hold_out_validation``, from ``derive_rng(seed, "validation")``); unchanged when the fraction is 0 or the
+    data set has a validation set already (a data set given to a run, built with one)."""
+    if cfg.val_fraction <= 0 or dataset.x_val is not None:
+        return dataset
+    from rayfl.data.federated import hold_out_validation
+    from rayfl.rng import derive_rng
+
+    return hold_out_validation(dataset, cfg.val_fraction, derive_rng(seed, "validation"))

@@ -13,7 +13,7 @@ the images (``rayfl/data/synthetic.py``, ``rayfl/data/shakespeare.py``).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -24,10 +24,12 @@ __all__ = [
     "IndexedRows",
     "InputKind",
     "LazyRows",
+    "RowSubset",
     "Rows",
     "client_major",
     "from_client_arrays",
     "hold_out_client_tests",
+    "hold_out_validation",
     "mapped",
 ]
 
@@ -114,6 +116,24 @@ def mapped(x: Rows) -> Rows:
 Rows = np.ndarray | LazyRows
 
 
+class RowSubset(LazyRows):
+    """Rows ``index`` of a ``LazyRows`` (row ``r`` is ``base[index[r]]``), still made on demand: a subset of a recipe
+    pickles as the recipe and the index."""
+
+    def __init__(self, base: LazyRows, index: npt.NDArray[np.int64]) -> None:
+        self.base, self.index = base, np.asarray(index, dtype=np.int64)
+        self.shape = (len(self.index), *base.shape[1:])
+        self.dtype = base.dtype
+
+    def take(self, index: npt.NDArray[np.int64]) -> np.ndarray:
+        return self.base.take(self.index[index])
+
+
+def take_rows(rows: Rows, index: npt.NDArray[np.int64]) -> Rows:
+    """Rows ``index`` of ``rows``: a numpy array's copy, or a ``RowSubset`` of a ``LazyRows`` (made on demand)."""
+    return RowSubset(rows, index) if isinstance(rows, LazyRows) else rows[index]
+
+
 @dataclass(frozen=True)
 class FederatedDataset:
     """Train data of every client plus a test set.
@@ -127,6 +147,8 @@ class FederatedDataset:
         x_test, y_test: The test set the global model is evaluated on (for LEAF data: the union of the clients'
             test splits, in client order).
         test_offsets: Per-client rows of the test set when the test set is split by client, else ``None``.
+        x_val, y_val: A validation set on the server that no client trains on (``hold_out_validation``), else
+            ``None``: what FedorAS's search scores its candidates on.
         client_names: A human-readable id per client (play and role for Shakespeare, writer for FEMNIST).
         meta: Loader facts such as the vocabulary or channel means; JSON-serialisable values only.
     """
@@ -142,6 +164,8 @@ class FederatedDataset:
     test_offsets: np.ndarray | None = None
     client_names: tuple[str, ...] = ()
     meta: dict[str, object] = field(default_factory=dict)
+    x_val: Rows | None = None
+    y_val: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if self.offsets.ndim != 1 or self.offsets[0] != 0 or self.offsets[-1] != len(self.x):
@@ -150,6 +174,10 @@ class FederatedDataset:
             raise ValueError("offsets must be non-decreasing")
         if len(self.x) != len(self.y) or len(self.x_test) != len(self.y_test):
             raise ValueError("x and y must have the same number of rows")
+        if (self.x_val is None) != (self.y_val is None) or (
+            self.x_val is not None and self.y_val is not None and len(self.x_val) != len(self.y_val)
+        ):
+            raise ValueError("x_val and y_val must both be given, with the same number of rows")
 
     @property
     def sample_shape(self) -> tuple[int, ...]:
@@ -248,3 +276,35 @@ def hold_out_client_tests(ds: FederatedDataset, fraction: float, rng: np.random.
         ds.name, ds.input_kind, ds.num_classes, train, np.asarray(ds.x_test), ds.y_test, test=test,
         client_names=ds.client_names, meta=meta,
     )  # fmt: skip
+
+
+def hold_out_validation(ds: FederatedDataset, fraction: float, rng: np.random.Generator) -> FederatedDataset:
+    """``ds`` with ``round(fraction x n)`` of every client's ``n`` training samples (at least one when ``n >= 2``,
+    never all) moved to the server's validation set ``x_val``/``y_val``, which no client trains on
+    (``data.val_fraction``). The rows are chosen by one permutation per client drawn from ``rng`` in client order; the
+    clients keep the rest in their order, and the validation set is the held-out rows in client order, so its labels
+    follow the pooled data's (paper 003 App. J.1: "a held-out portion of the clients' datasets"). Training rows made on
+    demand stay so (``RowSubset``); the test set is untouched."""
+    if ds.x_val is not None:
+        raise ValueError(f"data {ds.name!r} already has a validation set")
+    keep: list[np.ndarray] = []
+    held: list[np.ndarray] = []
+    sizes = np.zeros(ds.num_clients, dtype=np.int64)
+    for client in range(ds.num_clients):
+        lo, n = int(ds.offsets[client]), ds.num_examples(client)
+        k = min(max(round(fraction * n), 1 if n >= 2 else 0), max(n - 1, 0))
+        order = rng.permutation(n)
+        keep.append(lo + np.sort(order[k:]))
+        held.append(lo + np.sort(order[:k]))
+        sizes[client] = n - k
+    kept, val = np.concatenate(keep).astype(np.int64), np.concatenate(held).astype(np.int64)
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    return replace(
+        ds,
+        x=take_rows(ds.x, kept),
+        y=np.asarray(ds.y)[kept],
+        offsets=offsets,
+        x_val=take_rows(ds.x, val),
+        y_val=np.asarray(ds.y)[val],
+        meta={**ds.meta, "val_fraction": fraction},
+    )

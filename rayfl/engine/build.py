@@ -61,10 +61,11 @@ def initial_params(cfg: ExperimentConfig, spec: InputSpec) -> Params:
 
 def build_setup(cfg: ExperimentConfig, dataset: FederatedDataset | None = None, cache_dir: Path | None = None) -> Setup:
     """Load (or take) the data, build the algorithm and initial parameters; checks config against the data."""
-    if dataset is None:
-        from rayfl.data import build_federated_dataset
+    from rayfl.data import build_federated_dataset, with_validation
 
+    if dataset is None:
         dataset = build_federated_dataset(cfg.data, cfg.seed, cache_dir)
+    dataset = with_validation(dataset, cfg.data, cfg.seed)  # a given data set gets data.val_fraction's split too
     if dataset.meta.get("normalize", "dataset") != cfg.data.normalize:
         # the client hosts read it from the data set they are given (``ClientHost._spec_of``)
         dataset = dataclasses.replace(dataset, meta={**dataset.meta, "normalize": cfg.data.normalize})

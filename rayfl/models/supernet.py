@@ -1,15 +1,26 @@
 """FedorAS's supernet as an elastic family: every (searchable layer, candidate op) is a one-unit, skippable dimension.
 
-Paper 003 (Dudziak et al., "FedorAS", Sec. 3.1) and the official ``src/models/resnet_model.py`` (ALGORITHMS.md section
-10): a 3x3 stem, then stages of searchable blocks, each a choice among candidate operations, with a strided reduction
-(depthwise 3x3 stride 2 + pointwise, plus a 1x1 strided projection shortcut; channels x ``width_mult``) between stages,
-global pooling and a linear classifier. Candidates (``SupernetConfig.ops``):
+Paper 003 (Dudziak et al., "FedorAS", Sec. 3.1, App. D.3) and the official ``src/models/resnet_model.py``
+(ALGORITHMS.md section 10): a 3x3 stem, then stages of searchable blocks, each a choice among candidate operations,
+each stage followed by a strided reduction (depthwise 3x3 stride 2 + pointwise, plus a 1x1 strided projection
+shortcut; channels x ``width_mult``; after the last stage too, as the paper's "each followed by a fixed reduction
+block" and the official model), global pooling and a linear classifier. Candidates (``SupernetConfig.ops``):
 
 * ``conv1``: standard 1x1 conv → BN → ReLU;
 * ``ds3_eE``: depthwise-separable 3x3: depthwise 3x3 → BN → ReLU → pointwise to ``E x c`` → BN → ReLU → pointwise back
   to ``c`` → BN;
-* ``mbK_eE``: MBConv: pointwise to ``E x c`` → BN → ReLU → depthwise KxK → BN → ReLU → pointwise back to ``c`` → BN;
+* ``mbK_eE``: MBConv: pointwise to ``E x c`` → BN → ReLU → depthwise KxK → BN → ReLU → Squeeze-and-Excitation →
+  pointwise back to ``c`` → BN. The SE is the official ``SE``: global average pool, 1x1 conv → ReLU → 1x1 conv (with
+  biases, ``E x c`` channels throughout: no reduction ratio), sigmoid gate on the expanded features; it is part of
+  the op, so the cost model prices it with the op (its FLOPs are small: two ``(E c)^2`` products per sample on the
+  pooled features; its parameters are not);
 * ``identity``: nothing, so the block is skipped and depth is searchable.
+
+Differences from the official ops, kept on purpose: the official MBConv's first conv is a full KxK conv from ``c`` to
+``E x c`` (ours is MobileNet-V2's pointwise expansion then a depthwise KxK), and its DSConv is a grouped KxK conv to
+``E x c`` then a pointwise back (ours adds a depthwise stage before); the official reduction's shortcut is a 2x2
+stride-2 conv and its sum has no ReLU after it. The paper's text allows either reading of "a convolution with kernel
+size k and expansion ratio e"; ours keeps the ops CPU-cheap.
 
 A block computes ``x + op(x)`` (identity: ``x``), so a skipped block is exactly the identity. Batch norms use batch
 statistics (``track_running_stats=False``, as every rayfl family), so there are no running statistics to aggregate.
@@ -62,6 +73,20 @@ def _bn(channels: int) -> nn.BatchNorm2d:
     return nn.BatchNorm2d(channels, track_running_stats=False)
 
 
+class SqueezeExcite(nn.Module):
+    """Squeeze-and-Excitation on ``channels`` (the official ``SE``: pooled features through 1x1 conv → ReLU → 1x1
+    conv, both with biases and no channel reduction, then a sigmoid gate per channel)."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.squeeze = nn.Conv2d(channels, channels, 1)
+        self.excite = nn.Conv2d(channels, channels, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate = torch.sigmoid(self.excite(torch.relu(self.squeeze(x.mean(dim=(2, 3), keepdim=True)))))
+        return x * gate
+
+
 def make_op(name: str, channels: int) -> nn.Module:
     """One candidate op on ``channels`` channels (stride 1, same channels in and out)."""
     kind, kernel, expansion = parse_op(name)
@@ -87,6 +112,7 @@ def make_op(name: str, channels: int) -> nn.Module:
             nn.Conv2d(hidden, hidden, kernel, padding=kernel // 2, groups=hidden, bias=False),
             _bn(hidden),
             nn.ReLU(),
+            SqueezeExcite(hidden),
             nn.Conv2d(hidden, channels, 1, bias=False),
             _bn(channels),
         )
@@ -186,7 +212,7 @@ class SupernetModel(nn.Module):
                 raise ValueError(f"supernet layer {layer_idx}: op {op} is not in this model")
             if self.op_names[op] != IDENTITY:
                 x = x + layer[str(op)](x)  # type: ignore[index]  # a ModuleDict (ModuleList erases the type)
-        while stage < len(self.reductions):  # stages with no layers after the last searchable one
+        while stage < len(self.reductions):  # the last stage's reduction
             x = self.reductions[stage](x)
             stage += 1
         logits: torch.Tensor = self.head(x.mean(dim=(2, 3)))
@@ -194,8 +220,9 @@ class SupernetModel(nn.Module):
 
 
 def _stage_channels(cfg: SupernetConfig) -> list[int]:
+    """Channels of every stage, then after the last stage's reduction (what the classifier reads)."""
     channels = [cfg.stem_channels]
-    for _ in cfg.blocks_per_stage[1:]:
+    for _ in cfg.blocks_per_stage:
         channels.append(max(1, round(channels[-1] * cfg.width_mult)))
     return channels
 
@@ -310,7 +337,8 @@ class SupernetFamily(ElasticFamily):
                 continue
             pieces.append(
                 CostUnit(
-                    ("supernet-op", name, c[stage], sizes[stage]),
+                    # "se": the MBConv's measured pieces changed with its SE (the fit cache is keyed by this)
+                    ("supernet-op", name, c[stage], sizes[stage], *(("se",) if name.startswith("mb") else ())),
                     (),
                     self.dim_of(layer, op),
                     _op_maker(name, c[stage], sizes[stage]),

@@ -116,7 +116,7 @@ def _wait_for_nodes(address: str, env: dict[str, str], count: int, timeout_s: fl
     return frozenset(match.group(1).split())
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")  # one cluster for the module's tests: starting one takes most of their time
 def two_node_cluster() -> Iterator[Cluster]:
     root = tempfile.mkdtemp(prefix="rayfl2n_")  # short: Ray's socket paths live under it
     env = _cluster_env()
@@ -204,3 +204,34 @@ def test_hosts_spread_over_both_nodes_with_in_process_numbers(two_node_cluster: 
         pd.testing.assert_frame_equal(ray_rows, local_rows, check_exact=True)
     rounds = pd.read_parquet(_run_dir(on_ray) / "rounds.parquet")
     assert rounds["clients_run"].tolist() == [4, 4] and rounds["test_acc"].notna().all()
+
+
+def test_server_tasks_spread_over_both_nodes(two_node_cluster: Cluster) -> None:
+    """FedorAS's search evaluates candidates as ``RayTaskPool`` tasks: they reserve no CPU, and ask for SPREAD so
+    that they use every node, not only the driver's (a driver on the head node, 8 items)."""
+    script = (
+        "import sys, ray\n"
+        "from rayfl.engine.server_tasks import RayTaskPool\n"
+        "def node_of(scale, item):\n"
+        "    import time\n"
+        "    time.sleep(0.2)\n"
+        "    return ray.get_runtime_context().get_node_id(), scale * item\n"
+        "ray.init(address=sys.argv[1], log_to_driver=False)\n"
+        "out = RayTaskPool().map(node_of, (3,), list(range(8)))\n"
+        "print('VALUES', *[v for _, v in out])\n"
+        "print('NODES', *sorted({n for n, _ in out}))\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", script, two_node_cluster.address],
+        env=two_node_cluster.env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    values = re.search(r"^VALUES (.+)$", run.stdout, re.MULTILINE)
+    nodes = re.search(r"^NODES (.+)$", run.stdout, re.MULTILINE)
+    assert values is not None and nodes is not None, run.stdout[-3000:]
+    assert values.group(1).split() == [str(3 * i) for i in range(8)]  # in item order
+    assert set(nodes.group(1).split()) == two_node_cluster.node_ids

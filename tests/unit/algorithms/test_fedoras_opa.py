@@ -89,3 +89,28 @@ def test_supernet_costs_match_the_real_path_model() -> None:
     # a subspace model holds exactly the ops of its units and needs a path when a layer holds several
     sub = family.build(family.units_of_mask(np.ones((3, 9), dtype=bool)))
     assert sum(p.numel() for p in sub.parameters()) == tables.subspace_params(np.ones((3, 9), dtype=bool))
+
+
+def test_mbconv_has_squeeze_excitation_and_every_stage_ends_in_a_reduction() -> None:
+    """Paper 003 App. D.3: MBConv = expansion, SE, projection; a reduction after every stage, the last one too.
+    Stem 4, stages of 2 and 1 blocks, x1.5: channels 4 → 6 → 9, two reductions, the head reads 9 features of a 2x2
+    map (8x8 images halved twice). mb3_e2 at 4 channels (hidden 8), parameters by hand: expansion 4x8 = 32, BN 16,
+    depthwise 8x9 = 72, BN 16, SE 2 x (8x8 + 8) = 144, projection 8x4 = 32, BN 8: 320."""
+    from rayfl.algorithms.fedoras import op_tables
+    from rayfl.models.elastic.cost import CostModel
+    from rayfl.models.supernet import SqueezeExcite
+
+    cfg = SupernetConfig(stem_channels=4, blocks_per_stage=(2, 1))
+    family = SupernetFamily(cfg, in_channels=3, num_classes=10, image_size=8)
+    assert family.channels == [4, 6, 9]
+    model = family.build(family.units_of_path(np.array([7, 8, 8])))  # mb3_e2, identity, identity
+    assert len(model.reductions) == 2 and model.head.in_features == 9
+    assert any(isinstance(m, SqueezeExcite) for m in model.modules())
+    seen: list[tuple[int, ...]] = []
+    model.head.register_forward_hook(lambda _m, args, _out: seen.append(tuple(args[0].shape)))
+    model.reductions[1].register_forward_hook(lambda _m, _args, out: seen.append(tuple(out.shape)))
+    model(torch.randn(2, 3, 8, 8))
+    assert seen == [(2, 9, 2, 2), (2, 9)]
+    tables = op_tables(family, CostModel(family, 4, use_disk_cache=False))
+    assert tables.params[0, family.op_names.index("mb3_e2")] == 320.0
+    assert tables.params[0, family.op_names.index("ds3_e2")] == 4 * 9 + 8 + 4 * 8 + 16 + 8 * 4 + 8  # no SE

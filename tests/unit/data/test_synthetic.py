@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from rayfl.config import DataConfig
-from rayfl.data import build_federated_dataset
+from rayfl.data import build_federated_dataset, with_validation
+from rayfl.data.federated import LazyRows
 from rayfl.data.synthetic import TEST_SIZE, SyntheticImages, load_synthetic
 
 
@@ -178,3 +179,28 @@ def test_client_test_fraction_holds_out_part_of_every_client() -> None:
         x_test, _ = split.client_test(c)
         own = {row.tobytes() for row in x_all}
         assert all(row.tobytes() in own for row in x_test)
+
+
+def test_val_fraction_holds_out_a_validation_set_no_client_trains_on() -> None:
+    """``data.val_fraction`` moves round(0.25 x n) of every client's n samples to the server's validation set: every
+    sample stays on exactly one side, the clients keep the rest in their order, the images are still made on demand
+    (the pickled data set stays a recipe), and at 0 the data set is the one without the option, bit for bit."""
+    cfg = DataConfig(name="synthetic", partition="dirichlet", num_clients=8, synthetic_samples=20)
+    whole = build_federated_dataset(cfg, 0)
+    assert whole.x_val is None and with_validation(whole, cfg, 0) is whole  # off: the data set as it was
+    split = build_federated_dataset(dataclasses.replace(cfg, val_fraction=0.25), 0)
+    assert split.x_val is not None and split.y_val is not None
+    held = whole.client_sizes() - split.client_sizes()
+    assert np.all(held == np.maximum(np.round(0.25 * whole.client_sizes()), 1)) and len(split.y_val) == held.sum()
+    assert isinstance(split.x, LazyRows) and isinstance(split.x_val, LazyRows)
+    everything = {(row.tobytes(), int(label)) for row, label in zip(np.asarray(whole.x), whole.y, strict=True)}
+    train = [(row.tobytes(), int(label)) for row, label in zip(np.asarray(split.x), split.y, strict=True)]
+    val = [(row.tobytes(), int(label)) for row, label in zip(np.asarray(split.x_val), split.y_val, strict=True)]
+    assert not set(train) & set(val) and set(train) | set(val) == everything
+    assert len(train) + len(val) == len(whole.y)
+    for c in range(8):  # a client's remaining rows are its own samples, in their order
+        own = [row.tobytes() for row in whole.client_train(c)[0]]
+        kept = [row.tobytes() for row in split.client_train(c)[0]]
+        assert kept == [r for r in own if r in set(kept)]
+    assert np.array_equal(np.asarray(pickle.loads(pickle.dumps(split)).x_val), np.asarray(split.x_val))
+    assert np.array_equal(split.x_test, whole.x_test)

@@ -99,7 +99,11 @@ def test_search_phase_finds_in_bracket_paths_per_tier() -> None:
     edges = state.tiers.edges
     tables = op_tables(supernet_family(result_family(cfg)), cost_model(cfg))
     for tier, search in enumerate(state.searches):
-        assert len(search.paths) == 6 and search.evaluations == len(search.seen_paths)
+        flops = path_flops(tables, search.seen_paths)
+        inside = (flops >= edges[tier]) & (flops <= edges[tier + 1])
+        assert len(search.paths) == 6 and search.evaluations == int(inside.sum())  # evaluated: the in-bracket ones
+        assert (search.seen_scores[inside] >= 0).all() and (search.seen_scores[~inside] < 0).all()
+        assert len(np.unique(search.paths, axis=0)) == len(search.paths)  # a population holds each path once
         best, score = search.best
         assert 0.0 <= score <= 1.0 and score == search.seen_scores.max()
         assert edges[tier] <= path_flops(tables, best)[0] <= edges[tier + 1]  # the best path lies in its bracket
@@ -191,6 +195,13 @@ def test_a_phase_may_have_its_own_clients_per_round_learning_rate_and_epochs(tmp
             "phases\\[1\\].algorithm.name: 'fedoras_search' must follow",
         ),
         ("rounds: 2\ndata: {name: synthetic}\nmodel: {name: supernet, ops: [conv1, conv9]}\n", "unknown op 'conv9'"),
+        (
+            "rounds: 2\ndata: {name: synthetic}\nmodel: {name: supernet}\nphases:\n"
+            "  - {name: a, rounds: 1, algorithm: {name: fedoras}}\n"
+            "  - {name: b, rounds: 1, algorithm: {name: fedoras_search}}\n",
+            r"phases\[1\]\.algorithm\.validation: 'held_out' scores paths on the held-out validation set: set "
+            r"data\.val_fraction above 0",
+        ),
         (
             "rounds: 2\ndata: {name: synthetic}\nmodel: {name: supernet}\n"
             "algorithm: {name: fedoras, tiers: {shares: [0.5, 0.4]}}\n",
