@@ -23,9 +23,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-# host-clock fields: they differ between any two runs
+# host-clock fields: they differ between any two runs (``checkpoint_s`` is the time a checkpoint took to write)
 WALL_FIELDS = frozenset(
-    {"wall_time_s", "round_wall_s", "train_wall_s", "eval_wall_s", "search_s", "server_train_s", "hit_rate"}
+    {
+        "wall_time_s",
+        "round_wall_s",
+        "train_wall_s",
+        "eval_wall_s",
+        "search_s",
+        "server_train_s",
+        "checkpoint_s",
+        "hit_rate",
+    }
 )
 
 
