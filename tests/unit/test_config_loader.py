@@ -162,6 +162,7 @@ def test_full_yaml_round_trips_through_dump_config(tmp_path: Path) -> None:
         "clients_per_round",
         "eval_every",
         "eval_widths",
+        "eval_all_devices",
         "output_dir",
         "data",
         "model",
