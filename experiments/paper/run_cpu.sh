@@ -55,16 +55,6 @@ print(f"algorithm.distill.enabled=true algorithm.distill.subnets={d.subnets} alg
 EOF
 }
 
-# HeteroFL and FedRolex as their official codes run them (see README, "Baselines' set-up"): every local step clips
-# gradients at norm 1, and the ResNet uses ReLU (paper 000 adds ReLU6 for its own search space with skippable
-# blocks only); the transformer settings keep the family's GELU.
-official_setup() {
-  case $1 in
-    1 | 2 | 3 | 4) echo "train.grad_clip_norm=1 model.act=relu" ;;
-    *) echo "train.grad_clip_norm=1" ;;
-  esac
-}
-
 # "Smallest" trains the smallest structure of S (Table 3's caption), except in settings 1-2, where the paper takes
 # HeteroFL's and FedRolex's own smallest model, every width at 0.0625 (Sec. 4.1.1).
 smallest_ratios() {
@@ -78,9 +68,10 @@ method_overrides() {  # the overrides that turn the setting's YAML into method $
   case $1 in
     largest) echo "algorithm.name=fedavg algorithm.budgets=ignore" ;;
     smallest) echo "algorithm.name=fedavg algorithm.model=smallest algorithm.ratios=$(smallest_ratios "$n")" ;;
-    heterofl | fedrolex) echo "algorithm.name=$1 $(official_setup "$n")" ;;
-    fjord | feddropout | anycostfl) echo "algorithm.name=$1" ;;
-    heterofl-distill) echo "algorithm.name=heterofl $(official_setup "$n") $DISTILL" ;;
+    # HeteroFL and FedRolex bring their official set-up (clipping at norm 1, the family's plain activation, the
+    # official initial model) as defaults of their configs: see README, "Baselines' set-up"
+    heterofl | fedrolex | fjord | feddropout | anycostfl) echo "algorithm.name=$1" ;;
+    heterofl-distill) echo "algorithm.name=heterofl $DISTILL" ;;
     model_search-no-distill) echo "algorithm.distill.enabled=false" ;;
     model_search-copies) echo "algorithm.distill.update=copies" ;;
     model_search-frozen) echo "algorithm.distill.teacher=round" ;;

@@ -89,8 +89,9 @@ def fedavg_params() -> Params:
 @pytest.mark.parametrize(
     "algorithm",
     [
-        HeteroFLConfig(rates=(1.0,), label_mask=False, official_init=False),  # static_bn on: it must not touch training
-        FedRolexConfig(rates=(1.0,), label_mask=False),
+        # static_bn on: it must not touch training; no official clipping (FedAvg trains with train.grad_clip_norm)
+        HeteroFLConfig(rates=(1.0,), label_mask=False, official_init=False, grad_clip_norm=None),
+        FedRolexConfig(rates=(1.0,), label_mask=False, official_init=False, grad_clip_norm=None),
         FedDropoutConfig(rates=(1.0,), label_mask=False),
         AnyCostFLConfig(rates=(1.0,), label_mask=False),
     ],
