@@ -21,11 +21,12 @@ METHODS=${METHODS:-largest smallest heterofl heterofl-distill fedrolex feddropou
 RAYFL=rayfl
 PYTHON=python
 if [[ -x .venv/bin/rayfl ]]; then RAYFL=.venv/bin/rayfl PYTHON=.venv/bin/python; fi
-# The core method's distillation settings from the YAML, for methods that add it ("w/" in paper 000's Table 3).
-read -r -a DISTILL <<<"$("$PYTHON" - "$CFG" <<'PY'
+# The core method's distillation settings from the YAML and the overrides, for methods that add it ("w/" in paper
+# 000's Table 3).
+read -r -a DISTILL <<<"$("$PYTHON" - "$CFG" "$@" <<'PY'
 import sys
 from rayfl.config_loader import load_config
-d = load_config(sys.argv[1]).algorithm.distill
+d = load_config(sys.argv[1], sys.argv[2:]).algorithm.distill
 print(f"algorithm.distill.enabled=true algorithm.distill.subnets={d.subnets} algorithm.distill.iterations="
       f"{d.iterations} algorithm.distill.batch_size={d.batch_size} algorithm.distill.lr={d.lr:g} "
       f"algorithm.distill.temperature={d.temperature:g} algorithm.distill.update={d.update} "

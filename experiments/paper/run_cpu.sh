@@ -41,11 +41,11 @@ done
 
 # The search space S and the distillation settings of a setting's YAML: "fedavg smallest" needs S, and
 # "heterofl-distill" adds the core method's distillation to HeteroFL ('w/' in Table 3).
-setting_facts() {
-  "$PYTHON" - "$1" <<'EOF'
+setting_facts() {  # setting_facts FILE [OVERRIDE ...]: read with the run's overrides
+  "$PYTHON" - "$@" <<'EOF'
 import sys
 from rayfl.config_loader import load_config
-algo = load_config(sys.argv[1]).algorithm
+algo = load_config(sys.argv[1], sys.argv[2:]).algorithm
 print("[" + ",".join(f"{r:g}" for r in algo.ratios) + "]")
 d = algo.distill
 print(f"algorithm.distill.enabled=true algorithm.distill.subnets={d.subnets} algorithm.distill.iterations="
@@ -83,7 +83,7 @@ method_overrides() {  # the overrides that turn the setting's YAML into method $
 mkdir -p "$OUT"
 for n in "${SETTINGS[@]}"; do
   CFG=$CONFIGS/setting$n.yaml
-  FACTS=$(setting_facts "$CFG") || { echo "cannot read $CFG" >&2; exit 2; }
+  FACTS=$(setting_facts "$CFG" "${OVERRIDES[@]}") || { echo "cannot read $CFG" >&2; exit 2; }
   RATIOS=$(sed -n 1p <<<"$FACTS")
   DISTILL=$(sed -n 2p <<<"$FACTS")
   for method in $METHODS; do
