@@ -14,7 +14,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rayfl.config import HETEROFL_RATES, ExperimentConfig, ResourceConfig
+from rayfl.config import (
+    HETEROFL_RATES,
+    ExperimentConfig,
+    FedRolexConfig,
+    HeteroFLConfig,
+    ModelSearchConfig,
+    ResourceConfig,
+)
 from rayfl.config_loader import ConfigError, load_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -119,3 +126,53 @@ def test_levels_give_each_client_exactly_its_heterofl_model(path: Path) -> None:
             assert needs[level] <= budget, (level, needs[level], budget)
             if level > 0:
                 assert budget < needs[level - 1], (level, needs[level - 1], budget)
+
+
+# The paper settings (full and CPU-sized) and mini, with the activation HeteroFL's and FedRolex's official codes use in
+# the setting's model family: ReLU in the ResNets of settings 1-4, GELU in the transformers of settings 5-6 and mini.
+BASELINE_ACT = [
+    *((PAPER / f"setting{n}.yaml", "relu" if n <= 4 else "gelu") for n in SETTINGS),
+    *((PAPER / "cpu" / f"setting{n}.yaml", "relu" if n <= 4 else "gelu") for n in SETTINGS),
+    (REPO / "experiments" / "mini" / "shakespeare_bert.yaml", "gelu"),
+]
+
+
+def _setting(path: Path, *overrides: str) -> ExperimentConfig:
+    """A setting's config with its resource sources left at their defaults (``system={}``), so the test does not
+    depend on the real trace files; model, algorithm and training are the setting's own."""
+    return load_config(path, ["system={}", *overrides])
+
+
+@pytest.mark.parametrize(
+    ("path", "act"), BASELINE_ACT, ids=lambda p: str(p.relative_to(REPO)) if isinstance(p, Path) else p
+)
+def test_paper_settings_set_up_the_baselines_as_their_official_codes(path: Path, act: str) -> None:
+    """`rayfl run SETTING algorithm.name=heterofl` (or fedrolex) runs the baseline as its official code: the family's
+    plain activation, gradients clipped at norm 1 in local training, the official initial model (and HeteroFL's
+    static BN over a seeded shuffle in batches of 10); the core method keeps its own set-up: ReLU6 for its skippable
+    blocks (Sec. 3.4) and no clipping (paper 000 states none)."""
+    from rayfl.algorithms import build_algorithm
+
+    for name in ("heterofl", "fedrolex"):
+        cfg = _setting(path, f"algorithm.name={name}")
+        algorithm = cfg.algorithm
+        assert isinstance(algorithm, HeteroFLConfig | FedRolexConfig)
+        assert cfg.model.act == act, name  # type: ignore[union-attr]
+        assert algorithm.grad_clip_norm == 1.0 and algorithm.official_init, name
+        assert build_algorithm(algorithm, cfg.train).train.grad_clip_norm == 1.0, name
+        if isinstance(algorithm, HeteroFLConfig):
+            assert algorithm.static_bn and algorithm.static_bn_shuffle and algorithm.static_bn_batch_size == 10
+    own = _setting(path)
+    assert isinstance(own.algorithm, ModelSearchConfig)
+    assert own.model.act == "relu6"  # type: ignore[union-attr]
+    assert own.train.grad_clip_norm == 0.0
+    assert build_algorithm(own.algorithm, own.train).train.grad_clip_norm == 0.0
+
+
+@pytest.mark.parametrize("path", [p for p, _ in BASELINE_ACT], ids=lambda p: str(p.relative_to(REPO)))
+def test_paper_settings_distill_on_the_shared_weights_with_n_clients_per_round(path: Path) -> None:
+    """Eq. (2) (``update: shared``) with the paper's n, the clients per round (``subnets: 0``, so that an override of
+    clients_per_round moves n with it), Adam's lr 0.001, the current model as teacher, Adam afresh every round."""
+    distill = _setting(path).algorithm.distill  # type: ignore[union-attr]
+    assert distill.enabled and distill.update == "shared" and distill.subnets == 0
+    assert (distill.lr, distill.teacher, distill.optimizer_state) == (1e-3, "step", "round")
