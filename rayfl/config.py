@@ -327,7 +327,9 @@ class DistillConfig:
     covered element by the copies' mean. ``optimizer_state`` (``shared`` only): ``round`` starts Adam afresh each
     round, ``run`` keeps its moments across rounds in ``ServerState.opt_state``. ``teacher`` (``shared`` only):
     ``step`` is the paper's ``W^{t-1}``, the global model before each step; ``round`` freezes it at the aggregated
-    model for the whole round (an ablation: the teacher no longer moves with the weights it shares).
+    model for the whole round (an ablation: the teacher no longer moves with the weights it shares). ``optimizer``:
+    ``adam`` (the paper's) or ``sgd`` (plain steps of ``lr`` times the gradient: an ablation, whose steps scale with
+    the KD gradient where Adam's are about ``lr`` whatever its size).
     """
 
     enabled: bool = False
@@ -340,6 +342,7 @@ class DistillConfig:
     update: Literal["shared", "copies"] = "shared"
     optimizer_state: Literal["round", "run"] = "round"
     teacher: Literal["step", "round"] = "step"
+    optimizer: Literal["adam", "sgd"] = "adam"
 
 
 @dataclass(frozen=True, kw_only=True)

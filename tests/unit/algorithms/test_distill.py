@@ -226,6 +226,12 @@ def test_one_iteration_is_an_adam_step_with_the_sub_nets_mean_gradient_on_the_sh
     for name in trained:
         torch.testing.assert_close(out.params[name], stepped[name], rtol=0.0, atol=cfg.lr * 1e-3, msg=name)
     assert out.opt_state == {}  # optimizer_state: round keeps nothing
+    # the SGD ablation: the same mean gradient, a step of lr times it (uncovered elements: a zero gradient)
+    sgd = dataclasses.replace(cfg, optimizer="sgd", lr=0.5)
+    out = inplace_distill(family, params, sgd, S, num_subnets=n, seed=seed, round_idx=round_idx, input_spec=spec)
+    for name in trained:
+        want = params[name] - sgd.lr * expected[name]
+        torch.testing.assert_close(out.params[name], want, rtol=1e-4, atol=1e-6, msg=name)
 
 
 def test_the_teacher_is_the_global_model_of_the_previous_iteration(resnet: ResNetFamily) -> None:
