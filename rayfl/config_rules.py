@@ -161,7 +161,7 @@ def _phase_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:
         problems.append(
             (
                 ("phases", other, "algorithm", "act"),
-                f"gives the model activation {wanted[other]!r} but phases.{first[0]} gives {first[1]!r}; the phases "
+                f"gives the model activation {wanted[other]!r} but phases[{first[0]}] gives {first[1]!r}; the phases "
                 "share one model: set the same algorithm.act in both",
             )
         )
