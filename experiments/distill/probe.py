@@ -123,7 +123,7 @@ def main() -> None:
                 f"| {rounds} | {variant} | {lr:g} | {iterations} | {100 * before.accuracy:.2f} "
                 f"| {100 * after.accuracy:.2f} | {100 * (after.accuracy - before.accuracy):+.2f} "
                 f"| {before.loss:.3f} | {after.loss:.3f} | {float(delta.norm() / weights.norm()):.4f} "
-                f"| {step_ratio:.2f} | {gap_before:.4f} | {gap(out.params):.4f} | {spent:.1f} |"
+                f"| {step_ratio:.3g} | {gap_before:.4f} | {gap(out.params):.4f} | {spent:.1f} |"
             )
             lines.append(line)
             print(line, flush=True)
