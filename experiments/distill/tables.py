@@ -7,8 +7,8 @@ the test accuracy at the last round and, in brackets, the mean over the last thr
 for ten-client rounds). A row below gives each setting's most-frequent-label accuracy (what a model that always
 predicts the commonest test label scores: "chance"). Below the table: the differences that decide paper 000's
 orderings (core method minus HeteroFL; with minus without distillation, for both), on the mean of the last three
-evaluations; then, where ``RUNS/seed1`` holds second-seed runs (``rerun.sh seeds``), both seeds of the key methods
-and the same differences per seed.
+evaluations; then, where ``RUNS/seed1`` holds second-seed runs (``rerun.sh seeds``), both seeds of the key methods,
+the same differences per seed and each seed's chance (the seed draws the data split too).
 
 ``--previous``: an earlier results.md of this script; a cell with no run under ``--runs`` takes its value from there,
 marked ``*`` (runs that were not repeated because their code and config did not change). Missing runs are otherwise
@@ -145,6 +145,9 @@ def main() -> None:
             seed_rows.append((f"{dict(METHODS)[method]}, seed 1 - seed 0", change))
         for label, a, b in SEED_DIFFS:
             seed_rows += [(f"{label}, seed 0", diff_row(zero, a, b)), (f"{label}, seed 1", diff_row(one, a, b))]
+        for label, root in (("seed 0", args.runs), ("seed 1", args.runs / "seed1")):  # the seed draws the split too
+            row = [f"{100 * c:.1f}" if s in seeded and (c := chance(root, s)) is not None else "" for s, _ in SETTINGS]
+            seed_rows.append((f"most-frequent label (chance), {label}", row))
         lines += ["", "Two seeds (seed 1: `rerun.sh seeds`), mean of the last three evaluations, in % and points:", ""]
         lines += table("method / difference", seed_rows)
     args.out.write_text("\n".join(lines) + "\n")
