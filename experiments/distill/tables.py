@@ -130,7 +130,8 @@ def main() -> None:
     lines += ["", *table("method", rows), "", "Differences in points (mean of the last three evaluations):", ""]
     lines += table("difference", [(label, diff_row(cells, a, b)) for label, a, b in DIFFS])
     seed1 = {(s, m): accuracies(run_dir(args.runs / "seed1", s, m)) for s, _ in SETTINGS for m in SEED_METHODS}
-    seeded = {s for s, _ in SETTINGS if all(seed1[(s, m)] and cells[(s, m)] for m in SEED_METHODS)}
+    # settings with a second-seed run of any key method (a method without one is left blank there)
+    seeded = {s for s, _ in SETTINGS if any(seed1[(s, m)] and cells[(s, m)] for m in SEED_METHODS)}
     if seeded:
         zero = {k: v for k, v in cells.items() if k[0] in seeded}
         one = {k: v for k, v in seed1.items() if k[0] in seeded}
@@ -140,7 +141,8 @@ def main() -> None:
                 row = [f"{100 * got[1]:.1f}" if (got := source.get((s, method))) else "" for s, _ in SETTINGS]
                 seed_rows.append((f"{dict(METHODS)[method]}, {label}", row))
             change = [
-                f"{100 * (one[(s, method)][1] - zero[(s, method)][1]):+.1f}" if s in seeded else "" for s, _ in SETTINGS
+                f"{100 * (b[1] - a[1]):+.1f}" if (a := zero.get((s, method))) and (b := one.get((s, method))) else ""
+                for s, _ in SETTINGS
             ]
             seed_rows.append((f"{dict(METHODS)[method]}, seed 1 - seed 0", change))
         for label, a, b in SEED_DIFFS:
