@@ -10,8 +10,8 @@ Importing this module imports neither torch nor Ray, so ``rayfl validate`` is in
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Literal, cast
 
 __all__ = [
     "ALGORITHM_CONFIGS",
@@ -62,6 +62,8 @@ __all__ = [
     "TrainConfig",
     "ViTConfig",
     "bounded",
+    "method_activations",
+    "official_activation",
 ]
 
 
@@ -333,7 +335,9 @@ class DistillConfig:
     covered element by the copies' mean. ``optimizer_state`` (``shared`` only): ``round`` starts Adam afresh each
     round, ``run`` keeps its moments across rounds in ``ServerState.opt_state``. ``teacher`` (``shared`` only):
     ``step`` is the paper's ``W^{t-1}``, the global model before each step; ``round`` freezes it at the aggregated
-    model for the whole round (an ablation: the teacher no longer moves with the weights it shares).
+    model for the whole round (an ablation: the teacher no longer moves with the weights it shares). ``optimizer``:
+    ``adam`` (the paper's) or ``sgd`` (plain steps of ``lr`` times the gradient: an ablation, whose steps scale with
+    the KD gradient where Adam's are about ``lr`` whatever its size).
     """
 
     enabled: bool = False
@@ -346,6 +350,7 @@ class DistillConfig:
     update: Literal["shared", "copies"] = "shared"
     optimizer_state: Literal["round", "run"] = "round"
     teacher: Literal["step", "round"] = "step"
+    optimizer: Literal["adam", "sgd"] = "adam"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -373,7 +378,16 @@ class HeteroFLConfig:
     (``label_mask``, with absent classes' logits masked to 0 in the loss); static BN on the server for evaluation
     (``static_bn``, models with batch norm only); ``official_init``: the official code's initial model (norm weight
     1 and bias 0, linear biases 0); the static-BN pass runs over a seeded shuffle of the pooled training set
-    (``static_bn_shuffle``) in batches of ``static_bn_batch_size`` samples, as the official code."""
+    (``static_bn_shuffle``) in batches of ``static_bn_batch_size`` samples, as the official code.
+
+    The official code's training set-up as defaults, so that a paper setting run with ``algorithm.name=heterofl`` is
+    set up as its authors ran it: ``grad_clip_norm``, the gradient-norm clipping of every local step (both official
+    codes clip at 1), used by the method in place of ``train.grad_clip_norm`` (0: no clipping; null:
+    ``train.grad_clip_norm``); ``act: official`` replaces ``model.act`` by the activation of the official codes'
+    models, which is the model family's default (ResNet: ReLU; ViT and the character BERT: GELU, as the official
+    transformers), since paper 000 adds ReLU6 for its own search space only (Sec. 3.4: its blocks can be skipped) and
+    says nothing about its baselines' activation; ``act: model`` keeps ``model.act`` (e.g. ReLU6). Models without an
+    activation choice keep theirs; in a run with phases, the phases must agree on the activation."""
 
     name: Literal["heterofl"] = "heterofl"
     rates: tuple[float, ...] = HETEROFL_RATES
@@ -382,17 +396,24 @@ class HeteroFLConfig:
     official_init: bool = True
     static_bn_shuffle: bool = True
     static_bn_batch_size: int = 10
+    grad_clip_norm: float | None = bounded(1.0, ge=0.0)
+    act: Literal["official", "model"] = "official"
     distill: DistillConfig = field(default_factory=DistillConfig)
 
 
 @dataclass(frozen=True, kw_only=True)
 class FedRolexConfig:
     """FedRolex (Alam et al., NeurIPS 2022): HeteroFL's rate choice with a rolling window of channels whose start
-    moves by one unit per round; no static BN."""
+    moves by one unit per round; no static BN. ``official_init``: the official code's initial model (it builds its
+    models with HeteroFL's ``init_param``: norm weight 1 and bias 0, linear biases 0). The official code's training
+    set-up as defaults: ``grad_clip_norm`` and ``act`` as HeteroFL's (``HeteroFLConfig``)."""
 
     name: Literal["fedrolex"] = "fedrolex"
     rates: tuple[float, ...] = HETEROFL_RATES
     label_mask: bool = True
+    official_init: bool = True
+    grad_clip_norm: float | None = bounded(1.0, ge=0.0)
+    act: Literal["official", "model"] = "official"
     distill: DistillConfig = field(default_factory=DistillConfig)
 
 
@@ -940,7 +961,44 @@ class ExperimentConfig:
     # rounds in a row stop the run with an error (engine/guard.py)
     max_nonfinite_rounds: int = bounded(3, ge=1)
 
+    def __post_init__(self) -> None:
+        # ``algorithm.act: official`` (HeteroFL, FedRolex) sets the model's activation. It is resolved here, once,
+        # so that every part of the run (driver, hosts, cost model, search, the written config) builds the same
+        # model; phases that disagree are left as they are and reported by ``config_rules``.
+        wanted = set(method_activations(self).values())
+        if len(wanted) == 1:
+            act, model = wanted.pop(), cast(Any, self.model)  # only models with an ``act`` field ask for one
+            if act != model.act:
+                object.__setattr__(self, "model", replace(model, act=act))
+
     @property
     def algorithm_label(self) -> str:
         """The run's algorithm in summaries and messages: its name, or the phases' names joined by ``+``."""
         return "+".join(p.algorithm.name for p in self.phases) if self.phases else self.algorithm.name
+
+
+def official_activation(model: Any) -> str | None:
+    """The activation the official baselines' codes use in ``model``'s family: the family's default ``act`` (ReLU for
+    the ResNet, GELU for the transformers); ``None`` for models without an activation choice."""
+    for f in fields(model):
+        if f.name == "act":
+            return str(f.default)
+    return None
+
+
+def method_activations(cfg: ExperimentConfig) -> dict[int, str]:
+    """The activation each of the run's algorithms asks the model for, by phase index (0 in a run without phases):
+    ``official`` gives ``official_activation``, ``model`` the model's own ``act``; algorithms without an ``act`` field,
+    and models without an activation choice, ask for nothing."""
+    official = official_activation(cfg.model)
+    if official is None:
+        return {}
+    algorithms = [p.algorithm for p in cfg.phases] or [cfg.algorithm]
+    wanted: dict[int, str] = {}
+    for index, algorithm in enumerate(algorithms):
+        choice = getattr(algorithm, "act", None)
+        if choice == "official":
+            wanted[index] = official
+        elif choice == "model":
+            wanted[index] = str(cast(Any, cfg.model).act)
+    return wanted

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rayfl.config import FLOAT32_MAX, CellNetConfig, ExperimentConfig, FedTransConfig
+from rayfl.config import FLOAT32_MAX, CellNetConfig, ExperimentConfig, FedTransConfig, method_activations
 from rayfl.config_fedoras import fedoras_problems
 
 __all__ = [
@@ -150,11 +150,23 @@ def _cellnet_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:
 
 
 def _phase_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:
-    """Phases' rounds add up to ``rounds``; FedorAS's supernet, tiers and phase order (``config_fedoras.py``)."""
+    """Phases' rounds add up to ``rounds``; the phases agree on the model's activation (``algorithm.act``: the model
+    is the run's); FedorAS's supernet, tiers and phase order (``config_fedoras.py``)."""
     problems: list[tuple[KeyPath, str]] = []
     if cfg.phases and sum(p.rounds for p in cfg.phases) != cfg.rounds:
         total = sum(p.rounds for p in cfg.phases)
         problems.append((("rounds",), f"must equal the phases' rounds ({total}), got {cfg.rounds}"))
+    wanted = method_activations(cfg)
+    if cfg.phases and len(set(wanted.values())) > 1:
+        first, *rest = sorted(wanted.items())
+        other = next(i for i, act in rest if act != first[1])
+        problems.append(
+            (
+                ("phases", other, "algorithm", "act"),
+                f"gives the model activation {wanted[other]!r} but phases[{first[0]}] gives {first[1]!r}; the phases "
+                "share one model: set the same algorithm.act in both",
+            )
+        )
     problems.extend(fedoras_problems(cfg))
     return problems
 

@@ -21,11 +21,12 @@ METHODS=${METHODS:-largest smallest heterofl heterofl-distill fedrolex feddropou
 RAYFL=rayfl
 PYTHON=python
 if [[ -x .venv/bin/rayfl ]]; then RAYFL=.venv/bin/rayfl PYTHON=.venv/bin/python; fi
-# The core method's distillation settings from the YAML, for methods that add it ("w/" in paper 000's Table 3).
-read -r -a DISTILL <<<"$("$PYTHON" - "$CFG" <<'PY'
+# The core method's distillation settings from the YAML and the overrides, for methods that add it ("w/" in paper
+# 000's Table 3).
+read -r -a DISTILL <<<"$("$PYTHON" - "$CFG" "$@" <<'PY'
 import sys
 from rayfl.config_loader import load_config
-d = load_config(sys.argv[1]).algorithm.distill
+d = load_config(sys.argv[1], sys.argv[2:]).algorithm.distill
 print(f"algorithm.distill.enabled=true algorithm.distill.subnets={d.subnets} algorithm.distill.iterations="
       f"{d.iterations} algorithm.distill.batch_size={d.batch_size} algorithm.distill.lr={d.lr:g} "
       f"algorithm.distill.temperature={d.temperature:g} algorithm.distill.update={d.update} "
@@ -44,11 +45,10 @@ for method in $METHODS; do
   case $method in
     largest) run largest algorithm.name=fedavg algorithm.budgets=ignore "$@" ;;
     smallest) run smallest algorithm.name=fedavg algorithm.model=smallest "algorithm.ratios=[0,0.5,1]" "$@" ;;
-    # HeteroFL and FedRolex clip gradients at norm 1 on every local step, as their official codes do.
-    heterofl) run heterofl algorithm.name=heterofl train.grad_clip_norm=1 "$@" ;;
-    heterofl-distill) run heterofl-distill algorithm.name=heterofl train.grad_clip_norm=1 "${DISTILL[@]}" "$@" ;;
-    fedrolex) run fedrolex algorithm.name=fedrolex train.grad_clip_norm=1 "$@" ;;
-    feddropout | anycostfl | fjord) run "$method" algorithm.name="$method" "$@" ;;
+    # HeteroFL and FedRolex bring their official set-up (clipping at norm 1, GELU, the official initial model) as
+    # defaults of their configs (experiments/paper/README.md, "Baselines' set-up")
+    heterofl | fedrolex | feddropout | anycostfl | fjord) run "$method" algorithm.name="$method" "$@" ;;
+    heterofl-distill) run heterofl-distill algorithm.name=heterofl "${DISTILL[@]}" "$@" ;;
     model_search-no-distill) run model_search-no-distill algorithm.distill.enabled=false "$@" ;;
     model_search) run model_search "$@" ;;
     model_search-copies) run model_search-copies algorithm.distill.update=copies "$@" ;;

@@ -41,11 +41,11 @@ done
 
 # The search space S and the distillation settings of a setting's YAML: "fedavg smallest" needs S, and
 # "heterofl-distill" adds the core method's distillation to HeteroFL ('w/' in Table 3).
-setting_facts() {
-  "$PYTHON" - "$1" <<'EOF'
+setting_facts() {  # setting_facts FILE [OVERRIDE ...]: read with the run's overrides
+  "$PYTHON" - "$@" <<'EOF'
 import sys
 from rayfl.config_loader import load_config
-algo = load_config(sys.argv[1]).algorithm
+algo = load_config(sys.argv[1], sys.argv[2:]).algorithm
 print("[" + ",".join(f"{r:g}" for r in algo.ratios) + "]")
 d = algo.distill
 print(f"algorithm.distill.enabled=true algorithm.distill.subnets={d.subnets} algorithm.distill.iterations="
@@ -53,16 +53,6 @@ print(f"algorithm.distill.enabled=true algorithm.distill.subnets={d.subnets} alg
       f"algorithm.distill.temperature={d.temperature:g} algorithm.distill.update={d.update} "
       f"algorithm.distill.optimizer_state={d.optimizer_state}")
 EOF
-}
-
-# HeteroFL and FedRolex as their official codes run them (see README, "Baselines' set-up"): every local step clips
-# gradients at norm 1, and the ResNet uses ReLU (paper 000 adds ReLU6 for its own search space with skippable
-# blocks only); the transformer settings keep the family's GELU.
-official_setup() {
-  case $1 in
-    1 | 2 | 3 | 4) echo "train.grad_clip_norm=1 model.act=relu" ;;
-    *) echo "train.grad_clip_norm=1" ;;
-  esac
 }
 
 # "Smallest" trains the smallest structure of S (Table 3's caption), except in settings 1-2, where the paper takes
@@ -78,9 +68,10 @@ method_overrides() {  # the overrides that turn the setting's YAML into method $
   case $1 in
     largest) echo "algorithm.name=fedavg algorithm.budgets=ignore" ;;
     smallest) echo "algorithm.name=fedavg algorithm.model=smallest algorithm.ratios=$(smallest_ratios "$n")" ;;
-    heterofl | fedrolex) echo "algorithm.name=$1 $(official_setup "$n")" ;;
-    fjord | feddropout | anycostfl) echo "algorithm.name=$1" ;;
-    heterofl-distill) echo "algorithm.name=heterofl $(official_setup "$n") $DISTILL" ;;
+    # HeteroFL and FedRolex bring their official set-up (clipping at norm 1, the family's plain activation, the
+    # official initial model) as defaults of their configs: see README, "Baselines' set-up"
+    heterofl | fedrolex | fjord | feddropout | anycostfl) echo "algorithm.name=$1" ;;
+    heterofl-distill) echo "algorithm.name=heterofl $DISTILL" ;;
     model_search-no-distill) echo "algorithm.distill.enabled=false" ;;
     model_search-copies) echo "algorithm.distill.update=copies" ;;
     model_search-frozen) echo "algorithm.distill.teacher=round" ;;
@@ -92,7 +83,7 @@ method_overrides() {  # the overrides that turn the setting's YAML into method $
 mkdir -p "$OUT"
 for n in "${SETTINGS[@]}"; do
   CFG=$CONFIGS/setting$n.yaml
-  FACTS=$(setting_facts "$CFG") || { echo "cannot read $CFG" >&2; exit 2; }
+  FACTS=$(setting_facts "$CFG" "${OVERRIDES[@]}") || { echo "cannot read $CFG" >&2; exit 2; }
   RATIOS=$(sed -n 1p <<<"$FACTS")
   DISTILL=$(sed -n 2p <<<"$FACTS")
   for method in $METHODS; do

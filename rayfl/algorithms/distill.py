@@ -14,10 +14,10 @@ After aggregation the server, holding no data, distils the global model into its
      over the sub-nets that hold it and one Adam step is taken on the global model per iteration; the teacher is the
      current global model ``W^{t-1}``, so it moves with every step;
    * ``copies`` (rayfl's earlier reading, kept so the two can be compared): every sub-net is a copy with its own
-     fresh Adam, one step per iteration against the global model frozen at the aggregated parameters; after
-     ``T_SKD`` iterations the copies are merged by the count-weighted element-wise mean (``MaskedWeightedMean``, each
-     copy weighing 1): an element covered by ``c`` copies becomes the mean of those ``c`` values, an uncovered one
-     keeps its value.
+     fresh Adam (or SGD, ``distill.optimizer``), one step per iteration against the global model frozen at the
+     aggregated parameters; after ``T_SKD`` iterations the copies are merged by the count-weighted element-wise mean
+     (``MaskedWeightedMean``, each copy weighing 1): an element covered by ``c`` copies becomes the mean of those
+     ``c`` values, an uncovered one keeps its value.
 
 Both variants draw the same structures and the same noise batches in the same order, so they differ only in the
 update. None of the bugs of the Plato prototype (ALGORITHMS.md section 12): the result is kept, the loss compares
@@ -137,7 +137,8 @@ def _copies(
     """The ``copies`` variant: each sub-net a trained copy, merged at the end (see module docstring)."""
     teacher = teacher_model(family, params)
     students = [load_sub_model(family, params, units) for units in structures]
-    optimizers = [torch.optim.Adam([p for p in s.parameters() if p.requires_grad], lr=cfg.lr) for s in students]
+    make = torch.optim.SGD if cfg.optimizer == "sgd" else torch.optim.Adam
+    optimizers = [make([p for p in s.parameters() if p.requires_grad], lr=cfg.lr) for s in students]
     tokens = input_spec.input_kind == "tokens"
     shape = noise_shape(teacher, input_spec, cfg.batch_size)
     noise = derive_torch_generator(seed, "distill-noise", round_idx)

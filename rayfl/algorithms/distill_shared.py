@@ -27,6 +27,9 @@ Choices where the paper is open:
 * **Teacher** (``distill.teacher``): ``step`` (default) is Eq. (2)'s ``W^{t-1}``, the global weights before each
   step, so the teacher moves with the weights it shares with the students; ``round`` keeps the aggregated model of
   the round as a frozen teacher (an ablation, as the ``copies`` variant's teacher).
+* **Optimizer** (``distill.optimizer``): ``adam`` is the paper's; ``sgd`` (an ablation) steps the covered elements
+  by ``lr`` times Eq. (2)'s gradient, without momentum or state, so a step is as large as the KD gradient where an
+  Adam step is about ``lr`` per element whatever the gradient's size.
 * **Non-finite gradients.** An iteration whose summed gradient is not finite takes no step (logged): one diverging
   sub-net must not poison the global model.
 """
@@ -224,9 +227,13 @@ class SharedDistillation:
         return self.grad * self.inverse
 
     def step(self, grad: torch.Tensor) -> None:
-        """One Adam step of the global weights with the flat gradient ``grad``, on the covered elements."""
+        """One step of the global weights with the flat gradient ``grad`` (zero where no sub-net holds an element):
+        Adam on the covered elements, or plain SGD (``distill.optimizer``)."""
         with torch.no_grad():
-            lazy_adam_step(self.flat, grad, self.covered, self.state, self.cfg.lr)
+            if self.cfg.optimizer == "sgd":
+                self.flat.sub_(self.cfg.lr * grad)
+            else:
+                lazy_adam_step(self.flat, grad, self.covered, self.state, self.cfg.lr)
 
     def named(self, flat: torch.Tensor) -> Params:
         """A flat tensor in the layout as copies named like the global parameters."""

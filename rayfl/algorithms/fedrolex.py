@@ -9,12 +9,18 @@ window of units: in round ``r`` a dimension of ``n`` units keeps ``{(n - r + j) 
 of different rates are nested. Count-normalised element-wise mean; label masking of the classifier as HeteroFL
 (``label_mask``); no static BN (the official code evaluates the global model directly).
 
+**Initial model** (``official_init``): the official code builds its models with HeteroFL's ``init_param`` (norm
+weight 1 and bias 0, linear biases 0; ``heterofl.official_init``). **Training set-up**: gradients clipped at norm 1
+and the family's plain activation, as HeteroFL (``FedRolexConfig``; ``rates.UniformRateAlgorithm``).
+
 Choice: the official code's ``tmp_counts`` weighting of BN/bias/linear entries (a historical per-element update count
 mutated inside its key loop) is not reproduced; every element is averaged with weight 1 per client, as the paper says.
 """
 
 from __future__ import annotations
 
+from rayfl.algorithms.heterofl import official_init
+from rayfl.algorithms.payloads import Params, ServerState
 from rayfl.algorithms.rates import UniformRateAlgorithm
 from rayfl.config import FedRolexConfig
 from rayfl.models.elastic.spec import Rolling, Selector
@@ -30,3 +36,8 @@ class FedRolex(UniformRateAlgorithm):
 
     def selector(self, round_idx: int, client_id: int) -> Selector:
         return Rolling(round_idx)
+
+    def init_state(self, params: Params) -> ServerState:
+        if not self.config.official_init or self.family is None:
+            return ServerState(params=params)
+        return ServerState(params=official_init(self.family, params))

@@ -54,7 +54,7 @@ from rayfl.rng import derive_rng
 if TYPE_CHECKING:
     from rayfl.models.elastic.family import ElasticFamily
 
-__all__ = ["HeteroFL", "static_bn_statistics", "tracked_global_model"]
+__all__ = ["HeteroFL", "official_init", "static_bn_statistics", "tracked_global_model"]
 
 _BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
 _STAT_SUFFIXES = (".running_mean", ".running_var")
@@ -74,6 +74,23 @@ def tracked_global_model(family: ElasticFamily) -> nn.Module | None:
     for m in norms:
         m.reset_running_stats()
     return model
+
+
+def official_init(family: ElasticFamily, params: Params) -> Params:
+    """The official code's ``init_param`` on a fresh global model: norm weight 1 and bias 0, linear biases 0; conv
+    and linear weights keep PyTorch's default initialisation. HeteroFL's models apply it, and so do FedRolex's, which
+    are HeteroFL's (its ResNet and transformer builders call the same ``init_param``). Returns new parameters."""
+    with torch.device("meta"):
+        model = family.build(family.full_units)
+    reset = dict(params)
+    for prefix, module in model.named_modules():
+        dot = f"{prefix}." if prefix else ""
+        if isinstance(module, (nn.BatchNorm2d, nn.GroupNorm)) and module.weight is not None:
+            reset[f"{dot}weight"] = torch.ones_like(params[f"{dot}weight"])
+            reset[f"{dot}bias"] = torch.zeros_like(params[f"{dot}bias"])
+        elif isinstance(module, nn.Linear) and module.bias is not None:
+            reset[f"{dot}bias"] = torch.zeros_like(params[f"{dot}bias"])
+    return reset
 
 
 def static_bn_batches(n: int, batch_size: int, rng: np.random.Generator | None) -> list[np.ndarray]:
@@ -120,21 +137,9 @@ class HeteroFL(UniformRateAlgorithm):
         return FirstK()
 
     def init_state(self, params: Params) -> ServerState:
-        """HeteroFL's ``init_param`` on the fresh global model: norm weight 1 and bias 0, linear (classifier) bias 0;
-        conv and linear weights keep PyTorch's default initialisation."""
         if not self.config.official_init or self.family is None:
             return ServerState(params=params)
-        with torch.device("meta"):
-            model = self.family.build(self.family.full_units)
-        reset = dict(params)
-        for prefix, module in model.named_modules():
-            dot = f"{prefix}." if prefix else ""
-            if isinstance(module, (nn.BatchNorm2d, nn.GroupNorm)) and module.weight is not None:
-                reset[f"{dot}weight"] = torch.ones_like(params[f"{dot}weight"])
-                reset[f"{dot}bias"] = torch.zeros_like(params[f"{dot}bias"])
-            elif isinstance(module, nn.Linear) and module.bias is not None:
-                reset[f"{dot}bias"] = torch.zeros_like(params[f"{dot}bias"])
-        return ServerState(params=reset)
+        return ServerState(params=official_init(self.family, params))
 
     def _static_bn_model(self) -> nn.Module | None:
         if not self.config.static_bn or self.family is None:

@@ -17,6 +17,9 @@ here:
   client of the round holds them. With ``train.sequence_loss == "all"`` (next-character prediction at every position)
   a client's label set is every target character, ``x[:, 1:]`` and ``y``.
 
+* **Clipping** (``config.grad_clip_norm``, HeteroFL and FedRolex, default 1 as both official codes): the method's
+  local training clips with it in place of ``train.grad_clip_norm`` (``None``: ``train.grad_clip_norm``).
+
 Choices where the papers leave room: the label set is taken from the client's *whole* local training set (not per
 batch), as HeteroFL's ``label_split``; the upload then carries only those classifier rows (so ``bytes_up`` counts only
 them). Assignments of equal rate and equal selector are shared between clients of a round (same slices).
@@ -36,6 +39,7 @@ from torch import nn
 from rayfl.algorithms.base import MAIN_EVAL
 from rayfl.algorithms.payloads import Assignment, ClientUpdate, ClientView, ServerState, TensorSlice, TrainTask
 from rayfl.algorithms.submodel import SubModelAlgorithm
+from rayfl.config import TrainConfig
 from rayfl.models.elastic.spec import Selection, Selector, SubModelSpec
 from rayfl.models.inputs import InputSpec, module_device
 
@@ -53,6 +57,10 @@ def client_label_set(x: np.ndarray, y: np.ndarray, sequence_loss: str) -> np.nda
 class UniformRateAlgorithm(SubModelAlgorithm, abc.ABC):
     """Largest fitting uniform rate, a per-method channel selector, optional label masking (see module docstring).
     Abstract: each method (HeteroFL, FedRolex, FedDropout, AnyCostFL) says which channels a client keeps."""
+
+    def __init__(self, config: Any, train: TrainConfig) -> None:
+        clip = getattr(config, "grad_clip_norm", None)  # the method's own clipping (see module docstring)
+        super().__init__(config, train if clip is None else dataclasses.replace(train, grad_clip_norm=float(clip)))
 
     @abc.abstractmethod
     def selector(self, round_idx: int, client_id: int) -> Selector:

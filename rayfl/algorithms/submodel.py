@@ -146,7 +146,10 @@ class SubModelAlgorithm(Algorithm):
         return 1.0  # count-normalised, unweighted (HeteroFL / FedRolex / paper 000)
 
     def distill_ratios(self) -> tuple[float, ...]:
-        """The search space's S for in-place distillation when ``distill.ratios`` is empty."""
+        """The search space's S for in-place distillation when ``distill.ratios`` is empty: the method's ratios,
+        rates or widths. Algorithm 1 draws every dimension from S independently, so a uniform-rate method (HeteroFL
+        "w/ distillation") distils into mixed-width sub-nets its clients never train; paper 000 applies its module
+        unchanged to HeteroFL (Sec. 4.5), and so does rayfl."""
         cfg = self.config
         for key in ("ratios", "rates", "widths"):
             values = getattr(cfg, key, None)

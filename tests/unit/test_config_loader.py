@@ -14,7 +14,12 @@ from rayfl.config import (
     CharLSTMConfig,
     CharTransformerConfig,
     CNNConfig,
+    DataConfig,
     ExperimentConfig,
+    FedAvgConfig,
+    FedRolexConfig,
+    HeteroFLConfig,
+    ResNetConfig,
     TrainConfig,
 )
 from rayfl.config_loader import ConfigError, config_to_dict, dump_config, load_config, validate_semantics
@@ -669,3 +674,66 @@ def test_fedhen_needs_a_side_exit() -> None:
 def test_resource_sources_need_their_fields(override: tuple[str, ...], key_path: str) -> None:
     err = load_error(None, override)
     assert err.key_path == key_path
+
+
+# ------------------------------------------------------------------------------ the baselines' official set-up
+RESNET = ("data.name=synthetic", "model.name=resnet")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "act"),
+    [
+        (("algorithm.name=heterofl", "model.act=relu6"), "relu"),  # official: the ResNet's plain ReLU
+        (("algorithm.name=fedrolex", "model.act=relu6"), "relu"),
+        (("algorithm.name=heterofl", "model.act=relu6", "algorithm.act=model"), "relu6"),  # model.act kept
+        (("algorithm.name=model_search", "model.act=relu6"), "relu6"),  # other methods never touch it
+        (("algorithm.name=feddropout", "model.act=relu6"), "relu6"),
+        (("algorithm.name=heterofl", "model.name=vit", "model.act=relu6"), "gelu"),  # the transformers' GELU
+        (("algorithm.name=fedrolex", "model.name=char_bert", "model.act=relu6", "data.name=shakespeare"), "gelu"),
+    ],
+)
+def test_official_activation_replaces_model_act(overrides: tuple[str, ...], act: str) -> None:
+    cfg = load_config(None, [*RESNET, *overrides])
+    assert cfg.model.act == act  # type: ignore[union-attr]
+    assert load_config(None, [*RESNET, *overrides]) == cfg
+
+
+def test_official_activation_holds_in_code_and_through_a_written_config(tmp_path: Path) -> None:
+    """The resolution is the config's own (``ExperimentConfig``), so a config built in code gets it as well, and a
+    written config reads back equal."""
+    cfg = ExperimentConfig(
+        data=DataConfig(name="synthetic"), model=ResNetConfig(act="relu6"), algorithm=HeteroFLConfig()
+    )
+    assert cfg.model == ResNetConfig(act="relu")
+    assert ExperimentConfig(model=ResNetConfig(act="relu6"), algorithm=FedAvgConfig()).model.act == "relu6"
+    assert ExperimentConfig(model=CNNConfig(), algorithm=FedRolexConfig()).model == CNNConfig()  # no act: untouched
+    dump_config(cfg, tmp_path / "config.yaml")
+    assert load_config(tmp_path / "config.yaml") == cfg
+
+
+def test_phases_must_agree_on_the_official_activation(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """
+        rounds: 4
+        data: {name: synthetic}
+        model: {name: resnet, act: relu6}
+        phases:
+          - {rounds: 2, algorithm: {name: heterofl, act: model}}
+          - {rounds: 2, algorithm: {name: fedrolex}}
+        """,
+    )
+    err = load_error(path)
+    assert err.key_path == "phases[1].algorithm.act" and err.line == 6  # the second phase
+    assert "'relu'" in err.reason and "'relu6'" in err.reason
+    agree = load_config(path, ["phases.0.algorithm.act=official"])
+    assert agree.model.act == "relu"  # type: ignore[union-attr]
+
+
+def test_official_clipping_is_a_bounded_optional_number() -> None:
+    assert load_config(None, ["algorithm.name=heterofl"]).algorithm.grad_clip_norm == 1.0  # type: ignore[union-attr]
+    assert (
+        load_config(None, ["algorithm.name=fedrolex", "algorithm.grad_clip_norm=null"]).algorithm.grad_clip_norm is None
+    )  # type: ignore[union-attr]
+    err = load_error(None, ("algorithm.name=heterofl", "algorithm.grad_clip_norm=-1"))
+    assert err.key_path == "algorithm.grad_clip_norm" and ">= 0" in err.reason

@@ -14,7 +14,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rayfl.config import HETEROFL_RATES, ExperimentConfig, ResourceConfig
+from rayfl.config import (
+    HETEROFL_RATES,
+    ExperimentConfig,
+    FedRolexConfig,
+    HeteroFLConfig,
+    ModelSearchConfig,
+    ResourceConfig,
+)
 from rayfl.config_loader import ConfigError, load_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -24,7 +31,11 @@ SETTINGS = range(1, 7)
 
 def shipped_configs() -> list[Path]:
     experiments = REPO / "experiments"
-    found = [p for p in experiments.rglob("*.yaml") if p.relative_to(experiments).parts[0] != "sweeps"]
+    found = [
+        p
+        for p in experiments.rglob("*.yaml")
+        if p.relative_to(experiments).parts[0] != "sweeps" and not (p.parent / "summary.json").exists()
+    ]  # a config.yaml beside a summary.json is a committed run's record (experiments/fedhen/runs-100), not a setting
     found += (REPO / "rayfl" / "configs").rglob("*.yaml")
     return sorted(found)
 
@@ -152,3 +163,53 @@ def test_fedtrans_femnist_like_writers_have_femnists_shapes_and_their_own_test_s
     assert np.array_equal(ds.x, again.x) and np.array_equal(ds.y_test, again.y_test)  # a function of the seed
     assert not np.array_equal(writers(num_clients=6, per_client=8, seed=4).x[:4], ds.x[:4])
     assert load_config(REPO / "experiments" / "fedtrans" / "femnist.yaml").data.factory.startswith("experiments.")
+
+
+# The paper settings (full and CPU-sized) and mini, with the activation HeteroFL's and FedRolex's official codes use in
+# the setting's model family: ReLU in the ResNets of settings 1-4, GELU in the transformers of settings 5-6 and mini.
+BASELINE_ACT = [
+    *((PAPER / f"setting{n}.yaml", "relu" if n <= 4 else "gelu") for n in SETTINGS),
+    *((PAPER / "cpu" / f"setting{n}.yaml", "relu" if n <= 4 else "gelu") for n in SETTINGS),
+    (REPO / "experiments" / "mini" / "shakespeare_bert.yaml", "gelu"),
+]
+
+
+def _setting(path: Path, *overrides: str) -> ExperimentConfig:
+    """A setting's config with its resource sources left at their defaults (``system={}``), so the test does not
+    depend on the real trace files; model, algorithm and training are the setting's own."""
+    return load_config(path, ["system={}", *overrides])
+
+
+@pytest.mark.parametrize(
+    ("path", "act"), BASELINE_ACT, ids=lambda p: str(p.relative_to(REPO)) if isinstance(p, Path) else p
+)
+def test_paper_settings_set_up_the_baselines_as_their_official_codes(path: Path, act: str) -> None:
+    """`rayfl run SETTING algorithm.name=heterofl` (or fedrolex) runs the baseline as its official code: the family's
+    plain activation, gradients clipped at norm 1 in local training, the official initial model (and HeteroFL's
+    static BN over a seeded shuffle in batches of 10); the core method keeps its own set-up: ReLU6 for its skippable
+    blocks (Sec. 3.4) and no clipping (paper 000 states none)."""
+    from rayfl.algorithms import build_algorithm
+
+    for name in ("heterofl", "fedrolex"):
+        cfg = _setting(path, f"algorithm.name={name}")
+        algorithm = cfg.algorithm
+        assert isinstance(algorithm, HeteroFLConfig | FedRolexConfig)
+        assert cfg.model.act == act, name  # type: ignore[union-attr]
+        assert algorithm.grad_clip_norm == 1.0 and algorithm.official_init, name
+        assert build_algorithm(algorithm, cfg.train).train.grad_clip_norm == 1.0, name
+        if isinstance(algorithm, HeteroFLConfig):
+            assert algorithm.static_bn and algorithm.static_bn_shuffle and algorithm.static_bn_batch_size == 10
+    own = _setting(path)
+    assert isinstance(own.algorithm, ModelSearchConfig)
+    assert own.model.act == "relu6"  # type: ignore[union-attr]
+    assert own.train.grad_clip_norm == 0.0
+    assert build_algorithm(own.algorithm, own.train).train.grad_clip_norm == 0.0
+
+
+@pytest.mark.parametrize("path", [p for p, _ in BASELINE_ACT], ids=lambda p: str(p.relative_to(REPO)))
+def test_paper_settings_distill_on_the_shared_weights_with_n_clients_per_round(path: Path) -> None:
+    """Eq. (2) (``update: shared``) with the paper's n, the clients per round (``subnets: 0``, so that an override of
+    clients_per_round moves n with it), Adam's lr 0.001, the current model as teacher, Adam afresh every round."""
+    distill = _setting(path).algorithm.distill  # type: ignore[union-attr]
+    assert distill.enabled and distill.update == "shared" and distill.subnets == 0
+    assert (distill.lr, distill.teacher, distill.optimizer_state) == (1e-3, "step", "round")

@@ -439,13 +439,3 @@ def _images(channels: int, res: int, grad: bool) -> Callable[[int, torch.device]
         return torch.randn(batch, channels, res, res, device=device, requires_grad=grad)
 
     return make
-
-
-def init_heterofl(model: nn.Module) -> None:
-    """HeteroFL's ``init_param``: norm weight 1, bias 0; linear bias 0; conv/linear weights keep PyTorch's default."""
-    for m in model.modules():
-        if isinstance(m, (nn.BatchNorm2d, nn.GroupNorm)):
-            nn.init.ones_(m.weight)
-            nn.init.zeros_(m.bias)
-        elif isinstance(m, nn.Linear) and m.bias is not None:
-            nn.init.zeros_(m.bias)

@@ -226,6 +226,12 @@ def test_one_iteration_is_an_adam_step_with_the_sub_nets_mean_gradient_on_the_sh
     for name in trained:
         torch.testing.assert_close(out.params[name], stepped[name], rtol=0.0, atol=cfg.lr * 1e-3, msg=name)
     assert out.opt_state == {}  # optimizer_state: round keeps nothing
+    # the SGD ablation: the same mean gradient, a step of lr times it (uncovered elements: a zero gradient)
+    sgd = dataclasses.replace(cfg, optimizer="sgd", lr=0.5)
+    out = inplace_distill(family, params, sgd, S, num_subnets=n, seed=seed, round_idx=round_idx, input_spec=spec)
+    for name in trained:
+        want = params[name] - sgd.lr * expected[name]
+        torch.testing.assert_close(out.params[name], want, rtol=1e-4, atol=1e-6, msg=name)
 
 
 def test_the_teacher_is_the_global_model_of_the_previous_iteration(resnet: ResNetFamily) -> None:
@@ -331,3 +337,28 @@ def test_sub_nets_are_first_k_extractions_and_charbert_runs_from_hidden_states(
     h = model.tok_embed(x) + model.pos_embed
     torch.testing.assert_close(model.forward_hidden(h, all_positions=True), model(x, all_positions=True))
     torch.testing.assert_close(model.forward_hidden(h), model(x))
+
+
+@pytest.mark.parametrize("temperature", [1.0, 2.5, 0.5])
+def test_kd_loss_is_t_squared_kl_of_teacher_from_student_averaged_over_rows(temperature: float) -> None:
+    """The closed form, computed in float64 from the definition without torch's softmax or KL: per row,
+    ``T^2 * sum_c p_c (log p_c - log q_c)`` with ``p = softmax(teacher / T)`` and ``q = softmax(student / T)``, then the
+    mean over every leading position (a token model's (batch, positions, classes) logits count each position)."""
+    gen = np.random.default_rng(7)
+    student = gen.normal(scale=3.0, size=(4, 5, 6))
+    teacher = gen.normal(scale=3.0, size=(4, 5, 6))
+
+    def probs(z: np.ndarray) -> np.ndarray:
+        e = np.exp(z / temperature - (z / temperature).max(axis=-1, keepdims=True))
+        return e / e.sum(axis=-1, keepdims=True)
+
+    p, q = probs(teacher), probs(student)
+    want = temperature**2 * float((p * (np.log(p) - np.log(q))).sum(axis=-1).mean())
+    got = kd_loss(torch.tensor(student, dtype=torch.float64), torch.tensor(teacher, dtype=torch.float64), temperature)
+    assert float(got) == pytest.approx(want, rel=1e-10)
+    rows = kd_loss(torch.tensor(student[0]), torch.tensor(teacher[0]), temperature)  # 2-D: the mean over rows
+    assert float(rows) == pytest.approx(temperature**2 * float((p[0] * np.log(p[0] / q[0])).sum(axis=-1).mean()))
+    assert float(kd_loss(torch.tensor(teacher), torch.tensor(teacher), temperature)) == pytest.approx(0.0, abs=1e-12)
+    # the direction: KL(teacher || student), not KL(student || teacher)
+    reverse = temperature**2 * float((q * (np.log(q) - np.log(p))).sum(axis=-1).mean())
+    assert abs(want - reverse) > 1e-3 and float(got) != pytest.approx(reverse, rel=1e-6)

@@ -215,7 +215,10 @@ def test_fedseq_is_fedrescue_without_distillation() -> None:
         (FedSeqConfig(capacities=(1.0,), ratios=(1.0,)), "uniform"),
         (FedRushConfig(capacities=(1.0,), ratios=(1.0,)), "uniform"),
         (FedSlimConfig(capacities=(1.0,), ratios=(1.0,)), "samples"),
-        (HeteroFLConfig(rates=(1.0,), label_mask=False, static_bn=False, official_init=False), "uniform"),
+        (
+            HeteroFLConfig(rates=(1.0,), label_mask=False, static_bn=False, official_init=False, grad_clip_norm=None),
+            "uniform",
+        ),
         (FjORDConfig(widths=(1.0,)), "samples"),
     ],
     ids=["fedrescue", "fedseq", "fedrush", "fedslim", "heterofl", "fjord"],

@@ -89,8 +89,9 @@ def fedavg_params() -> Params:
 @pytest.mark.parametrize(
     "algorithm",
     [
-        HeteroFLConfig(rates=(1.0,), label_mask=False, official_init=False),  # static_bn on: it must not touch training
-        FedRolexConfig(rates=(1.0,), label_mask=False),
+        # static_bn on: it must not touch training; no official clipping (FedAvg trains with train.grad_clip_norm)
+        HeteroFLConfig(rates=(1.0,), label_mask=False, official_init=False, grad_clip_norm=None),
+        FedRolexConfig(rates=(1.0,), label_mask=False, official_init=False, grad_clip_norm=None),
         FedDropoutConfig(rates=(1.0,), label_mask=False),
         AnyCostFLConfig(rates=(1.0,), label_mask=False),
     ],
@@ -102,6 +103,28 @@ def test_full_width_equals_uniform_fedavg_bit_for_bit(algorithm: Any, fedavg_par
     for name, value in fedavg_params.items():
         assert torch.equal(result.state.params[name], value), name
     assert all(np.isfinite(r.test_acc) for r in result.records)
+
+
+@pytest.mark.parametrize("algorithm", [HeteroFLConfig(), FedRolexConfig()], ids=lambda a: a.name)
+def test_official_clipping_reaches_local_training(algorithm: Any, fedavg_params: Params) -> None:
+    """At full width with the default clipping (norm 1, the official codes'), HeteroFL and FedRolex equal, bit for
+    bit, FedAvg trained with ``train.grad_clip_norm=1``, and differ from unclipped FedAvg: the method's clipping
+    replaces the run's in the hosts' local training. ``null`` leaves the run's own."""
+    full = dataclasses.replace(algorithm, rates=(1.0,), label_mask=False, official_init=False)
+    base = _cfg(full, CNN_BN, rounds=2)
+    assert base.train.grad_clip_norm == 0.0
+    clipped = _cfg(FedAvgConfig(weighting="uniform"), CNN_BN, rounds=2)
+    clipped = dataclasses.replace(clipped, train=dataclasses.replace(clipped.train, grad_clip_norm=1.0))
+    want = run_experiment(clipped, write=False, dataset=tiny_image_dataset()).state.params
+    got = run_experiment(base, write=False, dataset=tiny_image_dataset()).state.params
+    for name, value in want.items():
+        assert torch.equal(got[name], value), name
+    assert any(not torch.equal(got[n], v) for n, v in fedavg_params.items())  # clipping changed the training
+    method = HeteroFL if isinstance(algorithm, HeteroFLConfig) else FedRolex
+    train = dataclasses.replace(base.train, grad_clip_norm=0.5)
+    assert method(dataclasses.replace(full, grad_clip_norm=None), train).train.grad_clip_norm == 0.5
+    assert method(dataclasses.replace(full, grad_clip_norm=0.0), train).train.grad_clip_norm == 0.0
+    assert FedDropout(FedDropoutConfig(), train).train.grad_clip_norm == 0.5  # the other rate methods: the run's
 
 
 # ------------------------------------------------------------------------------------------ (2) FedRolex window
@@ -380,8 +403,13 @@ def test_static_bn_is_a_no_op_without_batch_norm() -> None:
     assert HeteroFL.name == "heterofl"
 
 
-def test_heterofl_initial_model_has_zero_linear_bias_and_unit_norms() -> None:
-    alg, setup = _bound(_cfg(HeteroFLConfig(), CNN_BN))
+@pytest.mark.parametrize("algorithm", [HeteroFLConfig(), FedRolexConfig()], ids=lambda a: a.name)
+def test_official_initial_model_has_zero_linear_bias_and_unit_norms(algorithm: Any) -> None:
+    """HeteroFL's ``init_param``, which FedRolex's official code applies to its models too; off, the fresh model
+    stays as the family drew it."""
+    off, setup_off = _bound(_cfg(dataclasses.replace(algorithm, official_init=False), CNN_BN))
+    assert off.init_state(setup_off.params).params == setup_off.params
+    alg, setup = _bound(_cfg(algorithm, CNN_BN))
     params = alg.init_state(setup.params).params
     assert alg.family is not None
     with torch.device("meta"):
