@@ -182,9 +182,9 @@ def host_busy_log(calls: list[tuple[float, list[float]]] | None) -> Iterator[Non
 
     inner = RayBackend.train_and_reduce
 
-    def timed(self: Any, tasks: Any, params: Any) -> Any:
+    def timed(self: Any, tasks: Any, params: Any, *rest: Any) -> Any:
         began = time.perf_counter()
-        aggregate, outcomes = inner(self, tasks, params)
+        aggregate, outcomes = inner(self, tasks, params, *rest)
         spent = {o.client_id: o.train_wall_s for o in outcomes}
         groups = tasks_by_host(tasks, self.sizes, self.num_hosts)
         calls.append((time.perf_counter() - began, [sum(spent.get(t.client_id, 0.0) for t in g) for g in groups]))
