@@ -190,16 +190,21 @@ class LocalBackend:
         self.algorithm = algorithm
         self.memories = ClientStateStore()  # per-client state across rounds (engine/client_state.py)
 
+    def _plan(self, params: Params) -> NumpyParams:
+        """``params`` as numpy arrays, with the tensors re-dealt to the shards when the global tensors changed (a
+        model was added)."""
+        self.shard_of, names = shard_plan(self.shard_of, params, self.num_shards, self.shards)
+        if names is not None:
+            for shard, own in zip(self.shards, names, strict=True):
+                shard.set_names(own)
+        return to_numpy(params)
+
     def train_and_reduce(
         self, tasks: Sequence[TrainTask], params: Params, initial: Params | None = None
     ) -> tuple[Aggregate, list[ClientOutcome]]:
         """One round's training and reduction; ``initial`` (the run's initial global tensors,
         ``client_state.first_values``) is what padding clients fall back to."""
-        self.shard_of, names = shard_plan(self.shard_of, params, self.num_shards, self.shards)
-        if names is not None:
-            for shard, own in zip(self.shards, names, strict=True):
-                shard.set_names(own)
-        arrays = to_numpy(params)
+        arrays = self._plan(params)
         per_shard: list[list[ArrayPartial]] = [[] for _ in range(self.num_shards)]
         outcomes: list[ClientOutcome] = []
         keep = keeps_state(self.algorithm, tasks)
@@ -225,11 +230,7 @@ class LocalBackend:
         """The all-device model: the algorithm's reducer over every client's kept upload (``eval_all_devices``,
         ``engine/client_state.py``), elements no upload covers keeping ``params``' values; ``num_clients`` counts the
         uploads."""
-        self.shard_of, names = shard_plan(self.shard_of, params, self.num_shards, self.shards)
-        if names is not None:
-            for shard, own in zip(self.shards, names, strict=True):
-                shard.set_names(own)
-        arrays = to_numpy(params)
+        arrays = self._plan(params)
         per_shard: list[list[ArrayPartial]] = [[] for _ in range(self.num_shards)]
         count = 0
         for host, held in zip(self.hosts, uploads_by_host(self.memories.handles(), self.num_hosts), strict=True):
