@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -20,3 +21,18 @@ def ray_local() -> Iterator[None]:
         yield
     finally:
         ray.shutdown()
+
+
+@pytest.fixture
+def private_cache_one_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A test with its own cost-model cache (``RAYFL_CACHE`` under its tmp_path) that trains on one torch thread
+    (bit-for-bit comparisons with hand computations); the thread count is put back afterwards."""
+    import torch
+
+    monkeypatch.setenv("RAYFL_CACHE", str(tmp_path))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -40,15 +39,7 @@ SPEC = InputSpec("image", 4, (3, 8, 8))
 SIMPLE = dataclasses.replace(MODEL, exit_only=True)
 
 
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path, monkeypatch) -> Iterator[None]:
-    monkeypatch.setenv("RAYFL_CACHE", str(tmp_path))
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("private_cache_one_thread")
 
 
 def test_exit_only_is_the_side_exit_sub_model_as_its_own_architecture() -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import copy
 import csv
 import dataclasses
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -43,15 +42,7 @@ TRAIN = TrainConfig(lr=0.05, batch_size=5, eval_batch_size=16, grad_clip_norm=10
 NUM_CLIENTS = 12
 
 
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path, monkeypatch) -> Iterator[None]:
-    monkeypatch.setenv("RAYFL_CACHE", str(tmp_path))
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("private_cache_one_thread")
 
 
 def family() -> ResNetFamily:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import csv
 import dataclasses
 import math
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -28,15 +27,7 @@ from tests.unit.algorithms.test_fedhen import MODEL, NUM_CLIENTS, constant_updat
 SPEC = InputSpec("image", 4, (3, 8, 8))
 
 
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path, monkeypatch) -> Iterator[None]:  # type: ignore[no-untyped-def]
-    monkeypatch.setenv("RAYFL_CACHE", str(tmp_path))
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("private_cache_one_thread")
 
 
 def _config(algorithm: object = None, **kw: object) -> ExperimentConfig:

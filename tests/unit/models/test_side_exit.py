@@ -3,8 +3,6 @@ extracted, scattered and priced by the family's own machinery."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import pytest
 import torch
@@ -19,15 +17,7 @@ from rayfl.models.elastic.spec import RandomSubset, SubModelSpec
 TINY = (4, 8, 16, 32)
 
 
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path, monkeypatch) -> Iterator[None]:
-    monkeypatch.setenv("RAYFL_CACHE", str(tmp_path))
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("private_cache_one_thread")
 
 
 def side_family(**kw: object) -> ResNetFamily:
