@@ -16,7 +16,7 @@
 # experiments/distill/tables.py.
 #
 # TRACES: the folder of the real traces (default: the YAMLs' own relative paths, ../shared/traces-real beside the
-# checkout); set it when the checkout lies elsewhere, e.g. TRACES=/work/shared/traces-real in a git worktree.
+# checkout); set it when the checkout lies elsewhere, e.g. TRACES=<the folder holding shared>/shared/traces-real in a git worktree.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export OMP_NUM_THREADS=1
