@@ -23,19 +23,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-# host-clock fields: they differ between any two runs (``checkpoint_s`` is the time a checkpoint took to write)
-WALL_FIELDS = frozenset(
-    {
-        "wall_time_s",
-        "round_wall_s",
-        "train_wall_s",
-        "eval_wall_s",
-        "search_s",
-        "server_train_s",
-        "checkpoint_s",
-        "hit_rate",
-    }
-)
+from rayfl.engine.records import HOST_CLOCK_FIELDS
+
+# host-clock fields, and the cost model's cache hit rate (it depends on what the cache held before the run)
+WALL_FIELDS = HOST_CLOCK_FIELDS | {"hit_rate"}
 
 
 def _hash(items: list[Any]) -> str:

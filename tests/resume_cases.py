@@ -42,6 +42,7 @@ from rayfl.data.federated import FederatedDataset
 from rayfl.engine.build import build_clock, build_setup
 from rayfl.engine.checkpoint import CheckpointStore
 from rayfl.engine.driver import RunResult
+from rayfl.engine.records import HOST_CLOCK_FIELDS
 from rayfl.models.elastic.spec import SubModelSpec
 from tests.helpers import tiny_config
 from tests.helpers_fedoras import fedoras_tiny_config
@@ -59,16 +60,7 @@ __all__ = [
 
 # Columns measured on the host's clock (and the checkpoint columns, which differ where a stop wrote an extra
 # checkpoint): everything else in the records is deterministic.
-WALL_CLOCK_COLUMNS = [
-    "wall_time_s",
-    "round_wall_s",
-    "train_wall_s",
-    "eval_wall_s",
-    "search_s",
-    "server_train_s",
-    "checkpoint_s",
-    "checkpoint_bytes",
-]
+WALL_CLOCK_COLUMNS = sorted(HOST_CLOCK_FIELDS | {"checkpoint_bytes"})
 
 MODEL = CNNConfig(channels=(8, 16), norm="batch")  # batch norm: HeteroFL's static BN
 SIDE_EXIT = ResNetConfig(widths=(4, 8, 8, 8), norm="gn", side_exit=2, side_pool=2)  # FedHeN's simple model

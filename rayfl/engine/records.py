@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 __all__ = [
+    "HOST_CLOCK_FIELDS",
     "ClientAccRecord",
     "ClientRecord",
     "EvalRecord",
@@ -32,6 +33,12 @@ __all__ = [
     "check_run_name",
     "make_run_dir",
 ]
+
+# ``RoundRecord`` fields read off the host's clock: they differ between any two runs of one config (in-process or on
+# Ray, resumed or not); every other field is a function of the config and seed.
+HOST_CLOCK_FIELDS = frozenset(
+    {"wall_time_s", "round_wall_s", "train_wall_s", "eval_wall_s", "search_s", "server_train_s", "checkpoint_s"}
+)
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ from rayfl.engine import driver as driver_module
 from rayfl.engine import ray_pool as ray_pool_module
 from rayfl.engine.driver import RunResult, run_experiment
 from rayfl.engine.param_server import ParamServerShard
-from rayfl.engine.records import RoundRecord
+from rayfl.engine.records import HOST_CLOCK_FIELDS, RoundRecord
 from rayfl.engine.recovery import ActorFailureError
 from rayfl.engine.sampling import sample_clients
 from rayfl.models.inputs import InputSpec
@@ -52,7 +52,7 @@ pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_local")]
 
 REPO = Path(__file__).resolve().parents[2]
 # measured per run (wall clock), or the count under test
-NOT_COMPARED = {"wall_time_s", "round_wall_s", "train_wall_s", "eval_wall_s", "search_s", "server_train_s", "faults"}
+NOT_COMPARED = HOST_CLOCK_FIELDS | {"faults"}
 KILL_TIMEOUT_S = 120.0
 
 

@@ -34,8 +34,9 @@ from rayfl.config import (
     TrainConfig,
 )
 from rayfl.engine.driver import RunResult, run_experiment
+from rayfl.engine.records import HOST_CLOCK_FIELDS
 
-WALL_FIELDS = {"wall_time_s", "round_wall_s", "train_wall_s", "eval_wall_s", "search_s", "server_train_s", "hit_rate"}
+WALL_FIELDS = HOST_CLOCK_FIELDS | {"hit_rate"}
 # columns added after the pin (issue 12: dead actors, the non-finite guard, checkpoints), with their value in these
 # runs (no faults, no roll-back, no checkpoint: the runs are not written)
 LATER_FIELDS = {"faults": 0, "rolled_back": 0, "checkpoint_bytes": 0}
