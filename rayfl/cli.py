@@ -95,9 +95,10 @@ def _run_loaded(cfg: ExperimentConfig, resume: Path | None) -> int:
     )
     data = []
     if resume is None:
-        from rayfl.config_loader import check_output_dir
+        from rayfl.config_loader import check_factories, check_output_dir
 
         check_output_dir(cfg.output_dir)  # before Ray starts and the data loads
+        check_factories(cfg)
     if cfg.backend.kind == "ray" and resume is None:  # a resume is checked before anything starts
         from rayfl.engine.ray_session import prestart
 

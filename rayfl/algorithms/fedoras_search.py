@@ -151,9 +151,14 @@ class FedorASSearch(Algorithm):
         self._tables = context_tables(ctx, "fedoras_search")
         ds = ctx.dataset
         if self.config.validation == "held_out":
-            if ds.x_val is None or ds.y_val is None or not len(ds.y_val):
+            if ds.x_val is None or ds.y_val is None:
                 raise ValueError(
                     "fedoras_search: validation: held_out needs a validation set: set data.val_fraction above 0"
+                )
+            if not len(ds.y_val):
+                raise ValueError(
+                    "fedoras_search: validation: held_out found an empty validation set: data.val_fraction holds out "
+                    "nothing from clients of fewer than two samples"
                 )
             x, y = ds.x_val, ds.y_val
         else:

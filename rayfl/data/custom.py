@@ -44,7 +44,9 @@ def load_custom(cfg: DataConfig, seed: int) -> FederatedDataset:
     factory = resolve_factory(cfg.factory, "data.factory")
     out = call_factory(factory, cfg.kwargs, {"seed": seed, "num_clients": cfg.num_clients}, "data.factory")
     if isinstance(out, FederatedDataset):  # its memory maps as IndexedRows, which Ray's object store maps once
-        dataset = dataclasses.replace(out, x=mapped(out.x), x_test=mapped(out.x_test))
+        dataset = dataclasses.replace(
+            out, x=mapped(out.x), x_test=mapped(out.x_test), x_val=None if out.x_val is None else mapped(out.x_val)
+        )
     elif isinstance(out, Mapping):
         dataset = _from_arrays(out, cfg, seed)
     else:

@@ -90,6 +90,19 @@ def test_model_that_cannot_read_the_data_is_refused(tmp_path: Path) -> None:
     assert not (tmp_path / "runs").exists()
 
 
+def test_a_pooling_grid_that_does_not_divide_the_maps_is_one_line_and_nothing_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """head_pool (and side_pool) depend on the data's resolution, so they are checked once the data is known: still a
+    located one-line error before the run directory exists, not a traceback."""
+    out = tmp_path / "runs"
+    data = [a for a in SYNTH if not a.startswith("model.")]
+    model = ["model.name=resnet", "model.widths=[4,8,8,8]", "model.head_pool=3"]
+    err = _cli_error(capsys, ["run", f"output_dir={out}", *data, *model, "rounds=1", "backend.kind=local"])
+    assert "override 'model.head_pool=3': model.head_pool: 3 must divide the 4x4 maps of the last stage" in err, err
+    assert not out.exists()
+
+
 def test_a_sequence_loss_on_images_is_refused_naming_the_default_file_and_line(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -270,9 +270,7 @@ class ResNetFamily(ElasticFamily):
         for s, (width, n_blocks) in enumerate(zip(cfg.widths, blocks, strict=True)):
             if cfg.side_exit and s == cfg.side_exit:
                 if res % cfg.side_pool:
-                    raise ValueError(
-                        f"model.side_pool={cfg.side_pool} must divide the {res}x{res} maps after stage {cfg.side_exit}"
-                    )
+                    _refuse_pool("side_pool", cfg.side_pool, f"the {res}x{res} maps after stage {cfg.side_exit}")
                 deep = new_dim("deep", 1, skippable=True)
                 side = SidePlan(cfg.side_exit, stream, deep, res, cfg.side_pool)
                 pool_area = cfg.side_pool * cfg.side_pool
@@ -322,7 +320,7 @@ class ResNetFamily(ElasticFamily):
             lay("n4.weight", (c_in,), (Axis(stream),), deep)
             lay("n4.bias", (c_in,), (Axis(stream),), deep)
         if res % cfg.head_pool:
-            raise ValueError(f"model.head_pool={cfg.head_pool} must divide the {res}x{res} maps of the last stage")
+            _refuse_pool("head_pool", cfg.head_pool, f"the {res}x{res} maps of the last stage")
         head_area = cfg.head_pool * cfg.head_pool
         lay("linear.weight", (num_classes, c_in * head_area), (None, Axis(stream, head_area)), deep)
         lay("linear.bias", (num_classes,), (None,), deep)
@@ -439,3 +437,11 @@ def _images(channels: int, res: int, grad: bool) -> Callable[[int, torch.device]
         return torch.randn(batch, channels, res, res, device=device, requires_grad=grad)
 
     return make
+
+
+def _refuse_pool(key: str, value: int, maps: str) -> None:
+    """A pooling grid that does not divide its maps: known only once the data's resolution is, so refused here as a
+    config error (one line at the key's file line or override, as every other bad value)."""
+    from rayfl.config_loader import ConfigError
+
+    raise ConfigError(f"{value} must divide {maps} (the data's images set their size)", f"model.{key}")
