@@ -195,7 +195,9 @@ class FedResCuE(NestedWidthAlgorithm):
 
     def __init__(self, config: Any, train: TrainConfig) -> None:
         super().__init__(config, train)
-        self._masks: dict[tuple[str, tuple[int, ...], tuple[int, ...], tuple[int, ...] | None], torch.Tensor] = {}
+        self._masks: dict[
+            tuple[str, tuple[int, ...], tuple[int, ...], tuple[int, ...] | None], torch.Tensor | bool | None
+        ] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
@@ -204,11 +206,12 @@ class FedResCuE(NestedWidthAlgorithm):
 
     def new_columns(
         self, name: str, tensor: torch.Tensor, units: tuple[int, ...], previous: tuple[int, ...] | None
-    ) -> torch.Tensor:
-        """Mask of ``theta_{units} minus theta_{previous}`` in the client tensor ``name`` (``previous`` None: empty)."""
+    ) -> torch.Tensor | bool | None:
+        """Mask of ``theta_{units} minus theta_{previous}`` in the client tensor ``name`` (``previous`` None: empty):
+        None when it is empty, True when it is the whole tensor, else a bool tensor on the tensor's device. Which it is
+        is worked out once per key, on the CPU, so a training step reads no mask back from the device."""
         key = (name, tuple(tensor.shape), units, previous)
-        mask = self._masks.get(key)
-        if mask is None:
+        if key not in self._masks:
             space = self.require_family().space
             shape = tuple(tensor.shape)
 
@@ -218,8 +221,8 @@ class FedResCuE(NestedWidthAlgorithm):
                 return space.sub_shape(name, u) if name in space.layouts else shape
 
             mask = block_mask(shape, sub(units)) & ~block_mask(shape, sub(previous))
-            mask = self._masks[key] = mask.to(tensor.device)
-        return mask
+            self._masks[key] = None if not bool(mask.any()) else True if bool(mask.all()) else mask.to(tensor.device)
+        return self._masks[key]
 
     def train_batch(
         self,
@@ -241,8 +244,10 @@ class FedResCuE(NestedWidthAlgorithm):
                 with torch.no_grad():
                     teacher = self.logits(model, x).detach()
             previous: tuple[int, ...] | None = None
+            by_id = {id(p): n for n, p in model.named_parameters()}
+            names = [by_id[id(p)] for p in params]
             for units in units_list:
-                self._progressive_step(model, x, y, units, previous, teacher, alpha, optimizer, params)
+                self._progressive_step(model, x, y, units, previous, teacher, alpha, optimizer, params, names)
                 previous = units if self.config.freeze else None
         return super().train_batch(model, x, y, task, optimizer, params, batch_idx)
 
@@ -257,8 +262,13 @@ class FedResCuE(NestedWidthAlgorithm):
         alpha: float,
         optimizer: ClientOptimizer,
         params: Sequence[nn.Parameter],
+        names: Sequence[str] | None = None,
     ) -> None:
-        """One step of ``J_i`` (Eq. 3) that moves only the columns ``units`` adds to ``previous``."""
+        """One step of ``J_i`` (Eq. 3) that moves only the columns ``units`` adds to ``previous`` (``names``: those of
+        ``params`` in the model, which ``train_batch`` looks up once for the batch's steps)."""
+        if names is None:
+            by_id = {id(p): n for n, p in model.named_parameters()}
+            names = [by_id[id(p)] for p in params]
         client = self.current_client()
         whole = units == client.own
         optimizer.zero_grad(set_to_none=True)
@@ -267,16 +277,16 @@ class FedResCuE(NestedWidthAlgorithm):
         if teacher is not None and not whole:
             loss = loss + alpha * self.distill_loss(logits, teacher)
         loss.backward()  # type: ignore[no-untyped-call]  # torch stubs leave backward untyped
-        names = {id(p): n for n, p in model.named_parameters()}
-        masks: list[torch.Tensor | None] = []
+        masks: list[torch.Tensor | bool | None] = []
         with torch.no_grad():
-            for p in params:
-                mask = self.new_columns(names[id(p)], p, units, previous)
-                if p.grad is not None and bool(mask.any()):
-                    p.grad.masked_fill_(~mask, 0.0)  # g_i of Eq. 2: the gradient with respect to the new columns only
-                    masks.append(mask)
-                else:
+            for p, name in zip(params, names, strict=True):
+                mask = self.new_columns(name, p, units, previous)
+                if p.grad is None or mask is None:
                     masks.append(None)
+                    continue
+                if isinstance(mask, torch.Tensor):
+                    p.grad.masked_fill_(~mask, 0.0)  # g_i of Eq. 2: the gradient with respect to the new columns only
+                masks.append(mask)
         if self.train.grad_clip_norm > 0:  # the norm of g_i, the step's own gradient
             nn.utils.clip_grad_norm_(
                 [p for p, m in zip(params, masks, strict=True) if m is not None], self.train.grad_clip_norm

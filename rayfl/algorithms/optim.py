@@ -156,16 +156,17 @@ def _tensor_state(optimizer: ClientOptimizer, index: int, param: nn.Parameter) -
 
 @torch.no_grad()
 def masked_step(
-    optimizer: ClientOptimizer, params: Sequence[nn.Parameter], masks: Sequence[torch.Tensor | None]
+    optimizer: ClientOptimizer, params: Sequence[nn.Parameter], masks: Sequence[torch.Tensor | bool | None]
 ) -> None:
     """One step of ``optimizer`` (built on ``params``, in this order) that changes only the elements where
     ``masks`` is True, as if the others were not in the optimizer: outside the masks the parameters **and** the
     optimizer's per-element state (SGD's momentum buffer, Adam's moments) are exactly what they were, so no momentum
     is spent or decayed and no weight decay is applied there. A parameter whose mask is ``None`` takes no part at
-    all (its gradient is dropped, which torch.optim skips). This is torch.optim's rule for a parameter without a
-    gradient, applied per element; the caller masks the gradients first (before any clipping), so a step's clipping
-    norm counts only what it updates. Adam's step count is per tensor: it advances when any element of the tensor
-    steps.
+    all (its gradient is dropped, which torch.optim skips); one whose mask is ``True`` steps whole, as does one whose
+    mask tensor is all True (a caller that knows which masks are full passes ``True`` and spares a device sync). This
+    is torch.optim's rule for a parameter without a gradient, applied per element; the caller masks the gradients
+    first (before any clipping), so a step's clipping norm counts only what it updates. Adam's step count is per
+    tensor: it advances when any element of the tensor steps.
 
     The elements outside a mask are put back after an ordinary step (a state tensor the step created is put back to
     zero there, which is what a first step from an absent state makes of it), so the elements inside see exactly the
@@ -176,7 +177,7 @@ def masked_step(
     for i, (param, mask) in enumerate(zip(params, masks, strict=True)):
         if mask is None:
             param.grad = None
-        elif param.grad is not None and not bool(mask.all()):
+        elif param.grad is not None and isinstance(mask, torch.Tensor) and not bool(mask.all()):
             state = {k: v.clone() for k, v in _tensor_state(optimizer, i, param).items()}
             kept.append((i, param, mask, param.detach().clone(), state))
     optimizer.step()
