@@ -23,11 +23,13 @@ from typing import Any
 
 import ray
 
-from rayfl.algorithms.payloads import Assignment, Params, TrainTask
-from rayfl.config import BackendConfig, CNNConfig, DataConfig, ExperimentConfig, TrainConfig
+from rayfl.config.model import CNNConfig
+from rayfl.config.sections import BackendConfig, DataConfig, TrainConfig
+from rayfl.core.messages import Assignment, Params, TrainTask
 from rayfl.engine.build import bind_algorithm, build_backend, build_clock, build_setup
-from rayfl.engine.ray_backend import RayBackend
+from rayfl.engine.ray.backend import RayBackend
 from rayfl.engine.sampling import sample_clients
+from rayfl.experiment.schema import ExperimentConfig
 
 CFG = ExperimentConfig(
     name="actor-restart",

@@ -51,9 +51,9 @@ from typing import Any
 
 import numpy as np
 
-from rayfl.config import CheckpointConfig
-from rayfl.config_loader import load_config
+from rayfl.config.sections import CheckpointConfig
 from rayfl.engine.driver import run_experiment
+from rayfl.experiment.loader import load_config
 
 TARGET = 0.05  # issue 12: at most 5 % at the default checkpoint.every
 

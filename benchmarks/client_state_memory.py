@@ -22,15 +22,14 @@ from pathlib import Path
 
 import numpy as np
 
-from rayfl.algorithms.payloads import LinkDraw, TrainTask
-from rayfl.algorithms.submodel import first_k
-from rayfl.config import ResNetConfig
-from rayfl.config_loader import load_config
+from rayfl.config.model import ResNetConfig
+from rayfl.core.messages import LinkDraw, TrainTask
 from rayfl.engine.build import build_setup
-from rayfl.engine.client_state import ClientMemory, ClientStateStore, memory_bytes
-from rayfl.engine.host import ClientHost
-from rayfl.models.elastic import build_family
-from rayfl.models.elastic.spec import SubModelSpec
+from rayfl.engine.exec.client_state import ClientMemory, ClientStateStore, memory_bytes
+from rayfl.engine.exec.host import ClientHost
+from rayfl.experiment.loader import load_config
+from rayfl.models.elastic.spec import SubModelSpec, first_k
+from rayfl.models.families import build_family
 from rayfl.models.inputs import InputSpec
 
 CAPACITIES = (0.25, 0.5, 0.75, 1.0)

@@ -45,16 +45,16 @@ CASES: list[tuple[str, str, float, int]] = [
 def make_family(name: str):  # type: ignore[no-untyped-def]
     kind, size = name.split(":")
     if kind == "resnet":
-        from rayfl.config import ResNetConfig
+        from rayfl.config.model import ResNetConfig
         from rayfl.models.elastic.resnet import ResNetFamily
 
         return ResNetFamily(ResNetConfig(depth=int(size)))  # type: ignore[arg-type]
     if kind == "vit":
-        from rayfl.config import ViTConfig
+        from rayfl.config.model import ViTConfig
         from rayfl.models.elastic.vit import ViTFamily
 
         return ViTFamily(ViTConfig(size=size))  # type: ignore[arg-type]
-    from rayfl.config import CharBertConfig
+    from rayfl.config.model import CharBertConfig
     from rayfl.models.elastic.bert import CharBertFamily
 
     return CharBertFamily(CharBertConfig(size=size), vocab_size=81, seq_len=80)  # type: ignore[arg-type]

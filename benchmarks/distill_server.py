@@ -33,11 +33,11 @@ def main() -> None:
 
     import torch
 
-    from rayfl.algorithms.distill import inplace_distill
-    from rayfl.config import DistillConfig
-    from rayfl.config_loader import load_config
     from rayfl.engine.build import build_setup
-    from rayfl.models.elastic import build_family
+    from rayfl.experiment.loader import load_config
+    from rayfl.fl.common.distill.config import DistillConfig
+    from rayfl.fl.common.distill.server import inplace_distill
+    from rayfl.models.families import build_family
 
     torch.set_num_threads(1)
     heads = " | ".join(f"{u} wall s | {u} CPU s" for u in args.updates)

@@ -21,13 +21,16 @@ import time
 import numpy as np
 import torch
 
-from rayfl.algorithms import build_algorithm
-from rayfl.algorithms.payloads import Assignment, TrainTask
-from rayfl.config import BackendConfig, CNNConfig, DataConfig, ExperimentConfig, FedAvgConfig, TrainConfig
+from rayfl.config.model import CNNConfig
+from rayfl.config.sections import BackendConfig, DataConfig, TrainConfig
+from rayfl.core.messages import Assignment, TrainTask
 from rayfl.data import build_federated_dataset
 from rayfl.engine.build import build_setup
 from rayfl.engine.driver import run_experiment
 from rayfl.engine.sampling import sample_clients
+from rayfl.experiment.schema import ExperimentConfig
+from rayfl.fl.methods.fedavg.config import FedAvgConfig
+from rayfl.fl.registry import build_algorithm
 from rayfl.models import InputSpec, build_model
 
 
@@ -89,7 +92,7 @@ def pure_in_ray_workers_s(cfg: ExperimentConfig, rounds: int, hosts: int) -> flo
     """
     import ray
 
-    from rayfl.engine.ray_backend import ensure_ray
+    from rayfl.engine.ray.backend import ensure_ray
 
     owned = ensure_ray(cfg.backend)
     try:

@@ -28,11 +28,12 @@ def main() -> None:
 
     import ray
 
-    from rayfl.algorithms.fedoras import op_tables
-    from rayfl.algorithms.fedoras_sampling import path_flops, path_rng, sample_path
-    from rayfl.algorithms.fedoras_search import evaluate_paths
-    from rayfl.config import SupernetConfig
-    from rayfl.engine.server_tasks import LocalTaskPool, RayTaskPool
+    from rayfl.config.model import SupernetConfig
+    from rayfl.engine.ray.server_tasks import RayTaskPool
+    from rayfl.fl.api.tasks import LocalTaskPool
+    from rayfl.fl.methods.fedoras.algorithm import op_tables
+    from rayfl.fl.methods.fedoras.sampling import path_flops, path_rng, sample_path
+    from rayfl.fl.methods.fedoras.search import evaluate_paths
     from rayfl.models.elastic.cost import CostModel
     from rayfl.models.inputs import InputSpec
     from rayfl.models.supernet import SupernetFamily

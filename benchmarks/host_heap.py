@@ -34,27 +34,22 @@ def measure(model: str, cap: str, rounds: int, clients: int, batch: int) -> dict
     import psutil
     import torch
 
-    import rayfl.engine.allocator as allocator
+    import rayfl.engine.exec.allocator as allocator
 
     if cap == "untuned":
         allocator._tuned = True  # the host's tune_allocator then leaves glibc's dynamic thresholds alone
     else:
         allocator.TRIM_THRESHOLD_BYTES = int(cap)
-    from rayfl.algorithms import build_algorithm
-    from rayfl.algorithms.payloads import Assignment, TrainTask
-    from rayfl.config import (
-        BackendConfig,
-        CNNConfig,
-        DataConfig,
-        ExperimentConfig,
-        FedAvgConfig,
-        ResNetConfig,
-        TrainConfig,
-    )
-    from rayfl.engine.backend import to_numpy
+    from rayfl.config.model import CNNConfig, ResNetConfig
+    from rayfl.config.sections import BackendConfig, DataConfig, TrainConfig
+    from rayfl.core.messages import Assignment, TrainTask
     from rayfl.engine.build import build_setup
-    from rayfl.engine.host import ClientHost
-    from rayfl.engine.param_server import plan_shards
+    from rayfl.engine.exec.backend import to_numpy
+    from rayfl.engine.exec.host import ClientHost
+    from rayfl.engine.exec.param_server import plan_shards
+    from rayfl.experiment.schema import ExperimentConfig
+    from rayfl.fl.methods.fedavg.config import FedAvgConfig
+    from rayfl.fl.registry import build_algorithm
 
     spec = MODELS[model]
     model_cfg: Any = (

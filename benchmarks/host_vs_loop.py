@@ -18,15 +18,18 @@ import time
 import numpy as np
 import torch
 
-from rayfl.algorithms import build_algorithm
-from rayfl.algorithms.payloads import Assignment, TrainTask
-from rayfl.config import BackendConfig, CNNConfig, DataConfig, ExperimentConfig, FedAvgConfig, TrainConfig
-from rayfl.engine.allocator import tune_allocator
-from rayfl.engine.backend import to_numpy
+from rayfl.config.model import CNNConfig
+from rayfl.config.sections import BackendConfig, DataConfig, TrainConfig
+from rayfl.core.messages import Assignment, TrainTask
 from rayfl.engine.build import build_setup
-from rayfl.engine.host import ClientHost
-from rayfl.engine.param_server import plan_shards
+from rayfl.engine.exec.allocator import tune_allocator
+from rayfl.engine.exec.backend import to_numpy
+from rayfl.engine.exec.host import ClientHost
+from rayfl.engine.exec.param_server import plan_shards
 from rayfl.engine.sampling import sample_clients
+from rayfl.experiment.schema import ExperimentConfig
+from rayfl.fl.methods.fedavg.config import FedAvgConfig
+from rayfl.fl.registry import build_algorithm
 from rayfl.models import InputSpec, build_model
 
 

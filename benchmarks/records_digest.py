@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rayfl.engine.records import HOST_CLOCK_FIELDS
+from rayfl.engine.persist.records import HOST_CLOCK_FIELDS
 
 # host-clock fields, and the cost model's cache hit rate (it depends on what the cache held before the run)
 WALL_FIELDS = HOST_CLOCK_FIELDS | {"hit_rate"}
@@ -53,8 +53,8 @@ def digest_result(result: Any) -> dict[str, str]:
 
 
 def digest_config(path: str, overrides: list[str]) -> dict[str, str]:
-    from rayfl.config_loader import load_config
     from rayfl.engine.driver import run_experiment
+    from rayfl.experiment.loader import load_config
 
     with tempfile.TemporaryDirectory(prefix="rayfl-digest-") as out:
         cfg = load_config(path, [*overrides, f"output_dir={out}"])

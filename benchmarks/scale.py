@@ -75,7 +75,7 @@ def run_point(
     began = time.perf_counter()
     sampler = PssSampler()
     sampler.start()
-    from rayfl.engine.ray_session import prestart, shutdown_ray
+    from rayfl.engine.ray.session import prestart, shutdown_ray
 
     cfg = workload(n, k, noop, backend, rounds, hosts, keep_warm=repeat > 1)
     early: dict[str, float] = {}
@@ -154,7 +154,10 @@ def run_point(
 
 def workload(n: int, k: int, noop: bool, backend: str, rounds: int, hosts: int, keep_warm: bool = False) -> Any:
     """The issue's FedAvg workload as an ``ExperimentConfig``."""
-    from rayfl.config import BackendConfig, CNNConfig, DataConfig, ExperimentConfig, FedAvgConfig, TrainConfig
+    from rayfl.config.model import CNNConfig
+    from rayfl.config.sections import BackendConfig, DataConfig, TrainConfig
+    from rayfl.experiment.schema import ExperimentConfig
+    from rayfl.fl.methods.fedavg.config import FedAvgConfig
 
     return ExperimentConfig(
         name="scale",
@@ -177,8 +180,8 @@ def host_busy_log(calls: list[tuple[float, list[float]]] | None) -> Iterator[Non
     if calls is None:
         yield
         return
-    from rayfl.engine.backend import tasks_by_host
-    from rayfl.engine.ray_backend import RayBackend
+    from rayfl.engine.exec.backend import tasks_by_host
+    from rayfl.engine.ray.backend import RayBackend
 
     inner = RayBackend.train_and_reduce
 
@@ -239,7 +242,7 @@ def _loop_part(args: tuple[Any, int, int, int]) -> tuple[float, float]:
     """One of the concurrent bare loops, in a fresh process with a client host's allocator thresholds."""
     from engine_overhead import pure_compute
 
-    from rayfl.engine.allocator import tune_allocator
+    from rayfl.engine.exec.allocator import tune_allocator
 
     tune_allocator()
     cfg, rounds, part, parts = args

@@ -1,4 +1,4 @@
-"""Resource-constrained model search: server time per round (paper 000, Algorithm 2 as ``rayfl.algorithms.search``).
+"""Resource-constrained model search: server time per round (paper 000, Algorithm 2 as ``rayfl.fl.common.search``).
 
 120 clients per round on ResNet152 (CIFAR-10, 10 classes, batch 64, SGD with momentum), S = {0, 0.0625, 0.125, 0.25,
 0.5, 1}, epsilon = 0.8, T_max = 5. Every round each client gets fresh budgets: training memory uniform between the
@@ -36,12 +36,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
-    from rayfl.algorithms.payloads import ClientView
-    from rayfl.algorithms.search import ModelSearch
-    from rayfl.config import ResNetConfig
+    from rayfl.config.model import ResNetConfig
+    from rayfl.core.messages import ClientView
+    from rayfl.core.rng import derive_rng
+    from rayfl.fl.common.search import ModelSearch
     from rayfl.models.elastic.cost import CostModel
     from rayfl.models.elastic.resnet import ResNetFamily
-    from rayfl.rng import derive_rng
 
     fam = ResNetFamily(ResNetConfig(depth=args.depth), num_classes=10)  # type: ignore[arg-type]
     t0 = time.perf_counter()

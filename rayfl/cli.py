@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from rayfl.config import ExperimentConfig
+    from rayfl.experiment.schema import ExperimentConfig
 
 __all__ = ["DEFAULT_CONFIG", "main"]
 
@@ -40,7 +40,7 @@ def _split(args: list[str]) -> tuple[str | None, list[str]]:
 
 
 def _load(path: str | None, overrides: list[str]):  # type: ignore[no-untyped-def]
-    from rayfl.config_loader import load_config
+    from rayfl.experiment.loader import load_config
 
     if path is None:
         with resources.as_file(resources.files("rayfl.configs") / DEFAULT_CONFIG) as default:
@@ -53,7 +53,8 @@ def _located(path: str | None, overrides: list[str]) -> Iterator[None]:
     """Errors raised after loading at a key but with no file (``output_dir``, ``model.factory``, checks against the
     loaded data) are located like the loader's own: at the line or override of ``path`` and ``overrides`` that set
     the key."""
-    from rayfl.config_loader import ConfigError, locate_error
+    from rayfl.core.errors import ConfigError
+    from rayfl.experiment.loader import locate_error
 
     try:
         yield
@@ -95,12 +96,12 @@ def _run_loaded(cfg: ExperimentConfig, resume: Path | None) -> int:
     )
     data = []
     if resume is None:
-        from rayfl.config_loader import check_factories, check_output_dir
+        from rayfl.experiment.loader import check_factories, check_output_dir
 
         check_output_dir(cfg.output_dir)  # before Ray starts and the data loads
         check_factories(cfg)
     if cfg.backend.kind == "ray" and resume is None:  # a resume is checked before anything starts
-        from rayfl.engine.ray_session import prestart
+        from rayfl.engine.ray.session import prestart
 
         # Ray's start waits on its processes: import and load the data meanwhile, and start the actors once it is up
         data.append(prestart(cfg, _RUN_MODULES).dataset)
@@ -149,7 +150,7 @@ def _run_loaded(cfg: ExperimentConfig, resume: Path | None) -> int:
 
 def _load_resumed(run_dir: Path, args: list[str]):  # type: ignore[no-untyped-def]
     """A run directory's own config with ``key=value`` overrides (checked against it when the run starts)."""
-    from rayfl.config_loader import ConfigError
+    from rayfl.core.errors import ConfigError
 
     path, overrides = _split(args)
     if path is not None:
@@ -167,7 +168,7 @@ def _load_resumed(run_dir: Path, args: list[str]):  # type: ignore[no-untyped-de
 def _cmd_validate(ns: argparse.Namespace) -> int:
     path, overrides = _split(ns.args)
     cfg = _load(path, overrides)
-    from rayfl.config_loader import check_factories, check_output_dir
+    from rayfl.experiment.loader import check_factories, check_output_dir
 
     with _located(path, overrides):
         check_output_dir(cfg.output_dir)
@@ -203,7 +204,7 @@ def _percent(value: float) -> str:
 
 
 def _cmd_sweep(ns: argparse.Namespace) -> int:
-    from rayfl.config_loader import ConfigError
+    from rayfl.core.errors import ConfigError
     from rayfl.tune import load_sweep, run_sweep
 
     resume = Path(ns.resume) if ns.resume else None
@@ -353,8 +354,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO if ns.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
-    from rayfl.config_loader import ConfigError
-    from rayfl.engine.recovery import ActorFailureError
+    from rayfl.core.errors import ConfigError
+    from rayfl.engine.ray.recovery import ActorFailureError
     from rayfl.traces.format import TraceError
 
     try:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from rayfl.config import BackendConfig, CNNConfig, ExperimentConfig, TrainConfig
+from rayfl.config.model import CNNConfig
+from rayfl.config.sections import BackendConfig, TrainConfig
 from rayfl.data.federated import FederatedDataset, from_client_arrays
+from rayfl.experiment.schema import ExperimentConfig
 
 
 def tiny_image_dataset(num_clients: int = 12, per_client: int = 20, seed: int = 0) -> FederatedDataset:

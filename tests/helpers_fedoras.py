@@ -3,17 +3,14 @@ tests."""
 
 from __future__ import annotations
 
-from rayfl.config import (
-    BackendConfig,
-    DataConfig,
-    ExperimentConfig,
+from rayfl.config.model import SupernetConfig
+from rayfl.config.sections import BackendConfig, DataConfig, TrainConfig
+from rayfl.experiment.schema import ExperimentConfig, PhaseConfig
+from rayfl.fl.methods.fedoras.config import (
     FedorASConfig,
     FedorASFinetuneConfig,
     FedorASSearchConfig,
     FedorASTiersConfig,
-    PhaseConfig,
-    SupernetConfig,
-    TrainConfig,
 )
 
 TINY_TIERS = FedorASTiersConfig(bracket_paths=2000)

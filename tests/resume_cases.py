@@ -20,29 +20,20 @@ import numpy as np
 import pandas as pd
 import torch
 
-from rayfl.algorithms import ALGORITHMS
-from rayfl.config import (
-    ALGORITHM_CONFIGS,
-    CellNetConfig,
-    CheckpointConfig,
-    CNNConfig,
-    DataConfig,
-    DistillConfig,
-    ExperimentConfig,
-    FedAvgConfig,
-    FedTransConfig,
-    HeteroFLConfig,
-    LinkConfig,
-    ModelSearchConfig,
-    ResNetConfig,
-    ResourceConfig,
-    SystemConfig,
-)
+from rayfl.config.model import CellNetConfig, CNNConfig, ResNetConfig
+from rayfl.config.sections import CheckpointConfig, DataConfig, LinkConfig, ResourceConfig, SystemConfig
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine.build import build_clock, build_setup
-from rayfl.engine.checkpoint import CheckpointStore
 from rayfl.engine.driver import RunResult
-from rayfl.engine.records import HOST_CLOCK_FIELDS
+from rayfl.engine.persist.checkpoint import CheckpointStore
+from rayfl.engine.persist.records import HOST_CLOCK_FIELDS
+from rayfl.experiment.schema import ExperimentConfig
+from rayfl.fl.common.distill.config import DistillConfig
+from rayfl.fl.methods.fedavg.config import FedAvgConfig
+from rayfl.fl.methods.fedtrans.config import FedTransConfig
+from rayfl.fl.methods.heterofl.config import HeteroFLConfig
+from rayfl.fl.methods.model_search.config import ModelSearchConfig
+from rayfl.fl.registry import ALGORITHM_CONFIGS, METHODS
 from rayfl.models.elastic.spec import SubModelSpec
 from tests.helpers import tiny_config
 from tests.helpers_fedoras import fedoras_tiny_config
@@ -85,7 +76,7 @@ SYNTHETIC = DataConfig(name="synthetic", partition="iid", num_clients=8, synthet
 
 
 def case_names() -> list[str]:
-    return sorted(ALGORITHMS)
+    return sorted(METHODS)
 
 
 def case(name: str, data: FederatedDataset | None, rounds: int = 4) -> ExperimentConfig:

@@ -52,12 +52,12 @@ def main() -> None:
 
     import torch
 
-    from rayfl.algorithms.distill import distillation_gap, inplace_distill, sample_structures
-    from rayfl.algorithms.payloads import ServerState
-    from rayfl.config_loader import load_config
+    from rayfl.core.messages import ServerState
+    from rayfl.core.rng import derive_rng
     from rayfl.engine.build import bind_algorithm, build_backend, build_clock, build_setup
     from rayfl.engine.driver import run_experiment
-    from rayfl.rng import derive_rng
+    from rayfl.experiment.loader import load_config
+    from rayfl.fl.common.distill.server import distillation_gap, inplace_distill, sample_structures
 
     torch.set_num_threads(1)
     base = load_config(args.config, args.overrides)

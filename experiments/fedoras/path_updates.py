@@ -21,12 +21,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from rayfl.algorithms.fedoras import FedorAS
-from rayfl.algorithms.payloads import TrainTask
-from rayfl.algorithms.submodel import first_k
-from rayfl.config_loader import load_config
+from rayfl.core.messages import TrainTask
 from rayfl.engine.build import bind_algorithm, build_clock, build_setup
 from rayfl.engine.phases import PhasedAlgorithm
+from rayfl.experiment.loader import load_config
+from rayfl.fl.methods.fedoras.algorithm import FedorAS
+from rayfl.models.elastic.spec import first_k
 from rayfl.models.supernet import SupernetFamily
 
 

@@ -33,10 +33,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from rayfl.config import ExperimentConfig, FedorASFinetuneConfig
-from rayfl.config_loader import load_config
 from rayfl.engine.build import build_clock, build_setup
 from rayfl.engine.driver import RunResult, run_experiment
+from rayfl.experiment.loader import load_config
+from rayfl.experiment.schema import ExperimentConfig
+from rayfl.fl.methods.fedoras.config import FedorASFinetuneConfig
 
 HERE = Path(__file__).parent
 RECENT = 5  # the table's accuracy: the mean over the last RECENT evaluated rounds

@@ -19,10 +19,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from rayfl.algorithms.fedoras import op_tables
-from rayfl.algorithms.fedoras_sampling import sample_path
-from rayfl.config import SUPERNET_OPS, DataConfig, SupernetConfig
+from rayfl.config.model import SUPERNET_OPS, SupernetConfig
+from rayfl.config.sections import DataConfig
 from rayfl.data.synthetic import load_synthetic
+from rayfl.fl.methods.fedoras.algorithm import op_tables
+from rayfl.fl.methods.fedoras.sampling import sample_path
 from rayfl.models import InputSpec, to_input
 from rayfl.models.elastic.cost import CostModel
 from rayfl.models.supernet import SupernetFamily

@@ -32,17 +32,13 @@ from typing import Any
 
 import numpy as np
 
-from rayfl.config import (
-    FedResCuEConfig,
-    FedRushConfig,
-    FedSeqConfig,
-    FedSlimConfig,
-    FjORDConfig,
-    HeteroFLConfig,
-    ResourceConfig,
-)
-from rayfl.config_loader import load_config
+from rayfl.config.sections import ResourceConfig
 from rayfl.engine.driver import run_experiment
+from rayfl.experiment.loader import load_config
+from rayfl.fl.methods.fedrescue.config import FedResCuEConfig, FedRushConfig, FedSeqConfig
+from rayfl.fl.methods.fedslim.config import FedSlimConfig
+from rayfl.fl.methods.fjord.config import FjORDConfig
+from rayfl.fl.methods.heterofl.config import HeteroFLConfig
 
 HERE = Path(__file__).parent
 CAPACITIES = (0.25, 0.5, 0.75, 1.0)

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from rayfl.core.rng import derive_rng
 from rayfl.data import FederatedDataset, from_client_arrays
-from rayfl.rng import derive_rng
 
 __all__ = ["NUM_CLASSES", "writers"]
 

@@ -37,9 +37,9 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from rayfl.config import HETEROFL_RATES
-from rayfl.config_loader import load_config
 from rayfl.engine.driver import run_experiment
+from rayfl.experiment.loader import load_config
+from rayfl.fl.common.widths import HETEROFL_RATES
 from rayfl.report import load_run, plot_client_accuracy
 from rayfl.report.runs import RunRecords
 from rayfl.report.tables import cost_table

@@ -27,10 +27,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rayfl.config import HETEROFL_RATES, ExperimentConfig
-from rayfl.config_loader import load_config
 from rayfl.engine.sampling import sample_clients
-from rayfl.models.elastic import CostModel, build_family
+from rayfl.experiment.loader import load_config
+from rayfl.experiment.schema import ExperimentConfig
+from rayfl.fl.common.widths import HETEROFL_RATES
+from rayfl.models.elastic import CostModel
+from rayfl.models.families import build_family
 from rayfl.models.inputs import InputSpec
 from rayfl.system.costs import TRAIN_FLOPS_PER_FORWARD
 from rayfl.system.resources import build_source

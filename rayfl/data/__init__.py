@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from rayfl.config import DataConfig
+from rayfl.config.sections import DataConfig
 from rayfl.data.federated import FederatedDataset, InputKind, from_client_arrays
 
 __all__ = [
@@ -96,8 +96,8 @@ def build_federated_dataset(cfg: DataConfig, seed: int, cache_dir: Path | None =
     with one_blas_thread():
         dataset = loader(cfg, seed, cache_dir)
         if cfg.client_test_fraction > 0:
+            from rayfl.core.rng import derive_rng
             from rayfl.data.federated import hold_out_client_tests
-            from rayfl.rng import derive_rng
 
             dataset = hold_out_client_tests(dataset, cfg.client_test_fraction, derive_rng(seed, "client-test"))
         return with_validation(dataset, cfg, seed)
@@ -109,7 +109,7 @@ def with_validation(dataset: FederatedDataset, cfg: DataConfig, seed: int) -> Fe
     data set has a validation set already (a data set given to a run, built with one)."""
     if cfg.val_fraction <= 0 or dataset.x_val is not None:
         return dataset
+    from rayfl.core.rng import derive_rng
     from rayfl.data.federated import hold_out_validation
-    from rayfl.rng import derive_rng
 
     return hold_out_validation(dataset, cfg.val_fraction, derive_rng(seed, "validation"))

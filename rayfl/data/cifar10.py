@@ -29,11 +29,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from rayfl.config import DataConfig
-from rayfl.config_loader import ConfigError
+from rayfl.config.sections import DataConfig
+from rayfl.core.errors import ConfigError
+from rayfl.core.rng import derive_rng
 from rayfl.data import partition
 from rayfl.data.federated import FederatedDataset, client_major, mapped
-from rayfl.rng import derive_rng
 
 log = logging.getLogger(__name__)
 

@@ -21,11 +21,11 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from rayfl.config import DataConfig
-from rayfl.config_loader import ConfigError
+from rayfl.config.sections import DataConfig
+from rayfl.core.errors import ConfigError
+from rayfl.core.rng import derive_rng
 from rayfl.data import partition
 from rayfl.data.federated import FederatedDataset, from_client_arrays
-from rayfl.rng import derive_rng
 
 __all__ = ["FEMNIST_CLASSES", "LeafTask", "detect_task", "load_leaf", "read_leaf_split"]
 

@@ -2,7 +2,7 @@
 
 Every function here is pure: it takes the sample count (or the labels, or the user ids) and a numpy generator
 and returns one sorted ``int64`` array of sample indices per client. Callers obtain the generator from
-``rayfl.rng.derive_rng`` so a partition depends only on the run seed.
+``rayfl.core.rng.derive_rng`` so a partition depends only on the run seed.
 """
 
 from __future__ import annotations

@@ -78,10 +78,10 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from rayfl.config import DataConfig
-from rayfl.config_loader import ConfigError
+from rayfl.config.sections import DataConfig
+from rayfl.core.errors import ConfigError
+from rayfl.core.rng import derive_rng
 from rayfl.data.federated import FederatedDataset, LazyRows
-from rayfl.rng import derive_rng
 
 __all__ = [
     "NON_PLAYS",

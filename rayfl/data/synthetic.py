@@ -39,10 +39,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from rayfl.config import DataConfig
+from rayfl.config.sections import DataConfig
+from rayfl.core.rng import derive_rng
 from rayfl.data import partition
 from rayfl.data.federated import FederatedDataset, LazyRows
-from rayfl.rng import derive_rng
 
 __all__ = ["NUM_CLASSES", "TEST_SIZE", "SyntheticImages", "load_synthetic", "synthetic_images"]
 

@@ -21,17 +21,18 @@ from typing import Any
 
 import numpy as np
 
-from rayfl.algorithms import Algorithm
-from rayfl.algorithms.base import ServerContext
-from rayfl.algorithms.payloads import Params
-from rayfl.config import ExperimentConfig
-from rayfl.config_loader import check_model_input
+from rayfl.config.sections import BackendConfig
+from rayfl.core.messages import Params
+from rayfl.core.rng import derive_seed
 from rayfl.data.federated import FederatedDataset
-from rayfl.engine.backend import Backend, LocalBackend
-from rayfl.engine.client_state import initial_weights
+from rayfl.engine.exec.backend import Backend, LocalBackend
+from rayfl.engine.exec.client_state import initial_weights
 from rayfl.engine.phases import build_run_algorithm
+from rayfl.experiment.loader import check_model_input
+from rayfl.experiment.schema import ExperimentConfig
+from rayfl.fl.api.algorithm import Algorithm, ServerContext
+from rayfl.fl.api.tasks import LocalTaskPool, TaskPool
 from rayfl.models import InputSpec
-from rayfl.rng import derive_seed
 from rayfl.system.clock import SimClock
 from rayfl.system.costs import CostOracle
 
@@ -89,8 +90,8 @@ def prepare_run(cfg: ExperimentConfig, dataset: FederatedDataset | None = None, 
         setup = build_setup(cfg, dataset, cache_dir)
         return dataclasses.replace(setup, startup_s={"setup_s": time.perf_counter() - began})
     from rayfl.data.blas_threads import one_blas_thread
-    from rayfl.engine.ray_backend import ensure_ray, share
-    from rayfl.engine.ray_pool import take_pool
+    from rayfl.engine.ray.backend import ensure_ray, share
+    from rayfl.engine.ray.pool import take_pool
 
     timed: dict[str, float] = {}
 
@@ -160,7 +161,7 @@ def _local_backend(setup: Setup, **kwargs: Any) -> Backend:
 
 
 def _ray_backend(setup: Setup, **kwargs: Any) -> Backend:
-    from rayfl.engine.ray_backend import RayBackend  # imports Ray only when asked for
+    from rayfl.engine.ray.backend import RayBackend  # imports Ray only when asked for
 
     return RayBackend(dataset_ref=setup.dataset_ref, pool=setup.pool, **kwargs)
 
@@ -181,3 +182,13 @@ def build_backend(cfg: ExperimentConfig, setup: Setup) -> Backend:
         init_seed=derive_seed(cfg.seed, "host-template"),
         compression=cfg.compression,
     )
+
+
+def build_task_pool(cfg: BackendConfig) -> TaskPool:
+    """The pool for server-side work (FedorAS's search) matching the backend: Ray tasks on the Ray backend, in-process
+    otherwise."""
+    if cfg.kind == "ray":
+        from rayfl.engine.ray.server_tasks import RayTaskPool
+
+        return RayTaskPool()
+    return LocalTaskPool()

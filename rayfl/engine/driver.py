@@ -18,15 +18,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from rayfl.algorithms.base import Algorithm, RoundStats
-from rayfl.algorithms.payloads import Aggregate, Assignment, ClientOutcome, LinkDraw, ServerState, TrainTask
-from rayfl.config import ExperimentConfig
-from rayfl.config_loader import check_clients_per_round, check_output_dir
+from rayfl.core.messages import Aggregate, Assignment, ClientOutcome, LinkDraw, ServerState, TrainTask
 from rayfl.data.federated import FederatedDataset
-from rayfl.engine.backend import Backend, EvalResult
-from rayfl.engine.build import bind_algorithm, build_backend, build_clock, prepare_run
-from rayfl.engine.checkpoint import CheckpointStore
-from rayfl.engine.client_state import first_values, pads
+from rayfl.engine.build import bind_algorithm, build_backend, build_clock, build_task_pool, prepare_run
+from rayfl.engine.exec.backend import Backend, EvalResult
+from rayfl.engine.exec.client_state import first_values, pads
 from rayfl.engine.guard import NonFiniteError, NonFiniteGuard, all_finite
 from rayfl.engine.multieval import (
     client_accuracies,
@@ -37,12 +33,15 @@ from rayfl.engine.multieval import (
     named_evaluations,
     width_structures,
 )
+from rayfl.engine.persist.checkpoint import CheckpointStore
+from rayfl.engine.persist.records import ClientAccRecord, ClientRecord, EvalRecord, RoundRecord, RunWriter, make_run_dir
+from rayfl.engine.persist.resume import RunProgress, load_resume_point, resume_progress, take_snapshot
 from rayfl.engine.phases import PhaseSchedule
-from rayfl.engine.records import ClientAccRecord, ClientRecord, EvalRecord, RoundRecord, RunWriter, make_run_dir
-from rayfl.engine.resume import RunProgress, load_resume_point, resume_progress, take_snapshot
 from rayfl.engine.sampling import sample_clients
-from rayfl.engine.server_tasks import build_task_pool
 from rayfl.engine.stop import RunInterrupted, StopRequests
+from rayfl.experiment.loader import check_clients_per_round, check_output_dir
+from rayfl.experiment.schema import ExperimentConfig
+from rayfl.fl.api.algorithm import Algorithm, RoundStats
 from rayfl.system.clock import ClientPlan, SimClock
 
 __all__ = ["RunResult", "client_records", "mean_finite", "open_run_writer", "run_experiment"]
@@ -421,7 +420,7 @@ def most_frequent_label_accuracy(ds: FederatedDataset) -> float:
 
 def open_run_writer(cfg: ExperimentConfig) -> RunWriter:
     """A writer on a fresh run directory ``output_dir/name`` holding the resolved config."""
-    from rayfl.config_loader import config_to_dict
+    from rayfl.experiment.loader import config_to_dict
 
     return RunWriter(make_run_dir(cfg.output_dir, cfg.name), config_to_dict(cfg))
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rayfl.algorithms.payloads import ServerState
+from rayfl.core.messages import ServerState
 
 __all__ = ["NonFiniteError", "NonFiniteGuard", "all_finite", "first_nonfinite"]
 

@@ -32,12 +32,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rayfl.algorithms.base import MAIN_EVAL, Algorithm
-from rayfl.algorithms.multimodel import model_params
-from rayfl.algorithms.payloads import ClientOutcome, ClientView, ServerState
+from rayfl.core.messages import ClientOutcome, ClientView, ServerState
 from rayfl.data.federated import FederatedDataset
-from rayfl.engine.backend import Backend, EvalResult
-from rayfl.engine.records import ClientAccRecord, EvalRecord
+from rayfl.engine.exec.backend import Backend, EvalResult
+from rayfl.engine.persist.records import ClientAccRecord, EvalRecord
+from rayfl.fl.api.algorithm import MAIN_EVAL, Algorithm
+from rayfl.fl.common.multimodel import model_params
 from rayfl.models.elastic.spec import SubModelSpec
 
 if TYPE_CHECKING:

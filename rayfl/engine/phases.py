@@ -34,12 +34,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from rayfl.algorithms import build_algorithm
-from rayfl.algorithms.base import Algorithm, ServerContext, round_lr
-from rayfl.algorithms.payloads import ClientUpdate, Params, ServerState, TrainTask
-from rayfl.algorithms.reducers import MaskedWeightedMean
-from rayfl.config import ExperimentConfig, TrainConfig
-from rayfl.engine.server_tasks import TaskPool
+from rayfl.config.sections import TrainConfig
+from rayfl.core.messages import ClientUpdate, Params, ServerState, TrainTask
+from rayfl.core.reducers import MaskedWeightedMean
+from rayfl.experiment.schema import ExperimentConfig
+from rayfl.fl.api.algorithm import Algorithm, ServerContext, round_lr
+from rayfl.fl.api.tasks import TaskPool
+from rayfl.fl.registry import build_algorithm
 from rayfl.models.elastic import ElasticFamily
 from rayfl.models.inputs import InputSpec
 

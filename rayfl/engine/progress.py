@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import TextIO
 
-from rayfl.engine.records import RoundRecord
+from rayfl.engine.persist.records import RoundRecord
 
 __all__ = ["ProgressLine"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rayfl.rng import derive_rng
+from rayfl.core.rng import derive_rng
 
 __all__ = ["sample_clients"]
 

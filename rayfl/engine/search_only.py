@@ -34,14 +34,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rayfl.algorithms import build_algorithm
-from rayfl.algorithms.payloads import Params
-from rayfl.config import ExperimentConfig
+from rayfl.core.messages import Params
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine.build import Setup, bind_algorithm, build_clock
 from rayfl.engine.driver import client_records, mean_finite, open_run_writer, system_fields
-from rayfl.engine.records import RoundRecord
+from rayfl.engine.persist.records import RoundRecord
 from rayfl.engine.sampling import sample_clients
+from rayfl.experiment.schema import ExperimentConfig
+from rayfl.fl.registry import build_algorithm
 from rayfl.models import InputSpec, build_model
 
 __all__ = ["SearchOnlyResult", "meta_params", "run_search_only"]

@@ -7,7 +7,7 @@ from typing import Any
 
 from torch import nn
 
-from rayfl.config import (
+from rayfl.config.model import (
     CellNetConfig,
     CharBertConfig,
     CharLSTMConfig,
@@ -37,7 +37,7 @@ def _char_transformer(cfg: Any, spec: InputSpec) -> nn.Module:
 
 
 def _elastic(cfg: Any, spec: InputSpec) -> nn.Module:
-    from rayfl.models.elastic import build_family  # the elastic package imports this module's InputSpec
+    from rayfl.models.families import build_family  # imports torch and every family: only for elastic models
 
     return build_family(cfg, spec).global_model()
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from rayfl.config import CharLSTMConfig, CharTransformerConfig
+from rayfl.config.model import CharLSTMConfig, CharTransformerConfig
 
 __all__ = ["CharLSTM", "CharTransformer"]
 

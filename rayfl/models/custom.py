@@ -27,8 +27,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from rayfl.config import CustomModelConfig
-from rayfl.config_loader import ConfigError
+from rayfl.config.model import CustomModelConfig
+from rayfl.core.errors import ConfigError
 from rayfl.models.inputs import InputSpec, to_input
 
 __all__ = ["build_custom_model", "call_factory", "check_model_factory", "resolve_factory", "search_from"]

@@ -46,7 +46,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rayfl.config import SupernetConfig
+from rayfl.config.model import SupernetConfig
 from rayfl.models.elastic.family import CostUnit, ElasticFamily
 from rayfl.models.elastic.space import Dimension, SearchSpace, TensorLayout
 

@@ -33,8 +33,9 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from rayfl.algorithms.payloads import Assignment, ClientView, LinkDraw
-from rayfl.config import ModelConfig, SystemConfig, TrainConfig
+from rayfl.config.model import ModelConfig
+from rayfl.config.sections import SystemConfig, TrainConfig
+from rayfl.core.messages import Assignment, ClientView, LinkDraw
 from rayfl.system.costs import CostOracle, samples_per_round
 from rayfl.system.links import LinkModel, attempted, column_levels, delivered
 from rayfl.system.resources import ResourceSource, build_source

@@ -6,7 +6,7 @@ one forward pass at batch sizes 1 and 2 (so per-sample and fixed parts separate)
 ``CostModel``.
 
 Upload bytes follow the run's ``compression``: under QSGD each uploaded tensor costs its packed codes plus a float32
-norm (``rayfl.algorithms.compression.tensor_upload_bytes``, the formula the client hosts report), computed exactly
+norm (``rayfl.system.compression.tensor_upload_bytes``, the formula the client hosts report), computed exactly
 from the assignment's slices. The elastic ``CostModel`` that algorithms use for their fit checks gets a conservative
 upload factor instead (it sees only parameter counts): ``bits / 8`` bytes per element plus 5 bytes (the norm and at
 most one byte of padding) for every tensor of the global model, an upper bound of the exact bytes.
@@ -22,12 +22,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from rayfl.algorithms.compression import NORM_BYTES, upload_bytes
-from rayfl.algorithms.payloads import Assignment
-from rayfl.config import CompressionConfig, ModelConfig, TrainConfig
+from rayfl.config.model import ModelConfig
+from rayfl.config.sections import CompressionConfig, TrainConfig
+from rayfl.core.messages import Assignment
 from rayfl.models import InputSpec, build_model
 from rayfl.models.elastic.cost import CostModel, optimizer_slots, saved_tensors
 from rayfl.models.elastic.family import ElasticFamily
+from rayfl.system.compression import NORM_BYTES, upload_bytes
 from rayfl.system.work import TRAIN_FLOPS_PER_FORWARD, samples_per_round
 
 __all__ = ["TRAIN_FLOPS_PER_FORWARD", "AssignmentCosts", "CostOracle", "samples_per_round"]
@@ -56,7 +57,7 @@ class CostOracle:
         dtype_bytes: int = 4,
         compression: CompressionConfig | None = None,
     ) -> None:
-        from rayfl.models.elastic import FAMILIES, build_family
+        from rayfl.models.families import FAMILIES, build_family
 
         self.model_cfg = model_cfg
         self._rebuild = (spec, train, overhead_bytes)  # for the other global models of a multi-model run

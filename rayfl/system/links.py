@@ -31,10 +31,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from rayfl.algorithms.payloads import Assignment, ClientUpdate, LinkDraw, TensorSlice
-from rayfl.config import LinkConfig
+from rayfl.config.sections import LinkConfig
+from rayfl.core.messages import Assignment, ClientUpdate, LinkDraw, TensorSlice
+from rayfl.core.rng import derive_rng
 from rayfl.models.elastic.spec import SubModelSpec
-from rayfl.rng import derive_rng
 from rayfl.system.resources import TraceReplay, build_source
 
 if TYPE_CHECKING:

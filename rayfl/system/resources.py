@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from rayfl.config import ResourceConfig
-from rayfl.rng import derive_rng
+from rayfl.config.sections import ResourceConfig
+from rayfl.core.rng import derive_rng
 
 __all__ = [
     "Constant",

@@ -5,7 +5,7 @@ Kept apart from ``costs.py`` (which builds models) so that algorithms can read i
 
 from __future__ import annotations
 
-from rayfl.config import TrainConfig
+from rayfl.config.sections import TrainConfig
 
 __all__ = ["TRAIN_FLOPS_PER_FORWARD", "samples_per_round"]
 

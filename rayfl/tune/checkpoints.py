@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from rayfl.engine.checkpoint import CHECKPOINT_DIR, CheckpointStore
+from rayfl.engine.persist.checkpoint import CHECKPOINT_DIR, CheckpointStore
 
 __all__ = ["TrialCheckpoint", "pack", "restore_into"]
 

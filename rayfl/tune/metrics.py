@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from rayfl.engine.records import RoundRecord
+    from rayfl.engine.persist.records import RoundRecord
 
 __all__ = ["REPORTED_METRICS", "TABLE_METRICS", "RoundMetrics"]
 

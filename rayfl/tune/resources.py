@@ -24,7 +24,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
-from rayfl.config import BackendConfig, bounded
+from rayfl.config.fields import bounded
+from rayfl.config.sections import BackendConfig
 
 __all__ = [
     "DEFAULT_DRIVER_CPUS",

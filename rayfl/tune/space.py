@@ -20,7 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from rayfl.config_loader import KeyPath, YamlSource
+from rayfl.core.errors import KeyPath
+from rayfl.experiment.loader import YamlSource
 
 __all__ = [
     "DISTRIBUTIONS",

@@ -41,8 +41,10 @@ from typing import Any, Literal
 
 import yaml
 
-from rayfl.config import ExperimentConfig, bounded
-from rayfl.config_loader import ConfigError, KeyPath, YamlSource
+from rayfl.config.fields import bounded
+from rayfl.core.errors import ConfigError, KeyPath
+from rayfl.experiment.loader import YamlSource
+from rayfl.experiment.schema import ExperimentConfig
 from rayfl.tune.metrics import REPORTED_METRICS, TABLE_METRICS
 from rayfl.tune.resources import TrialResources
 from rayfl.tune.space import Param, parse_param

@@ -29,7 +29,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from rayfl.engine.records import make_run_dir
+from rayfl.engine.persist.records import make_run_dir
 from rayfl.tune.plots import plot_sweep
 from rayfl.tune.results import TrialOutcome, best_trial, markdown_table, results_table, write_table
 from rayfl.tune.space import point_label, tune_space
@@ -66,7 +66,7 @@ def run_sweep(
     import ray
     from ray import tune
 
-    from rayfl.engine.ray_backend import ensure_ray, release_warm_pool
+    from rayfl.engine.ray.backend import ensure_ray, release_warm_pool
 
     began = time.perf_counter()
     cfg = sweep.config
@@ -188,7 +188,7 @@ def _outcome(result: Any, plan: TrialPlan) -> TrialOutcome:
 def load_resumed_sweep(sweep_dir: Path) -> tuple[Sweep, list[str]]:
     """The sweep an interrupted sweep folder was started from, with its command-line overrides; a ``ConfigError``
     when the folder is not a sweep's or its sweep file changed since (a restore must run the same trials)."""
-    from rayfl.config_loader import ConfigError
+    from rayfl.core.errors import ConfigError
     from rayfl.tune.spec import load_sweep
 
     info_path = sweep_dir / RESUME_FILE

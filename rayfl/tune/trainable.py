@@ -20,7 +20,7 @@ from rayfl.tune.checkpoints import pack, restore_into
 from rayfl.tune.metrics import RoundMetrics
 
 if TYPE_CHECKING:
-    from rayfl.engine.records import RoundRecord
+    from rayfl.engine.persist.records import RoundRecord
     from rayfl.tune.trials import TrialPlan
 
 __all__ = ["TuneReporter", "run_trial"]

@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from rayfl.config import ExperimentConfig
-from rayfl.config_loader import ConfigError, KeyPath, YamlSource, experiment_config
+from rayfl.core.errors import ConfigError, KeyPath
+from rayfl.experiment.loader import YamlSource, experiment_config
+from rayfl.experiment.schema import ExperimentConfig
 from rayfl.tune.resources import TrialResources, driver_bundles, trial_backend, trial_bundles
 from rayfl.tune.space import Param, point_label, trial_overrides, validation_points
 

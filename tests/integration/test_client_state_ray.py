@@ -11,13 +11,14 @@ import pytest
 import torch
 from torch import nn
 
-from rayfl.algorithms import FedAvg
-from rayfl.algorithms.payloads import Assignment, ClientUpdate, Params, TrainTask
-from rayfl.config import FedAvgConfig, FedResCuEConfig
-from rayfl.engine.backend import Backend
+from rayfl.core.messages import Assignment, ClientUpdate, Params, TrainTask
 from rayfl.engine.build import bind_algorithm, build_backend, build_clock, build_setup
-from rayfl.engine.client_state import ClientMemory
 from rayfl.engine.driver import RunResult, run_experiment
+from rayfl.engine.exec.backend import Backend
+from rayfl.engine.exec.client_state import ClientMemory
+from rayfl.fl.methods.fedavg.algorithm import FedAvg
+from rayfl.fl.methods.fedavg.config import FedAvgConfig
+from rayfl.fl.methods.fedrescue.config import FedResCuEConfig
 from rayfl.models.inputs import InputSpec
 from tests.helpers import tiny_config, tiny_image_dataset
 from tests.unit.algorithms.test_fedrescue import CAPACITY_MEMORY, _cfg

@@ -18,10 +18,14 @@ import pytest
 import torch
 
 from rayfl.cli import main
-from rayfl.config import BackendConfig, CustomModelConfig, DataConfig, ExperimentConfig, HeteroFLConfig, TrainConfig
-from rayfl.config_loader import ConfigError, load_config
+from rayfl.config.model import CustomModelConfig
+from rayfl.config.sections import BackendConfig, DataConfig, TrainConfig
+from rayfl.core.errors import ConfigError
 from rayfl.data import build_federated_dataset
 from rayfl.engine.driver import RunResult, run_experiment
+from rayfl.experiment.loader import load_config
+from rayfl.experiment.schema import ExperimentConfig
+from rayfl.fl.methods.heterofl.config import HeteroFLConfig
 from rayfl.models import InputSpec, build_model
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,9 +8,12 @@ import dataclasses
 import pytest
 import torch
 
-from rayfl.algorithms.distill import OPT_KEYS
-from rayfl.config import BackendConfig, DistillConfig, ExperimentConfig, ModelSearchConfig
+from rayfl.config.sections import BackendConfig
 from rayfl.engine.driver import RunResult, run_experiment
+from rayfl.experiment.schema import ExperimentConfig
+from rayfl.fl.common.distill.config import DistillConfig
+from rayfl.fl.common.distill.server import OPT_KEYS
+from rayfl.fl.methods.model_search.config import ModelSearchConfig
 from tests.helpers import tiny_config, tiny_image_dataset
 from tests.unit.algorithms.test_model_search_algorithm import RESNET
 

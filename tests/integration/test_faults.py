@@ -30,22 +30,23 @@ import ray
 import torch
 from torch import nn
 
-from rayfl.algorithms import FedAvg
-from rayfl.algorithms.fedrescue import FedResCuE
-from rayfl.algorithms.payloads import Assignment, ClientUpdate, ClientView, TrainTask
-from rayfl.config import ExperimentConfig, SystemConfig
-from rayfl.config_loader import load_config
+from rayfl.config.sections import SystemConfig
+from rayfl.core.messages import Assignment, ClientUpdate, ClientView, TrainTask
+from rayfl.core.partials import ArrayPartial, NumpyParams
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine import build as build_module
 from rayfl.engine import driver as driver_module
-from rayfl.engine import ray_pool as ray_pool_module
 from rayfl.engine.driver import RunResult, run_experiment
-from rayfl.engine.param_server import ParamServerShard
-from rayfl.engine.records import HOST_CLOCK_FIELDS, RoundRecord
-from rayfl.engine.recovery import ActorFailureError
+from rayfl.engine.exec.param_server import ParamServerShard
+from rayfl.engine.persist.records import HOST_CLOCK_FIELDS, RoundRecord
+from rayfl.engine.ray import pool as ray_pool_module
+from rayfl.engine.ray.recovery import ActorFailureError
 from rayfl.engine.sampling import sample_clients
+from rayfl.experiment.loader import load_config
+from rayfl.experiment.schema import ExperimentConfig
+from rayfl.fl.methods.fedavg.algorithm import FedAvg
+from rayfl.fl.methods.fedrescue.algorithm import FedResCuE
 from rayfl.models.inputs import InputSpec
-from rayfl.partials import ArrayPartial, NumpyParams
 from tests.helpers import tiny_config, tiny_image_dataset
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_local")]
@@ -270,7 +271,7 @@ def test_a_killed_client_host_is_replaced_and_the_run_is_unchanged(
     algorithm.eval_pause = Pause(str(tmp_path), "eval")
     instrumented["algorithm"] = algorithm
     killers = [Killer(tmp_path, label, instrumented) for label in ("eval", "train")]
-    with caplog.at_level(logging.WARNING, logger="rayfl.engine.recovery"):
+    with caplog.at_level(logging.WARNING, logger="rayfl.engine.ray.recovery"):
         got = _run_ray(cfg, data, instrumented)
     killed = [k for killer in killers for k in killer.join()]
     assert [name.startswith("client host") for name, _ in killed] == [True, True]
@@ -292,7 +293,7 @@ def test_a_killed_parameter_server_shard_is_replaced_and_the_run_is_unchanged(
     # each shard reduces once a round: its second reduction is round 1's
     monkeypatch.setattr(ray_pool_module, "ParamServerShard", pausing_shard(Pause(str(tmp_path), "reduce"), 2))
     killer = Killer(tmp_path, "reduce", instrumented)
-    with caplog.at_level(logging.WARNING, logger="rayfl.engine.recovery"):
+    with caplog.at_level(logging.WARNING, logger="rayfl.engine.ray.recovery"):
         got = _run_ray(cfg, data, instrumented)
     [(name, pid)] = killer.join()
     assert name.startswith("parameter-server shard")

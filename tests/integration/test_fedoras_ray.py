@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from rayfl.algorithms.fedoras_finetune import FinetuneState
-from rayfl.algorithms.fedoras_search import SearchState
 from rayfl.engine.driver import RunResult, run_experiment
+from rayfl.fl.methods.fedoras.finetune import FinetuneState
+from rayfl.fl.methods.fedoras.search import SearchState
 from tests.helpers import tiny_image_dataset
 from tests.helpers_fedoras import fedoras_tiny_config
 from tests.resume_cases import assert_same_run

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from rayfl.config import CellNetConfig, FedTransConfig
+from rayfl.config.model import CellNetConfig
 from rayfl.engine.driver import RunResult, run_experiment
+from rayfl.fl.methods.fedtrans.config import FedTransConfig
 from rayfl.report import report
 from tests.helpers import tiny_config
 from tests.integration.test_multi_model import split_test_dataset

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 
-from rayfl.algorithms.payloads import Assignment, TrainTask
+from rayfl.core.messages import Assignment, TrainTask
 from rayfl.engine.build import build_backend, build_setup
 from rayfl.engine.driver import run_experiment
 from tests.helpers import tiny_config, tiny_image_dataset

@@ -16,10 +16,11 @@ import pytest
 import torch
 
 from rayfl.cli import main
-from rayfl.config import CheckpointConfig, ExperimentConfig
-from rayfl.config_loader import dump_config
-from rayfl.engine.checkpoint import CheckpointStore
+from rayfl.config.sections import CheckpointConfig
 from rayfl.engine.driver import RunResult, run_experiment
+from rayfl.engine.persist.checkpoint import CheckpointStore
+from rayfl.experiment.loader import dump_config
+from rayfl.experiment.schema import ExperimentConfig
 from tests.resume_cases import assert_records_agree, assert_same_run, assert_same_state, case
 
 ROOT = Path(__file__).resolve().parents[2]

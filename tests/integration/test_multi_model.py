@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from rayfl.algorithms.multimodel import model_params
-from rayfl.config import FedAvgConfig, IndependentConfig
 from rayfl.data.federated import FederatedDataset, from_client_arrays
 from rayfl.engine.driver import RunResult, run_experiment
+from rayfl.fl.common.multimodel import model_params
+from rayfl.fl.methods.fedavg.config import FedAvgConfig
+from rayfl.fl.methods.independent.config import IndependentConfig
 from tests.helpers import tiny_config, tiny_image_dataset
 
 

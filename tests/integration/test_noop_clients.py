@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 import torch
 
-from rayfl.config import TrainConfig
+from rayfl.config.sections import TrainConfig
 from rayfl.engine.build import build_setup
 from rayfl.engine.driver import run_experiment
 from tests.helpers import tiny_config, tiny_image_dataset

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from rayfl.config import ExperimentConfig
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine.build import build_backend, build_setup
+from rayfl.experiment.schema import ExperimentConfig
 from tests.helpers import tiny_config, tiny_image_dataset
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_local")]

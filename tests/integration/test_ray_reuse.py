@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from rayfl.engine.driver import run_experiment
-from rayfl.engine.ray_backend import shutdown_ray
+from rayfl.engine.ray.backend import shutdown_ray
 from tests.helpers import tiny_config, tiny_image_dataset
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,7 +26,7 @@ SCRIPT = r"""
 import dataclasses, json
 import ray
 from rayfl.engine.driver import run_experiment
-from rayfl.engine.ray_backend import shutdown_ray
+from rayfl.engine.ray.backend import shutdown_ray
 from tests.helpers import tiny_config, tiny_image_dataset
 
 cfg = dataclasses.replace(

@@ -21,14 +21,16 @@ import pytest
 import ray
 
 import rayfl.data
-from rayfl.config import DataConfig, ExperimentConfig, HeteroFLConfig
+from rayfl.config.sections import DataConfig
 from rayfl.engine import build as build_module
-from rayfl.engine import ray_pool
 from rayfl.engine.driver import RunResult, run_experiment
-from rayfl.engine.placement import PoolLayout
-from rayfl.engine.ray_backend import release_warm_pool
-from rayfl.engine.ray_session import prestart
-from rayfl.engine.records import HOST_CLOCK_FIELDS
+from rayfl.engine.persist.records import HOST_CLOCK_FIELDS
+from rayfl.engine.ray import pool as ray_pool
+from rayfl.engine.ray.backend import release_warm_pool
+from rayfl.engine.ray.placement import PoolLayout
+from rayfl.engine.ray.session import prestart
+from rayfl.experiment.schema import ExperimentConfig
+from rayfl.fl.methods.heterofl.config import HeteroFLConfig
 from tests.helpers import tiny_config, tiny_image_dataset
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_local")]

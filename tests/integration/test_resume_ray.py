@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from rayfl.config import ExperimentConfig
 from rayfl.engine.driver import run_experiment
+from rayfl.experiment.schema import ExperimentConfig
 from tests.helpers import tiny_image_dataset
 from tests.resume_cases import assert_same_run, case, keep_checkpoints_up_to
 

@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from rayfl.algorithms.payloads import Assignment, TrainTask
+from rayfl.core.messages import Assignment, TrainTask
 from rayfl.engine.build import build_backend, build_setup
-from rayfl.models.elastic import SubModelSpec, build_family
+from rayfl.models.elastic import SubModelSpec
 from rayfl.models.elastic.family import gather
+from rayfl.models.families import build_family
 from tests.helpers import tiny_config, tiny_image_dataset
 
 

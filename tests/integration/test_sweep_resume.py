@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from rayfl.cli import main
-from rayfl.config_loader import load_config
 from rayfl.engine.driver import run_experiment
+from rayfl.experiment.loader import load_config
 from tests.resume_cases import assert_same_run
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -26,8 +26,8 @@ import psutil
 import pytest
 import yaml
 
-from rayfl.config_loader import load_config
 from rayfl.engine.driver import run_experiment
+from rayfl.experiment.loader import load_config
 from tests.resume_cases import WALL_CLOCK_COLUMNS  # measured per run, so they differ between any two runs
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -211,7 +211,7 @@ def test_server_tasks_spread_over_both_nodes(two_node_cluster: Cluster) -> None:
     that they use every node, not only the driver's (a driver on the head node, 8 items)."""
     script = (
         "import sys, ray\n"
-        "from rayfl.engine.server_tasks import RayTaskPool\n"
+        "from rayfl.engine.ray.server_tasks import RayTaskPool\n"
         "def node_of(scale, item):\n"
         "    import time\n"
         "    time.sleep(0.2)\n"

@@ -16,11 +16,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rayfl.cli import main
-from rayfl.config import ResourceConfig, SystemConfig
-from rayfl.config_loader import ConfigError, load_config
+from rayfl.config.sections import ResourceConfig, SystemConfig
+from rayfl.core.errors import ConfigError
 from rayfl.data.federated import from_client_arrays
 from rayfl.engine.driver import run_experiment
-from rayfl.engine.records import make_run_dir
+from rayfl.engine.persist.records import make_run_dir
+from rayfl.experiment.loader import load_config
 from rayfl.report import REPORT_MD, report
 from rayfl.system.resources import Log, TraceReplay
 from tests.helpers import tiny_config, tiny_image_dataset

@@ -1,4 +1,4 @@
-"""Tests for rayfl.config_loader: YAML + overrides → validated ExperimentConfig, with located errors."""
+"""Tests for rayfl.experiment.loader: YAML + overrides → validated ExperimentConfig, with located errors."""
 
 from __future__ import annotations
 
@@ -9,20 +9,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rayfl.config import (
-    BackendConfig,
-    CharLSTMConfig,
-    CharTransformerConfig,
-    CNNConfig,
-    DataConfig,
-    ExperimentConfig,
-    FedAvgConfig,
-    FedRolexConfig,
-    HeteroFLConfig,
-    ResNetConfig,
-    TrainConfig,
-)
-from rayfl.config_loader import ConfigError, config_to_dict, dump_config, load_config, validate_semantics
+from rayfl.config.model import CharLSTMConfig, CharTransformerConfig, CNNConfig, ResNetConfig
+from rayfl.config.sections import BackendConfig, DataConfig, TrainConfig
+from rayfl.core.errors import ConfigError
+from rayfl.experiment.loader import config_to_dict, dump_config, load_config, validate_semantics
+from rayfl.experiment.schema import ExperimentConfig
+from rayfl.fl.methods.fedavg.config import FedAvgConfig
+from rayfl.fl.methods.fedrolex.config import FedRolexConfig
+from rayfl.fl.methods.heterofl.config import HeteroFLConfig
 
 
 def write(tmp_path: Path, text: str, name: str = "exp.yaml") -> Path:

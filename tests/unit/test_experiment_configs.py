@@ -14,15 +14,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rayfl.config import (
-    HETEROFL_RATES,
-    ExperimentConfig,
-    FedRolexConfig,
-    HeteroFLConfig,
-    ModelSearchConfig,
-    ResourceConfig,
-)
-from rayfl.config_loader import ConfigError, load_config
+from rayfl.config.sections import ResourceConfig
+from rayfl.core.errors import ConfigError
+from rayfl.experiment.loader import load_config
+from rayfl.experiment.schema import ExperimentConfig
+from rayfl.fl.common.widths import HETEROFL_RATES
+from rayfl.fl.methods.fedrolex.config import FedRolexConfig
+from rayfl.fl.methods.heterofl.config import HeteroFLConfig
+from rayfl.fl.methods.model_search.config import ModelSearchConfig
 
 REPO = Path(__file__).resolve().parents[2]
 PAPER = REPO / "experiments" / "paper"
@@ -111,7 +110,8 @@ def test_cpu_setting_has_the_structure_of_the_full_one(n: int) -> None:
 @pytest.mark.parametrize("path", [PAPER / "setting1.yaml", PAPER / "setting2.yaml", PAPER / "cpu" / "setting1.yaml"])
 def test_levels_give_each_client_exactly_its_heterofl_model(path: Path) -> None:
     """Settings 1-2: the clients of level i fit HeteroFL's i-th model (memory and bandwidth) and not the (i-1)-th."""
-    from rayfl.models.elastic import CostModel, build_family
+    from rayfl.models.elastic import CostModel
+    from rayfl.models.families import build_family
     from rayfl.models.inputs import InputSpec
 
     cfg = load_config(path)
@@ -188,7 +188,7 @@ def test_paper_settings_set_up_the_baselines_as_their_official_codes(path: Path,
     plain activation, gradients clipped at norm 1 in local training, the official initial model (and HeteroFL's
     static BN over a seeded shuffle in batches of 10); the core method keeps its own set-up: ReLU6 for its skippable
     blocks (Sec. 3.4) and no clipping (paper 000 states none)."""
-    from rayfl.algorithms import build_algorithm
+    from rayfl.fl.registry import build_algorithm
 
     for name in ("heterofl", "fedrolex"):
         cfg = _setting(path, f"algorithm.name={name}")

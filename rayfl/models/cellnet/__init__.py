@@ -5,10 +5,11 @@ cellnet`` (``CellNetConfig``)."""
 
 from __future__ import annotations
 
-from rayfl.models.cellnet.graph import CLASSES, IMAGE, Graph, Op, base_graph, build_graph
+from rayfl.models.cellnet.graph import CLASSES, IMAGE, Graph, Op, base_graph
 from rayfl.models.cellnet.transform import (
     RESET,
     apply_step,
+    build_graph,
     deepen_step,
     op_tensors,
     parse_step,

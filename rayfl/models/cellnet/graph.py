@@ -22,10 +22,9 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Literal
 
-from rayfl.config import CellNetConfig
+from rayfl.config.model import CellNetConfig
 
 __all__ = [
     "CELL_KINDS",
@@ -35,7 +34,6 @@ __all__ = [
     "Graph",
     "Op",
     "base_graph",
-    "build_graph",
     "make_divisible",
 ]
 
@@ -281,12 +279,3 @@ def base_graph(cfg: CellNetConfig, in_channels: int, num_classes: int, image_siz
     return builder.graph(image_size)
 
 
-@lru_cache(maxsize=64)
-def build_graph(cfg: CellNetConfig, in_channels: int, num_classes: int, image_size: int) -> Graph:
-    """The architecture ``cfg`` describes: its base with the transformation log ``cfg.transforms`` applied in order."""
-    from rayfl.models.cellnet.transform import apply_step  # transform.py builds on this module
-
-    graph = base_graph(cfg, in_channels, num_classes, image_size)
-    for step in cfg.transforms:
-        graph = apply_step(graph, step)
-    return graph

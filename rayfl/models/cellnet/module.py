@@ -15,9 +15,9 @@ from collections.abc import Callable, Mapping, Sequence
 import torch
 from torch import nn
 
-from rayfl.config import CellNetConfig
-from rayfl.models.cellnet.graph import CLASSES, IMAGE, INPUT, Graph, Op, build_graph
-from rayfl.models.cellnet.transform import op_tensors, tensor_name
+from rayfl.config.model import CellNetConfig
+from rayfl.models.cellnet.graph import CLASSES, IMAGE, INPUT, Graph, Op
+from rayfl.models.cellnet.transform import build_graph, op_tensors, tensor_name
 from rayfl.models.elastic.family import CostUnit, ElasticFamily, Scaler
 from rayfl.models.elastic.space import Axis, Dimension, SearchSpace, TensorLayout
 

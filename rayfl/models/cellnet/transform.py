@@ -27,14 +27,17 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from functools import lru_cache
 
 import torch
 
-from rayfl.models.cellnet.graph import CLASSES, IMAGE, Graph, Op
+from rayfl.config.model import CellNetConfig
+from rayfl.models.cellnet.graph import CLASSES, IMAGE, Graph, Op, base_graph
 
 __all__ = [
     "RESET",
     "apply_step",
+    "build_graph",
     "deepen_step",
     "insertion_point",
     "op_tensors",
@@ -234,3 +237,12 @@ def transform_params(
         new = dict(params)
     dtypes = {k: v.dtype for k, v in params.items()}
     return after, {k: v.to(dtypes.get(k, v.dtype)).contiguous() for k, v in new.items()}
+
+
+@lru_cache(maxsize=64)
+def build_graph(cfg: CellNetConfig, in_channels: int, num_classes: int, image_size: int) -> Graph:
+    """The architecture ``cfg`` describes: its base with the transformation log ``cfg.transforms`` applied in order."""
+    graph = base_graph(cfg, in_channels, num_classes, image_size)
+    for step in cfg.transforms:
+        graph = apply_step(graph, step)
+    return graph

@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
-from rayfl.config import CharBertConfig
+from rayfl.config.model import CharBertConfig
 from rayfl.models.elastic.family import CostUnit, ElasticFamily
 from rayfl.models.elastic.space import Dimension, SearchSpace, TensorLayout
 from rayfl.models.elastic.transformer import (

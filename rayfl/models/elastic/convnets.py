@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
-from rayfl.config import CNNConfig, FemnistCNNConfig
+from rayfl.config.model import CNNConfig, FemnistCNNConfig
 from rayfl.models.elastic.family import CostUnit, ElasticFamily, Scaler
 from rayfl.models.elastic.space import Axis, Dimension, SearchSpace, TensorLayout
 

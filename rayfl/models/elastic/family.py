@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rayfl.algorithms.payloads import Assignment, TensorSlice
+from rayfl.core.messages import Assignment, TensorSlice
 from rayfl.models.elastic.space import SearchSpace
 from rayfl.models.elastic.spec import Selection, SubModelSpec, select
 

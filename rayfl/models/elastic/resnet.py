@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from rayfl.config import ResNetConfig
+from rayfl.config.model import ResNetConfig
 from rayfl.models.elastic.family import CostUnit, ElasticFamily, Scaler
 from rayfl.models.elastic.space import Axis, Dimension, SearchSpace, TensorLayout
 
@@ -442,6 +442,6 @@ def _images(channels: int, res: int, grad: bool) -> Callable[[int, torch.device]
 def _refuse_pool(key: str, value: int, maps: str) -> None:
     """A pooling grid that does not divide its maps: known only once the data's resolution is, so refused here as a
     config error (one line at the key's file line or override, as every other bad value)."""
-    from rayfl.config_loader import ConfigError
+    from rayfl.core.errors import ConfigError
 
     raise ConfigError(f"{value} must divide {maps} (the data's images set their size)", f"model.{key}")

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rayfl.algorithms.payloads import TensorSlice
+from rayfl.core.messages import TensorSlice
 
 __all__ = ["Axis", "Dimension", "SearchSpace", "TensorLayout", "units_for"]
 

@@ -19,16 +19,26 @@ A dimension that keeps all its units (or none) is the same under every selector.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
+from rayfl.core.rng import derive_rng
 from rayfl.models.elastic.space import SearchSpace
-from rayfl.rng import derive_rng
 
-__all__ = ["FirstK", "RandomSubset", "Rolling", "Selection", "Selector", "SubModelSpec", "TopKNorm", "select"]
+__all__ = [
+    "FirstK",
+    "RandomSubset",
+    "Rolling",
+    "Selection",
+    "Selector",
+    "SubModelSpec",
+    "TopKNorm",
+    "first_k",
+    "select",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,3 +127,8 @@ def _norm_scores(space: SearchSpace, params: Mapping[str, torch.Tensor] | None) 
         sq = params[name].detach().double().pow(2).reshape(lay.shape[0], -1).sum(dim=1)
         scores[ax.dim] += sq.reshape(-1, ax.group).sum(dim=1).numpy()
     return scores
+
+
+def first_k(units: Sequence[int]) -> Selection:
+    """The leading ``units[d]`` units of every dimension."""
+    return Selection(tuple(int(u) for u in units), tuple(np.arange(int(u), dtype=np.int64) for u in units))

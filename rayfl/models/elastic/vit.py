@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
-from rayfl.config import ViTConfig
+from rayfl.config.model import ViTConfig
 from rayfl.models.elastic.family import CostUnit, ElasticFamily
 from rayfl.models.elastic.space import Dimension, SearchSpace, TensorLayout
 from rayfl.models.elastic.transformer import (

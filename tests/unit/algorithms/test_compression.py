@@ -11,21 +11,18 @@ import numpy as np
 import pytest
 import torch
 
-from rayfl.algorithms.compression import (
-    compress_update,
-    max_levels,
-    qsgd_dequantised,
-    tensor_upload_bytes,
-    upload_bytes,
-)
-from rayfl.algorithms.payloads import ClientUpdate, TensorSlice, TrainTask
-from rayfl.config import CompressionConfig, ExperimentConfig
-from rayfl.config_loader import ConfigError, load_config
+from rayfl.config.sections import CompressionConfig
+from rayfl.core.errors import ConfigError
+from rayfl.core.messages import ClientUpdate, TensorSlice, TrainTask
+from rayfl.core.rng import derive_torch_generator
 from rayfl.engine.build import build_backend, build_setup
 from rayfl.engine.driver import RunResult, run_experiment
-from rayfl.models.elastic import SubModelSpec, build_family
+from rayfl.experiment.loader import load_config
+from rayfl.experiment.schema import ExperimentConfig
+from rayfl.models.elastic import SubModelSpec
 from rayfl.models.elastic.family import gather
-from rayfl.rng import derive_torch_generator
+from rayfl.models.families import build_family
+from rayfl.system.compression import compress_update, max_levels, qsgd_dequantised, tensor_upload_bytes, upload_bytes
 from tests.helpers import tiny_config, tiny_image_dataset
 
 QSGD = CompressionConfig(kind="qsgd", levels=64, bits=8)

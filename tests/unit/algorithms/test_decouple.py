@@ -13,25 +13,24 @@ import numpy as np
 import pytest
 import torch
 
-from rayfl.algorithms import Decouple, FedAvg, IndependentFedAvg, build_algorithm
-from rayfl.algorithms.base import Algorithm
-from rayfl.algorithms.multimodel import model_key, model_params
-from rayfl.algorithms.payloads import ClientUpdate, ClientView, ServerState
-from rayfl.algorithms.reducers import MaskedWeightedMean
-from rayfl.config import (
-    DecoupleConfig,
-    FedAvgConfig,
-    FedHeNConfig,
-    IndependentConfig,
-    NoSideConfig,
-    ResNetConfig,
-    SystemConfig,
-)
+from rayfl.config.model import ResNetConfig
+from rayfl.config.sections import SystemConfig
+from rayfl.core.messages import ClientUpdate, ClientView, ServerState
+from rayfl.core.reducers import MaskedWeightedMean
 from rayfl.engine.build import bind_algorithm, build_backend, build_clock, build_setup
 from rayfl.engine.driver import RunResult, run_experiment, train_task
 from rayfl.engine.multieval import device_accuracy
+from rayfl.fl.api.algorithm import Algorithm
+from rayfl.fl.common.multimodel import model_key, model_params
+from rayfl.fl.methods.fedavg.algorithm import FedAvg
+from rayfl.fl.methods.fedavg.config import FedAvgConfig
+from rayfl.fl.methods.fedhen.algorithm import Decouple
+from rayfl.fl.methods.fedhen.config import DecoupleConfig, FedHeNConfig, NoSideConfig
+from rayfl.fl.methods.independent.algorithm import IndependentFedAvg
+from rayfl.fl.methods.independent.config import IndependentConfig
+from rayfl.fl.registry import build_algorithm
 from rayfl.models import InputSpec, build_model
-from rayfl.models.elastic import build_family
+from rayfl.models.families import build_family
 from tests.helpers import tiny_image_dataset
 from tests.unit.algorithms.test_fedhen import MODEL, NUM_CLIENTS, TRAIN, family, fedhen_config
 

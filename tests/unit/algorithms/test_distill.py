@@ -9,7 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from rayfl.algorithms.distill import (
+from rayfl.config.model import CharBertConfig, ResNetConfig
+from rayfl.core.messages import Params
+from rayfl.core.rng import derive_rng, derive_torch_generator
+from rayfl.fl.common.distill.config import DistillConfig
+from rayfl.fl.common.distill.kd import model_logits
+from rayfl.fl.common.distill.server import (
     OPT_KEYS,
     allowed_ratios,
     distillation_gap,
@@ -18,15 +23,11 @@ from rayfl.algorithms.distill import (
     load_sub_model,
     sample_structures,
 )
-from rayfl.algorithms.distill_kd import model_logits
-from rayfl.algorithms.distill_shared import SharedDistillation, lazy_adam_step
-from rayfl.algorithms.payloads import Params
-from rayfl.algorithms.submodel import first_k
-from rayfl.config import CharBertConfig, DistillConfig, ResNetConfig
+from rayfl.fl.common.distill.shared import SharedDistillation, lazy_adam_step
 from rayfl.models.elastic import CharBertFamily, ElasticFamily, ResNetFamily
 from rayfl.models.elastic.bert import ElasticCharBert
+from rayfl.models.elastic.spec import first_k
 from rayfl.models.inputs import InputSpec
-from rayfl.rng import derive_rng, derive_torch_generator
 
 S = (0.0, 0.5, 1.0)
 IMAGES = InputSpec("image", 4, (3, 8, 8))

@@ -11,22 +11,18 @@ import pytest
 import torch
 from torch import nn
 
-from rayfl.algorithms.fedavg import FedAvg
-from rayfl.algorithms.payloads import ClientView, ServerState
-from rayfl.algorithms.submodel import first_k
-from rayfl.config import (
-    ExperimentConfig,
-    FedAvgConfig,
-    ResNetConfig,
-    ResourceConfig,
-    SystemConfig,
-    TrainConfig,
-)
+from rayfl.config.model import ResNetConfig
+from rayfl.config.sections import ResourceConfig, SystemConfig, TrainConfig
+from rayfl.core.messages import ClientView, ServerState
 from rayfl.engine.build import build_backend, build_setup
 from rayfl.engine.driver import RunResult, run_experiment
+from rayfl.experiment.schema import ExperimentConfig
+from rayfl.fl.methods.fedavg.algorithm import FedAvg
+from rayfl.fl.methods.fedavg.config import FedAvgConfig
 from rayfl.models import InputSpec, to_input
-from rayfl.models.elastic import build_family
 from rayfl.models.elastic.resnet import ResNetFamily
+from rayfl.models.elastic.spec import first_k
+from rayfl.models.families import build_family
 from tests.helpers import tiny_config, tiny_image_dataset
 
 # the tiny CNN (channels 8, 16) needs 0.047 MiB to train and moves 11680 bytes (down + up) in full; with S = (0,

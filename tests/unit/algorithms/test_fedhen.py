@@ -13,28 +13,24 @@ import pytest
 import torch
 from torch import nn
 
-from rayfl.algorithms import FedHeN, HeteroFL, NoSide, build_algorithm
-from rayfl.algorithms.base import Algorithm
-from rayfl.algorithms.payloads import ClientUpdate, ClientView, ServerState, TrainTask
-from rayfl.algorithms.reducers import MaskedWeightedMean
-from rayfl.algorithms.submodel import first_k
-from rayfl.config import (
-    BackendConfig,
-    ExperimentConfig,
-    FedAvgConfig,
-    FedHeNConfig,
-    HeteroFLConfig,
-    NoSideConfig,
-    ResNetConfig,
-    ResourceConfig,
-    SystemConfig,
-    TrainConfig,
-)
+from rayfl.config.model import ResNetConfig
+from rayfl.config.sections import BackendConfig, ResourceConfig, SystemConfig, TrainConfig
+from rayfl.core.messages import ClientUpdate, ClientView, ServerState, TrainTask
+from rayfl.core.reducers import MaskedWeightedMean
 from rayfl.data.federated import FederatedDataset, from_client_arrays
 from rayfl.engine.build import bind_algorithm, build_backend, build_clock, build_setup
 from rayfl.engine.driver import run_experiment
+from rayfl.experiment.schema import ExperimentConfig
+from rayfl.fl.api.algorithm import Algorithm
+from rayfl.fl.methods.fedavg.config import FedAvgConfig
+from rayfl.fl.methods.fedhen.algorithm import FedHeN, NoSide
+from rayfl.fl.methods.fedhen.config import FedHeNConfig, NoSideConfig
+from rayfl.fl.methods.heterofl.algorithm import HeteroFL
+from rayfl.fl.methods.heterofl.config import HeteroFLConfig
+from rayfl.fl.registry import build_algorithm
 from rayfl.models.elastic import CostModel
 from rayfl.models.elastic.resnet import ElasticResNet, ResNetFamily
+from rayfl.models.elastic.spec import first_k
 from tests.helpers import tiny_image_dataset
 
 MODEL = ResNetConfig(widths=(4, 8, 8, 8), norm="gn", side_exit=2, side_pool=2)
@@ -95,7 +91,7 @@ def grads(model: nn.Module) -> dict[str, torch.Tensor]:
 
 
 def task(client_id: int = 0) -> TrainTask:
-    from rayfl.algorithms.payloads import Assignment
+    from rayfl.core.messages import Assignment
 
     return TrainTask(client_id, 0, 0, 0.05, Assignment())
 

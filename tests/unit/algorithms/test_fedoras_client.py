@@ -10,13 +10,13 @@ import pandas as pd
 import pytest
 import torch
 
-from rayfl.algorithms.fedoras import FedorAS
-from rayfl.algorithms.fedoras_sampling import path_flops
-from rayfl.algorithms.payloads import TrainTask
-from rayfl.algorithms.submodel import first_k
+from rayfl.core.messages import TrainTask
 from rayfl.engine.build import bind_algorithm, build_clock, build_setup
 from rayfl.engine.driver import run_experiment
-from rayfl.engine.host import ClientHost
+from rayfl.engine.exec.host import ClientHost
+from rayfl.fl.methods.fedoras.algorithm import FedorAS
+from rayfl.fl.methods.fedoras.sampling import path_flops
+from rayfl.models.elastic.spec import first_k
 from rayfl.models.supernet import SupernetFamily, SupernetModel
 from tests.helpers import tiny_image_dataset
 from tests.helpers_fedoras import fedoras_tiny_config

@@ -12,20 +12,18 @@ import pandas as pd
 import pytest
 import torch
 
-from rayfl.algorithms.fedoras import op_tables, supernet_family
-from rayfl.algorithms.fedoras_finetune import FedorASFinetune, FinetuneState, split_cohort
-from rayfl.algorithms.fedoras_sampling import path_flops, tiers_by_compute, tiers_by_shares
-from rayfl.algorithms.multimodel import initial_model_params, model_params
-from rayfl.config import (
-    FedorASFinetuneConfig,
-    PhaseConfig,
-    ResourceConfig,
-    SupernetConfig,
-    SystemConfig,
-)
-from rayfl.config_loader import ConfigError, load_config
+from rayfl.config.model import SupernetConfig
+from rayfl.config.sections import ResourceConfig, SystemConfig
+from rayfl.core.errors import ConfigError
 from rayfl.engine.build import bind_algorithm, build_clock, build_setup
 from rayfl.engine.driver import RunResult, run_experiment
+from rayfl.experiment.loader import load_config
+from rayfl.experiment.schema import PhaseConfig
+from rayfl.fl.common.multimodel import initial_model_params, model_params
+from rayfl.fl.methods.fedoras.algorithm import op_tables, supernet_family
+from rayfl.fl.methods.fedoras.config import FedorASFinetuneConfig
+from rayfl.fl.methods.fedoras.finetune import FedorASFinetune, FinetuneState, split_cohort
+from rayfl.fl.methods.fedoras.sampling import path_flops, tiers_by_compute, tiers_by_shares
 from rayfl.models import InputSpec
 from rayfl.models.elastic.cost import CostModel
 from rayfl.models.supernet import SupernetFamily

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rayfl.algorithms.fedoras_nsga2 import (
+from rayfl.fl.methods.fedoras.nsga2 import (
     crossover,
     crowding_distance,
     mutate,

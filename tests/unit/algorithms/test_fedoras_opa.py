@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from rayfl.algorithms.fedoras import opa_update
-from rayfl.algorithms.payloads import ClientUpdate
-from rayfl.algorithms.reducers import MaskedWeightedMean
-from rayfl.config import SupernetConfig
+from rayfl.config.model import SupernetConfig
+from rayfl.core.messages import ClientUpdate
+from rayfl.core.reducers import MaskedWeightedMean
+from rayfl.fl.methods.fedoras.algorithm import opa_update
 from rayfl.models.supernet import SupernetFamily
 
 
@@ -70,8 +70,8 @@ def test_supernet_costs_match_the_real_path_model() -> None:
     """A path's parameters and FLOPs from the family's cost pieces equal the realised model's."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from rayfl.algorithms.fedoras import op_tables
-    from rayfl.algorithms.fedoras_sampling import path_flops
+    from rayfl.fl.methods.fedoras.algorithm import op_tables
+    from rayfl.fl.methods.fedoras.sampling import path_flops
     from rayfl.models.elastic.cost import CostModel
 
     cfg = SupernetConfig(stem_channels=4, blocks_per_stage=(2, 1))
@@ -96,7 +96,7 @@ def test_mbconv_has_squeeze_excitation_and_every_stage_ends_in_a_reduction() -> 
     Stem 4, stages of 2 and 1 blocks, x1.5: channels 4 → 6 → 9, two reductions, the head reads 9 features of a 2x2
     map (8x8 images halved twice). mb3_e2 at 4 channels (hidden 8), parameters by hand: expansion 4x8 = 32, BN 16,
     depthwise 8x9 = 72, BN 16, SE 2 x (8x8 + 8) = 144, projection 8x4 = 32, BN 8: 320."""
-    from rayfl.algorithms.fedoras import op_tables
+    from rayfl.fl.methods.fedoras.algorithm import op_tables
     from rayfl.models.elastic.cost import CostModel
     from rayfl.models.supernet import SqueezeExcite
 

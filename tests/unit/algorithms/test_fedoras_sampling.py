@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rayfl.algorithms.fedoras_sampling import (
+from rayfl.fl.methods.fedoras.sampling import (
     OpTables,
     path_flops,
     path_rng,

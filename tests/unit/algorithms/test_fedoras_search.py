@@ -9,14 +9,15 @@ from typing import Any, TypeVar
 import numpy as np
 import pytest
 
-from rayfl.algorithms.fedoras import TierPlan
-from rayfl.algorithms.fedoras_nsga2 import non_dominated_ranks
-from rayfl.algorithms.fedoras_sampling import OpTables, path_flops
-from rayfl.algorithms.fedoras_search import FedorASSearch, SearchState, TierSearch
-from rayfl.config import FedorASSearchConfig, TrainConfig
+from rayfl.config.sections import TrainConfig
 from rayfl.engine.build import bind_algorithm, build_clock, build_setup
 from rayfl.engine.phases import PhasedAlgorithm
-from rayfl.engine.server_tasks import LocalTaskPool
+from rayfl.fl.api.tasks import LocalTaskPool
+from rayfl.fl.methods.fedoras.algorithm import TierPlan
+from rayfl.fl.methods.fedoras.config import FedorASSearchConfig
+from rayfl.fl.methods.fedoras.nsga2 import non_dominated_ranks
+from rayfl.fl.methods.fedoras.sampling import OpTables, path_flops
+from rayfl.fl.methods.fedoras.search import FedorASSearch, SearchState, TierSearch
 from tests.helpers import tiny_image_dataset
 from tests.helpers_fedoras import fedoras_tiny_config
 

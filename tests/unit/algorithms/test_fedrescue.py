@@ -12,28 +12,23 @@ import numpy as np
 import pytest
 import torch
 
-from rayfl.algorithms import FedResCuE
-from rayfl.algorithms.fedrescue import _Client
-from rayfl.algorithms.payloads import ClientUpdate, TensorSlice
-from rayfl.algorithms.reducers import MaskedWeightedMean
-from rayfl.algorithms.submodel import first_k
-from rayfl.config import (
-    CNNConfig,
-    ExperimentConfig,
-    FedAvgConfig,
-    FedResCuEConfig,
-    FedRushConfig,
-    FedSeqConfig,
-    FedSlimConfig,
-    FjORDConfig,
-    HeteroFLConfig,
-    LinkConfig,
-    ResourceConfig,
-)
+from rayfl.config.model import CNNConfig
+from rayfl.config.sections import LinkConfig, ResourceConfig
+from rayfl.core.messages import ClientUpdate, TensorSlice
+from rayfl.core.reducers import MaskedWeightedMean
+from rayfl.core.rng import derive_rng
 from rayfl.engine.build import Setup, bind_algorithm, build_clock, build_setup
 from rayfl.engine.driver import RunResult, run_experiment
+from rayfl.experiment.schema import ExperimentConfig
+from rayfl.fl.common.nested import _Client
+from rayfl.fl.methods.fedavg.config import FedAvgConfig
+from rayfl.fl.methods.fedrescue.algorithm import FedResCuE
+from rayfl.fl.methods.fedrescue.config import FedResCuEConfig, FedRushConfig, FedSeqConfig
+from rayfl.fl.methods.fedslim.config import FedSlimConfig
+from rayfl.fl.methods.fjord.config import FjORDConfig
+from rayfl.fl.methods.heterofl.config import HeteroFLConfig
+from rayfl.models.elastic.spec import first_k
 from rayfl.models.inputs import to_input
-from rayfl.rng import derive_rng
 from tests.helpers import tiny_config, tiny_image_dataset
 
 CNN_BN = CNNConfig(channels=(8, 16), norm="batch")
@@ -86,7 +81,7 @@ def test_each_progressive_step_moves_only_the_columns_its_ratio_adds(kind: str) 
     state (SGD's momentum buffer, Adam's two moments) stays bit-identical, not decayed (the frozen elements are out of
     the step, as torch.optim leaves a parameter without a gradient), with momentum 0.9 and weight decay 0.01; inside
     the new columns both moved."""
-    from rayfl.algorithms.optim import client_optimizer
+    from rayfl.fl.api.optim import client_optimizer
 
     alg, setup = _bound()
     family = alg.require_family()
@@ -235,7 +230,7 @@ def test_fedslim_sums_the_gradients_of_the_sampled_widths_into_one_step(distill:
     the gradient of KL(the whole model's detached logits || the width's) (paper 004's Algorithm 3, the default) or of
     its cross-entropy (``kd: false``), each computed on a separately extracted sub-model and placed on its
     leading block (an independent oracle: real sub-models, no shared views)."""
-    from rayfl.algorithms import FedSlim
+    from rayfl.fl.methods.fedslim.algorithm import FedSlim
 
     cfg = _cfg(FedSlimConfig(kd=distill))
     setup = build_setup(cfg, tiny_image_dataset())
@@ -305,7 +300,8 @@ def test_each_width_is_recorded_every_evaluated_round_with_a_trace_of_error_rate
 
 
 def test_eval_widths_outside_0_1_are_refused_naming_the_item(tmp_path: Any) -> None:
-    from rayfl.config_loader import ConfigError, load_config
+    from rayfl.core.errors import ConfigError
+    from rayfl.experiment.loader import load_config
 
     path = tmp_path / "widths.yaml"
     path.write_text("eval_widths: [0.5, 1.5]\n")

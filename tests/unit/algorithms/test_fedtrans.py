@@ -15,9 +15,17 @@ import numpy as np
 import pytest
 import torch
 
-from rayfl.algorithms.base import ServerContext
-from rayfl.algorithms.fedtrans import ACTIVENESS_PREFIX, FedTrans, FedTransState
-from rayfl.algorithms.fedtrans_math import (
+from rayfl.config.model import CellNetConfig
+from rayfl.config.sections import TrainConfig
+from rayfl.core.messages import Aggregate, ClientOutcome, ClientView, ServerState
+from rayfl.core.rng import derive_rng
+from rayfl.engine.exec.client_state import initial_weights
+from rayfl.fl.api.algorithm import ServerContext
+from rayfl.fl.common.multimodel import model_key
+from rayfl.fl.methods.fedavg.config import FedAvgConfig
+from rayfl.fl.methods.fedtrans.algorithm import ACTIVENESS_PREFIX, FedTrans, FedTransState
+from rayfl.fl.methods.fedtrans.config import FedTransConfig
+from rayfl.fl.methods.fedtrans.equations import (
     degree_of_convergence,
     family_similarity,
     input_scales,
@@ -28,14 +36,8 @@ from rayfl.algorithms.fedtrans_math import (
     softmax,
     update_utilities,
 )
-from rayfl.algorithms.multimodel import model_key
-from rayfl.algorithms.payloads import Aggregate, ClientOutcome, ClientView, ServerState
-from rayfl.config import CellNetConfig, FedAvgConfig, FedTransConfig, TrainConfig
-from rayfl.engine.client_state import initial_weights
 from rayfl.models import InputSpec, build_model
-from rayfl.models.cellnet import build_graph
-from rayfl.models.cellnet.transform import transform_params
-from rayfl.rng import derive_rng
+from rayfl.models.cellnet.transform import build_graph, transform_params
 from rayfl.system.costs import CostOracle
 from tests.helpers import tiny_config, tiny_image_dataset
 
@@ -283,7 +285,7 @@ def test_a_forced_round_without_activeness_is_skipped_and_logged(caplog: pytest.
     fs = FedTransState(utilities=np.zeros((3, 2)), similarity=np.eye(2), trained_rounds=(2, 0))
     state = _family_state(algo, _LOGS[:2], fs)
     outcomes = (_outcome(0, 0, 1.0, {"c1": 1.0}),)  # model 1, the newest, has not trained since it was made
-    with caplog.at_level("WARNING", logger="rayfl.algorithms.fedtrans"):
+    with caplog.at_level("WARNING", logger="rayfl.fl.methods.fedtrans.algorithm"):
         new = algo.server_update(state, 2, Aggregate(state.params, {}, 1, outcomes))
     assert len(new.models) == 2
     assert "no transformation after round 2" in caplog.text

@@ -10,15 +10,19 @@ import numpy as np
 import torch
 from torch import nn
 
-from rayfl.algorithms import ALGORITHMS, FjORD
-from rayfl.algorithms.payloads import Assignment, ClientView, Params, ServerState, TensorSlice, TrainTask
-from rayfl.algorithms.submodel import first_k
-from rayfl.config import CNNConfig, ExperimentConfig, FedAvgConfig, FjORDConfig
+from rayfl.config.model import CNNConfig
+from rayfl.core.messages import Assignment, ClientView, Params, ServerState, TensorSlice, TrainTask
+from rayfl.core.rng import derive_rng, derive_torch_generator
 from rayfl.engine.build import Setup, bind_algorithm, build_backend, build_clock, build_setup
 from rayfl.engine.driver import run_experiment
+from rayfl.experiment.schema import ExperimentConfig
+from rayfl.fl.methods.fedavg.config import FedAvgConfig
+from rayfl.fl.methods.fjord.algorithm import FjORD
+from rayfl.fl.methods.fjord.config import FjORDConfig
+from rayfl.fl.registry import algorithm_class
 from rayfl.models.elastic import ElasticFamily
+from rayfl.models.elastic.spec import first_k
 from rayfl.models.inputs import to_input
-from rayfl.rng import derive_rng, derive_torch_generator
 from tests.helpers import tiny_config, tiny_image_dataset
 
 CNN_BN = CNNConfig(channels=(8, 16), norm="batch")
@@ -88,7 +92,7 @@ def _first_batch(setup: Setup, task: TrainTask) -> tuple[torch.Tensor, torch.Ten
 
 # --------------------------------------------------------------------------------------------- (1) FedAvg limit
 def test_full_width_equals_sample_weighted_fedavg_bit_for_bit() -> None:
-    assert ALGORITHMS["fjord"] is FjORD
+    assert algorithm_class("fjord") is FjORD
     data = tiny_image_dataset()
     fedavg = run_experiment(_cfg(FedAvgConfig(weighting="samples"), rounds=2), write=False, dataset=data)
     ours = run_experiment(_cfg(FjORDConfig(widths=(1.0,), kd=True), rounds=2), write=False, dataset=data)

@@ -11,21 +11,19 @@ import numpy as np
 import pytest
 import torch
 
-from rayfl.algorithms import ALGORITHMS, ModelSearchAlgorithm
-from rayfl.algorithms.search import ModelSearch
-from rayfl.config import (
-    DistillConfig,
-    ExperimentConfig,
-    FedAvgConfig,
-    ModelSearchConfig,
-    ResNetConfig,
-    ResourceConfig,
-    SystemConfig,
-)
+from rayfl.config.model import ResNetConfig
+from rayfl.config.sections import ResourceConfig, SystemConfig
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine.build import Setup, bind_algorithm, build_clock, build_setup
 from rayfl.engine.driver import run_experiment
 from rayfl.engine.sampling import sample_clients
+from rayfl.experiment.schema import ExperimentConfig
+from rayfl.fl.common.distill.config import DistillConfig
+from rayfl.fl.common.search import ModelSearch
+from rayfl.fl.methods.fedavg.config import FedAvgConfig
+from rayfl.fl.methods.model_search.algorithm import ModelSearchAlgorithm
+from rayfl.fl.methods.model_search.config import ModelSearchConfig
+from rayfl.fl.registry import algorithm_class
 from rayfl.system.clock import SimClock
 from tests.helpers import tiny_config, tiny_image_dataset
 
@@ -73,7 +71,7 @@ def budgets_between_smallest_and_largest(
 
 
 def test_registered() -> None:
-    assert ALGORITHMS["model_search"] is ModelSearchAlgorithm
+    assert algorithm_class("model_search") is ModelSearchAlgorithm
 
 
 def test_end_to_end_under_budgets_no_client_fails_and_rounds_record_the_search(data: FederatedDataset) -> None:
@@ -147,7 +145,7 @@ def test_relu6_warning_when_blocks_can_be_skipped(data: FederatedDataset, caplog
     ]
     for model, ratios, warns in cases:
         caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="rayfl.algorithms.model_search"):
+        with caplog.at_level(logging.WARNING, logger="rayfl.fl.methods.model_search.algorithm"):
             bound(config(ModelSearchConfig(ratios=ratios), model=model), data)
         hits = [r for r in caplog.records if "model.act: relu6" in r.getMessage()]
         assert len(hits) == (1 if warns else 0), (model.act, ratios)

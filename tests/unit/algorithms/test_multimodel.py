@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import torch
 
-from rayfl.algorithms import build_algorithm
-from rayfl.algorithms.multimodel import (
+from rayfl.config.model import CNNConfig
+from rayfl.config.sections import TrainConfig
+from rayfl.core.messages import Assignment, ServerState, TrainTask
+from rayfl.engine.exec.backend import LocalBackend
+from rayfl.fl.common.multimodel import (
     add_model,
     initial_model_params,
     model_key,
@@ -13,9 +16,8 @@ from rayfl.algorithms.multimodel import (
     split_key,
     with_model_params,
 )
-from rayfl.algorithms.payloads import Assignment, ServerState, TrainTask
-from rayfl.config import CNNConfig, FedAvgConfig, TrainConfig
-from rayfl.engine.backend import LocalBackend
+from rayfl.fl.methods.fedavg.config import FedAvgConfig
+from rayfl.fl.registry import build_algorithm
 from rayfl.models import InputSpec
 from tests.helpers import tiny_config, tiny_image_dataset
 

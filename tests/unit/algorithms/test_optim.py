@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from rayfl.algorithms.optim import SGD, Adam, client_optimizer
+from rayfl.fl.api.optim import SGD, Adam, client_optimizer
 
 
 def _model(seed: int) -> nn.Module:
@@ -50,7 +50,7 @@ def test_masked_step_is_a_plain_step_inside_the_masks_and_no_step_outside(kind: 
     ``masked_step`` with random masks (one parameter masked out entirely): inside the masks the two agree exactly,
     parameters and state (momentum 0.9 / Adam's moments, weight decay); outside, the masked one is exactly as
     before the step, state included."""
-    from rayfl.algorithms.optim import masked_step
+    from rayfl.fl.api.optim import masked_step
 
     models = [_model(0), _model(0)]
     params = [list(m.parameters()) for m in models]

@@ -13,29 +13,27 @@ import pytest
 import torch
 from torch import nn
 
-from rayfl.algorithms import AnyCostFL, FedDropout, FedRolex, HeteroFL
-from rayfl.algorithms.base import ServerContext
-from rayfl.algorithms.heterofl import static_bn_batches, tracked_global_model
-from rayfl.algorithms.payloads import ClientUpdate, ClientView, Params, ServerState, TensorSlice, TrainTask
-from rayfl.algorithms.rates import UniformRateAlgorithm, client_label_set
-from rayfl.config import (
-    AnyCostFLConfig,
-    CNNConfig,
-    ExperimentConfig,
-    FedAvgConfig,
-    FedDropoutConfig,
-    FedRolexConfig,
-    HeteroFLConfig,
-    ResNetConfig,
-    ResourceConfig,
-    SystemConfig,
-)
+from rayfl.config.model import CNNConfig, ResNetConfig
+from rayfl.config.sections import ResourceConfig, SystemConfig
+from rayfl.core.messages import ClientUpdate, ClientView, Params, ServerState, TensorSlice, TrainTask
+from rayfl.core.rng import derive_rng
 from rayfl.data.federated import FederatedDataset, from_client_arrays
 from rayfl.engine.build import Setup, bind_algorithm, build_backend, build_clock, build_setup
 from rayfl.engine.driver import run_experiment
+from rayfl.experiment.schema import ExperimentConfig
+from rayfl.fl.api.algorithm import ServerContext
+from rayfl.fl.common.rates import UniformRateAlgorithm, client_label_set
+from rayfl.fl.methods.anycostfl.algorithm import AnyCostFL
+from rayfl.fl.methods.anycostfl.config import AnyCostFLConfig
+from rayfl.fl.methods.fedavg.config import FedAvgConfig
+from rayfl.fl.methods.feddropout.algorithm import FedDropout
+from rayfl.fl.methods.feddropout.config import FedDropoutConfig
+from rayfl.fl.methods.fedrolex.algorithm import FedRolex
+from rayfl.fl.methods.fedrolex.config import FedRolexConfig
+from rayfl.fl.methods.heterofl.algorithm import HeteroFL, static_bn_batches, tracked_global_model
+from rayfl.fl.methods.heterofl.config import HeteroFLConfig
 from rayfl.models import InputSpec, to_input
 from rayfl.models.elastic import ResNetFamily
-from rayfl.rng import derive_rng
 from tests.helpers import tiny_config, tiny_image_dataset
 
 CNN = CNNConfig(channels=(8, 16))

@@ -8,10 +8,10 @@ import sys
 import numpy as np
 import torch
 
-from rayfl.algorithms.payloads import ClientUpdate, TensorSlice
-from rayfl.algorithms.reducers import MaskedWeightedMean, Partial, as_arrays, split_partial
-from rayfl.engine.param_server import plan_shards
-from rayfl.partials import ArrayWeightedMean
+from rayfl.core.messages import ClientUpdate, TensorSlice
+from rayfl.core.partials import ArrayWeightedMean
+from rayfl.core.reducers import MaskedWeightedMean, Partial, as_arrays, split_partial
+from rayfl.engine.exec.param_server import plan_shards
 
 
 def _update(cid: int, weight: float, value: list[list[float]], rows=None, cols=None) -> ClientUpdate:
@@ -132,13 +132,13 @@ def test_process_roles_import_only_what_they_need() -> None:
     imports on first use (82 MiB and seconds)."""
     code = (
         "import sys\n"
-        "import rayfl.engine.param_server, rayfl.partials, rayfl.engine.ray_session\n"
+        "import rayfl.engine.exec.param_server, rayfl.core.partials, rayfl.engine.ray.session\n"
         "assert 'torch' not in sys.modules, 'a shard or the Ray start imports torch'\n"
-        "import rayfl.engine.ray_pool\n"
+        "import rayfl.engine.ray.pool\n"
         "assert 'triton' not in sys.modules, 'a client host imports triton'\n"
         "import torch\n"
         "from torch import nn\n"
-        "from rayfl.algorithms.optim import client_optimizer\n"
+        "from rayfl.fl.api.optim import client_optimizer\n"
         "m = nn.Linear(3, 2)\n"
         "for kind in ('sgd', 'adam'):\n"
         "    opt = client_optimizer(kind, list(m.parameters()), 0.1, momentum=0.9, weight_decay=1e-4)\n"

@@ -7,12 +7,12 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from rayfl.algorithms.payloads import ClientView
-from rayfl.algorithms.search import ModelSearch, SearchResult
-from rayfl.config import ResNetConfig
+from rayfl.config.model import ResNetConfig
+from rayfl.core.messages import ClientView
+from rayfl.core.rng import derive_rng
+from rayfl.fl.common.search import ModelSearch, SearchResult
 from rayfl.models.elastic.cost import CostModel
 from rayfl.models.elastic.resnet import ResNetFamily
-from rayfl.rng import derive_rng
 
 S = (0.0, 0.25, 0.5, 1.0)
 

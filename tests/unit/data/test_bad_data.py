@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rayfl.cli import main
-from rayfl.config import DataConfig
-from rayfl.config_loader import ConfigError
+from rayfl.config.sections import DataConfig
+from rayfl.core.errors import ConfigError
 from rayfl.data.cifar10 import FOLDER, load_cifar10_arrays
 from rayfl.data.leaf import load_leaf
 from rayfl.data.shakespeare import SDIST_NAME, cache_path, load_shakespeare, prepare_shakespeare

@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from rayfl.config import DataConfig
+from rayfl.config.sections import DataConfig
 from rayfl.data import build_federated_dataset
 from rayfl.data.blas_threads import blas_thread_counts, one_blas_thread
 from tests.unit.data.test_synthetic import TODAYS_ARRAYS, _digest

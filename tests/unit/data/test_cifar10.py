@@ -10,8 +10,8 @@ from typing import Literal
 import numpy as np
 import pytest
 
-from rayfl.config import DataConfig
-from rayfl.config_loader import ConfigError
+from rayfl.config.sections import DataConfig
+from rayfl.core.errors import ConfigError
 from rayfl.data import build_federated_dataset
 from rayfl.data.cifar10 import (
     CIFAR10_MEAN,

@@ -6,10 +6,13 @@ from pathlib import Path
 
 import numpy as np
 
-from rayfl.config import BackendConfig, CNNConfig, DataConfig, ExperimentConfig, FedAvgConfig, TrainConfig
+from rayfl.config.model import CNNConfig
+from rayfl.config.sections import BackendConfig, DataConfig, TrainConfig
 from rayfl.data import build_federated_dataset
 from rayfl.data.federated import IndexedRows
 from rayfl.engine.driver import run_experiment
+from rayfl.experiment.schema import ExperimentConfig
+from rayfl.fl.methods.fedavg.config import FedAvgConfig
 
 
 def arrays(folder: str, mmap: bool) -> dict[str, np.ndarray]:

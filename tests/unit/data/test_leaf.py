@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rayfl.config import DataConfig
+from rayfl.config.sections import DataConfig
 from rayfl.data import build_federated_dataset
 from rayfl.data.leaf import load_leaf
 

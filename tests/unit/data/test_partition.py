@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from rayfl.core.rng import derive_rng
 from rayfl.data import partition
-from rayfl.rng import derive_rng
 
 
 def _labels(n: int, num_classes: int, seed: int = 0) -> np.ndarray:

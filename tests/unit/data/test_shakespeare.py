@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rayfl.config import DataConfig
+from rayfl.config.sections import DataConfig
 from rayfl.data.shakespeare import (
     OOV_INDEX,
     SDIST_NAME,

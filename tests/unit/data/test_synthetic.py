@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rayfl.config import DataConfig
+from rayfl.config.sections import DataConfig
 from rayfl.data import build_federated_dataset, with_validation
 from rayfl.data.federated import LazyRows
 from rayfl.data.synthetic import TEST_SIZE, SyntheticImages, load_synthetic

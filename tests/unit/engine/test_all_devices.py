@@ -12,15 +12,16 @@ import numpy as np
 import pytest
 import torch
 
-from rayfl.algorithms.multimodel import model_key
-from rayfl.algorithms.payloads import ClientUpdate, ServerState, TrainTask
-from rayfl.algorithms.submodel import first_k
-from rayfl.config import DecoupleConfig, ExperimentConfig, FedHeNConfig
-from rayfl.engine.backend import LocalBackend, uploads_by_host
+from rayfl.core.messages import ClientUpdate, ServerState, TrainTask
 from rayfl.engine.build import bind_algorithm, build_backend, build_clock, build_setup
-from rayfl.engine.client_state import ClientMemory, KeptUpload, memory_bytes
 from rayfl.engine.driver import run_experiment
+from rayfl.engine.exec.backend import LocalBackend, uploads_by_host
+from rayfl.engine.exec.client_state import ClientMemory, KeptUpload, memory_bytes
+from rayfl.experiment.schema import ExperimentConfig
+from rayfl.fl.common.multimodel import model_key
+from rayfl.fl.methods.fedhen.config import DecoupleConfig, FedHeNConfig
 from rayfl.models import InputSpec, build_model
+from rayfl.models.elastic.spec import first_k
 from tests.helpers import tiny_image_dataset
 from tests.unit.algorithms.test_fedhen import MODEL, NUM_CLIENTS, constant_update, family, fedhen_config, nan_dataset
 

@@ -7,10 +7,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from rayfl.config import DataConfig
+from rayfl.config.sections import DataConfig
 from rayfl.engine.build import build_setup
 from rayfl.engine.driver import run_experiment
-from rayfl.engine.host import ClientHost
+from rayfl.engine.exec.host import ClientHost
 from rayfl.models import InputSpec, to_input
 from rayfl.models.inputs import client_spec
 from tests.helpers import tiny_config, tiny_image_dataset

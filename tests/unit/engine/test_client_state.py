@@ -9,22 +9,17 @@ import numpy as np
 import pytest
 import torch
 
-from rayfl.algorithms.payloads import ClientOutcome, LinkDraw, TrainTask
-from rayfl.algorithms.submodel import first_k
-from rayfl.config import (
-    BackendConfig,
-    CNNConfig,
-    FedAvgConfig,
-    HeteroFLConfig,
-    IndependentConfig,
-    LinkConfig,
-    ResourceConfig,
-)
+from rayfl.config.model import CNNConfig
+from rayfl.config.sections import BackendConfig, LinkConfig, ResourceConfig
+from rayfl.core.messages import ClientOutcome, LinkDraw, TrainTask
 from rayfl.engine.build import bind_algorithm, build_clock, build_setup
-from rayfl.engine.client_state import ClientMemory, ClientStateStore, memory_bytes
 from rayfl.engine.driver import run_experiment
-from rayfl.engine.host import ClientHost
-from rayfl.models.elastic.spec import SubModelSpec
+from rayfl.engine.exec.client_state import ClientMemory, ClientStateStore, memory_bytes
+from rayfl.engine.exec.host import ClientHost
+from rayfl.fl.methods.fedavg.config import FedAvgConfig
+from rayfl.fl.methods.heterofl.config import HeteroFLConfig
+from rayfl.fl.methods.independent.config import IndependentConfig
+from rayfl.models.elastic.spec import SubModelSpec, first_k
 from rayfl.system.links import column_levels
 from tests.helpers import tiny_config, tiny_image_dataset
 

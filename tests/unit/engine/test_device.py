@@ -7,10 +7,12 @@ import dataclasses
 import pytest
 import torch
 
-from rayfl.config import BackendConfig, ExperimentConfig
-from rayfl.config_loader import ConfigError, load_config, validate_semantics
-from rayfl.engine.device import DeviceChoice, choose_device, use_device
+from rayfl.config.sections import BackendConfig
+from rayfl.core.errors import ConfigError
 from rayfl.engine.driver import run_experiment
+from rayfl.engine.exec.device import DeviceChoice, choose_device, use_device
+from rayfl.experiment.loader import load_config, validate_semantics
+from rayfl.experiment.schema import ExperimentConfig
 from tests.helpers import tiny_config, tiny_image_dataset
 
 

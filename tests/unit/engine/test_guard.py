@@ -11,15 +11,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from rayfl.algorithms.fedavg import FedAvg
-from rayfl.algorithms.payloads import Aggregate, ServerState
 from rayfl.cli import main
-from rayfl.config import FedAvgConfig, TrainConfig
+from rayfl.config.sections import TrainConfig
+from rayfl.core.messages import Aggregate, ServerState
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine.build import build_backend, build_setup
 from rayfl.engine.driver import run_experiment
 from rayfl.engine.guard import NonFiniteError, NonFiniteGuard
 from rayfl.engine.progress import ProgressLine
+from rayfl.fl.methods.fedavg.algorithm import FedAvg
+from rayfl.fl.methods.fedavg.config import FedAvgConfig
 from tests.helpers import tiny_config, tiny_image_dataset
 from tests.resume_cases import assert_records_agree, assert_same_state
 
@@ -115,9 +116,9 @@ class _NaNOnce(FedAvg):
 def test_one_bad_round_is_rolled_back_and_the_run_goes_on(
     data: FederatedDataset, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from rayfl.algorithms import ALGORITHMS
+    from rayfl.fl.registry import METHODS
 
-    monkeypatch.setitem(ALGORITHMS, "fedavg", _NaNOnce)
+    monkeypatch.setitem(METHODS, "fedavg", dataclasses.replace(METHODS["fedavg"], algorithm=f"{__name__}:_NaNOnce"))
     result = run_experiment(dataclasses.replace(tiny_config(kind="local"), rounds=3), write=False, dataset=data)
     records = result.records
     assert [r.rolled_back for r in records] == [0, 1, 0]

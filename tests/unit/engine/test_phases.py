@@ -13,14 +13,16 @@ import pandas as pd
 import pytest
 import torch
 
-from rayfl.algorithms.fedoras import op_tables, supernet_family
-from rayfl.algorithms.fedoras_sampling import path_flops
-from rayfl.algorithms.fedoras_search import SearchState
-from rayfl.config import ExperimentConfig, FedAvgConfig, PhaseConfig
-from rayfl.config_loader import ConfigError, load_config
+from rayfl.core.errors import ConfigError
 from rayfl.engine.build import build_clock, build_setup
 from rayfl.engine.driver import RunResult, run_experiment
 from rayfl.engine.phases import PhasedAlgorithm, PhaseSchedule, build_run_algorithm
+from rayfl.experiment.loader import load_config
+from rayfl.experiment.schema import ExperimentConfig, PhaseConfig
+from rayfl.fl.methods.fedavg.config import FedAvgConfig
+from rayfl.fl.methods.fedoras.algorithm import op_tables, supernet_family
+from rayfl.fl.methods.fedoras.sampling import path_flops
+from rayfl.fl.methods.fedoras.search import SearchState
 from rayfl.models.elastic import CostModel, ElasticFamily
 from tests.helpers import tiny_config, tiny_image_dataset
 from tests.helpers_fedoras import fedoras_tiny_config

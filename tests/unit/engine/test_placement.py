@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rayfl.engine.placement import ANY_BUNDLE, ActorSlot, layout_in_group, pack_layout, spread_layout
+from rayfl.engine.ray.placement import ANY_BUNDLE, ActorSlot, layout_in_group, pack_layout, spread_layout
 
 DRIVER = {"CPU": 0.5}
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from rayfl.config import BackendConfig
-from rayfl.engine.ray_session import cluster_a_bare_init_joins, init_kwargs
+from rayfl.config.sections import BackendConfig
+from rayfl.engine.ray.session import cluster_a_bare_init_joins, init_kwargs
 
 
 def test_ray_address_in_the_environment_is_joined_without_sizes(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -24,17 +24,13 @@ from typing import Any
 
 import pytest
 
-from rayfl.config import (
-    BackendConfig,
-    CNNConfig,
-    DataConfig,
-    ExperimentConfig,
-    FedAvgConfig,
-    HeteroFLConfig,
-    TrainConfig,
-)
+from rayfl.config.model import CNNConfig
+from rayfl.config.sections import BackendConfig, DataConfig, TrainConfig
 from rayfl.engine.driver import RunResult, run_experiment
-from rayfl.engine.records import HOST_CLOCK_FIELDS
+from rayfl.engine.persist.records import HOST_CLOCK_FIELDS
+from rayfl.experiment.schema import ExperimentConfig
+from rayfl.fl.methods.fedavg.config import FedAvgConfig
+from rayfl.fl.methods.heterofl.config import HeteroFLConfig
 
 WALL_FIELDS = HOST_CLOCK_FIELDS | {"hit_rate"}
 # columns added after the pin (issue 12: dead actors, the non-finite guard, checkpoints), with their value in these

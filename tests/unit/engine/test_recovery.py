@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import ray.exceptions as rex
 
-from rayfl.engine.recovery import ActorFailureError, Recovery, actor_died, lost
+from rayfl.engine.ray.recovery import ActorFailureError, Recovery, actor_died, lost
 
 UNAVAILABLE = rex.ActorUnavailableError("The actor is temporarily unavailable: RpcError", b"\0" * 16)
 OBJECT_LOST = rex.ObjectLostError("00" * 28, None, "")
@@ -59,8 +59,8 @@ def test_losses_are_told_from_errors_of_the_code() -> None:
 def test_the_progress_line_names_replaced_actors() -> None:
     import io
 
+    from rayfl.engine.persist.records import RoundRecord
     from rayfl.engine.progress import ProgressLine
-    from rayfl.engine.records import RoundRecord
 
     stream = io.StringIO()
     line = ProgressLine(stream, total_rounds=2)

@@ -16,11 +16,11 @@ import pytest
 import torch
 
 from rayfl.cli import main
-from rayfl.config import CheckpointConfig
-from rayfl.config_loader import ConfigError
+from rayfl.config.sections import CheckpointConfig
+from rayfl.core.errors import ConfigError
 from rayfl.data.federated import FederatedDataset
-from rayfl.engine.checkpoint import CheckpointStore
 from rayfl.engine.driver import run_experiment
+from rayfl.engine.persist.checkpoint import CheckpointStore
 from tests.helpers import tiny_image_dataset
 from tests.resume_cases import assert_same_run, case, case_names, keep_checkpoints_up_to
 

@@ -10,10 +10,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rayfl.algorithms.model_search import ModelSearchAlgorithm
-from rayfl.config import AnyCostFLConfig, ExperimentConfig, HeteroFLConfig, ModelSearchConfig
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine.search_only import meta_params, run_search_only
+from rayfl.experiment.schema import ExperimentConfig
+from rayfl.fl.methods.anycostfl.config import AnyCostFLConfig
+from rayfl.fl.methods.heterofl.config import HeteroFLConfig
+from rayfl.fl.methods.model_search.algorithm import ModelSearchAlgorithm
+from rayfl.fl.methods.model_search.config import ModelSearchConfig
 from rayfl.models import InputSpec
 from rayfl.report import load_run
 from tests.unit.algorithms.test_model_search_algorithm import (

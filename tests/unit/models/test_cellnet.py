@@ -13,20 +13,14 @@ import pytest
 import torch
 from torch import nn
 
-from rayfl.config import CellNetConfig
+from rayfl.config.model import CellNetConfig
 from rayfl.models import InputSpec
-from rayfl.models.cellnet import (
-    apply_step,
-    build_graph,
-    deepen_step,
-    parse_step,
-    tensor_name,
-    transform_params,
-    widen_step,
-)
+from rayfl.models.cellnet import apply_step, deepen_step, parse_step, tensor_name, transform_params, widen_step
 from rayfl.models.cellnet.module import CellNet
-from rayfl.models.elastic import CostModel, build_family
+from rayfl.models.cellnet.transform import build_graph
+from rayfl.models.elastic import CostModel
 from rayfl.models.elastic.cost import saved_tensors
+from rayfl.models.families import build_family
 
 SPEC = InputSpec("image", 10, (3, 32, 32))
 
@@ -193,7 +187,8 @@ def test_family_costs_equal_the_measured_forward_flops() -> None:
 def test_bad_cellnet_configs_are_one_line_errors(tmp_path: object, text: str, message: str) -> None:
     from pathlib import Path
 
-    from rayfl.config_loader import ConfigError, load_config
+    from rayfl.core.errors import ConfigError
+    from rayfl.experiment.loader import load_config
 
     path = Path(str(tmp_path)) / "bad.yaml"
     path.write_text(text + "\ndata: {name: synthetic}\n")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from rayfl.config import CNNConfig, ResNetConfig
+from rayfl.config.model import CNNConfig, ResNetConfig
 from rayfl.models.elastic import cost
 from rayfl.models.elastic.convnets import HeteroCNNFamily
 from rayfl.models.elastic.cost import CostModel, optimizer_slots, saved_tensors, units_from_ratios

@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from rayfl.config import CNNConfig, FemnistCNNConfig
+from rayfl.config.model import CNNConfig, FemnistCNNConfig
 from rayfl.models.elastic.convnets import FemnistCNNFamily, HeteroCNNFamily
 from rayfl.models.elastic.cost import CostModel, saved_tensors
 from rayfl.models.elastic.family import ElasticFamily

@@ -12,8 +12,8 @@ import pytest
 import torch
 from torch import nn
 
-from rayfl.algorithms.payloads import TensorSlice
-from rayfl.config import ResNetConfig
+from rayfl.config.model import ResNetConfig
+from rayfl.core.messages import TensorSlice
 from rayfl.models.elastic.resnet import STAGE_BLOCKS, ResNetFamily
 from rayfl.models.elastic.space import Dimension, units_for
 from rayfl.models.elastic.spec import FirstK, RandomSubset, Rolling, Selection, Selector, SubModelSpec, TopKNorm

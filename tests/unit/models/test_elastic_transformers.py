@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from rayfl.config import CharBertConfig, ViTConfig
+from rayfl.config.model import CharBertConfig, ViTConfig
 from rayfl.models.elastic import cost
 from rayfl.models.elastic.bert import BERT_PRESETS, CharBertFamily
 from rayfl.models.elastic.cost import CostModel, saved_tensors
@@ -316,7 +316,7 @@ def test_overrides_and_validation() -> None:
 
 def test_vit_config_size_overrides_reach_the_family() -> None:
     """``model.embed_dim`` & co. in the YAML resize the ViT (0 keeps the preset), as for the character BERT."""
-    from rayfl.models.elastic import build_family
+    from rayfl.models.families import build_family
     from rayfl.models.inputs import InputSpec
 
     spec = InputSpec("image", 10, (3, 32, 32))

@@ -8,11 +8,10 @@ import pytest
 import torch
 from torch import nn
 
-from rayfl.algorithms.submodel import first_k
-from rayfl.config import ResNetConfig
+from rayfl.config.model import ResNetConfig
 from rayfl.models.elastic.cost import CostModel, saved_tensors
 from rayfl.models.elastic.resnet import ElasticResNet, ResNetFamily, SideHead, grid_mean
-from rayfl.models.elastic.spec import RandomSubset, SubModelSpec
+from rayfl.models.elastic.spec import RandomSubset, SubModelSpec, first_k
 
 TINY = (4, 8, 16, 32)
 

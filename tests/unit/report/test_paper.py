@@ -15,18 +15,13 @@ import pandas as pd
 import pytest
 import yaml
 
-from rayfl.config import (
-    BackendConfig,
-    CNNConfig,
-    DistillConfig,
-    ExperimentConfig,
-    HeteroFLConfig,
-    ModelSearchConfig,
-    ResourceConfig,
-    SystemConfig,
-    TrainConfig,
-)
+from rayfl.config.model import CNNConfig
+from rayfl.config.sections import BackendConfig, ResourceConfig, SystemConfig, TrainConfig
 from rayfl.engine.driver import run_experiment
+from rayfl.experiment.schema import ExperimentConfig
+from rayfl.fl.common.distill.config import DistillConfig
+from rayfl.fl.methods.heterofl.config import HeteroFLConfig
+from rayfl.fl.methods.model_search.config import ModelSearchConfig
 from rayfl.report import REPORT_MD, UTILISATION_PNG, load_run, report
 from rayfl.report.paper import method_label, paper_grid, setting_of, table3_markdown, utilisation_markdown
 from tests.helpers import tiny_image_dataset

@@ -9,11 +9,11 @@ import time
 import numpy as np
 import pytest
 
-from rayfl.algorithms.fedavg import FedAvg
-from rayfl.algorithms.payloads import Assignment
-from rayfl.config import ResourceConfig, SystemConfig
+from rayfl.config.sections import ResourceConfig, SystemConfig
+from rayfl.core.messages import Assignment
 from rayfl.engine.build import build_clock, build_setup
 from rayfl.engine.driver import run_experiment
+from rayfl.fl.methods.fedavg.algorithm import FedAvg
 from rayfl.system.clock import SimClock
 from rayfl.system.resources import Log, TraceReplay
 from tests.helpers import tiny_config, tiny_image_dataset

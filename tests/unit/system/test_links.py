@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-from rayfl.algorithms.payloads import Assignment, ClientUpdate, TensorSlice
-from rayfl.algorithms.submodel import first_k
-from rayfl.config import CNNConfig, LinkConfig, ResourceConfig
+from rayfl.config.model import CNNConfig
+from rayfl.config.sections import LinkConfig, ResourceConfig
+from rayfl.core.messages import Assignment, ClientUpdate, TensorSlice
 from rayfl.engine.build import build_clock, build_setup
-from rayfl.models.elastic.spec import SubModelSpec
+from rayfl.models.elastic.spec import SubModelSpec, first_k
 from rayfl.system.links import LinkModel, attempted, column_levels, delivered, level_ratio, restrict_update
 from tests.helpers import tiny_config, tiny_image_dataset
 
@@ -114,7 +114,8 @@ def test_clock_counts_the_bytes_that_were_sent_and_fails_clients_that_cannot_pad
 
 
 def test_config_refuses_error_rates_outside_0_1_naming_file_and_line(tmp_path: Any) -> None:
-    from rayfl.config_loader import ConfigError, load_config
+    from rayfl.core.errors import ConfigError
+    from rayfl.experiment.loader import load_config
 
     path = tmp_path / "bad.yaml"
     path.write_text("system:\n  links:\n    error_rate:\n      source: uniform\n      low: 0.1\n      high: 1.5\n")

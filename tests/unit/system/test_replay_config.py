@@ -7,9 +7,10 @@ from pathlib import Path
 
 import numpy as np
 
-from rayfl.config import BackendConfig, CNNConfig, DataConfig
-from rayfl.config_loader import load_config
+from rayfl.config.model import CNNConfig
+from rayfl.config.sections import BackendConfig, DataConfig
 from rayfl.engine.driver import run_experiment
+from rayfl.experiment.loader import load_config
 from rayfl.system.resources import TraceReplay, build_source
 from tests.helpers import tiny_image_dataset
 

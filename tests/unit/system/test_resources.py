@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rayfl.config import ResourceConfig
+from rayfl.config.sections import ResourceConfig
 from rayfl.system.resources import (
     Constant,
     Empirical,

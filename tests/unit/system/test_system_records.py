@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from rayfl.config import ResourceConfig, SystemConfig
+from rayfl.config.sections import ResourceConfig, SystemConfig
 from rayfl.engine.build import build_clock, build_setup
 from rayfl.engine.driver import run_experiment
 from rayfl.engine.sampling import sample_clients

@@ -6,7 +6,7 @@ import dataclasses
 import json
 import math
 
-from rayfl.engine.records import RoundRecord
+from rayfl.engine.persist.records import RoundRecord
 from rayfl.tune.metrics import REPORTED_METRICS, RoundMetrics
 
 

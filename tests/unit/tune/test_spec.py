@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from rayfl.config_loader import ConfigError
+from rayfl.core.errors import ConfigError
 from rayfl.tune import load_sweep
 from rayfl.tune.space import grid_points
 

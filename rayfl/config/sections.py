@@ -1,0 +1,253 @@
+"""Run sections of the schema that every method shares: data, local training, upload compression, the simulated
+system (resources, links, clock), backend and checkpoints. Frozen, typed dataclasses that one YAML file fills; numeric
+bounds live in field metadata (``bounded``). Importing this module imports neither torch nor Ray."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from rayfl.config.fields import bounded
+
+__all__ = [
+    "BackendConfig",
+    "CheckpointConfig",
+    "CompressionConfig",
+    "DataConfig",
+    "LinkConfig",
+    "ResourceConfig",
+    "SystemConfig",
+    "TrainConfig",
+]
+
+
+# ----------------------------------------------------------------------------------------------------- data
+@dataclass(frozen=True, kw_only=True)
+class DataConfig:
+    """Where the data comes from and how it is split into clients.
+
+    ``partition: natural`` keeps the source's own users (Shakespeare roles, FEMNIST writers); ``iid`` and
+    ``dirichlet`` split a centralised training set (CIFAR-10) into ``num_clients`` shards.
+    """
+
+    name: Literal["shakespeare", "cifar10", "leaf", "synthetic", "custom"] = "shakespeare"
+    # 'custom': "package.module:function" returning a FederatedDataset, or a mapping of arrays (x, y, x_test, y_test)
+    # that ``partition`` (iid or dirichlet) splits into ``num_clients`` clients; ``kwargs`` are passed to it
+    factory: str = ""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    root: str | None = bounded(None, path="dir")  # local copy of the data; None = rayfl's cache directory
+    download: bool = False  # allow torchvision to download CIFAR-10 (needs internet)
+    partition: Literal["natural", "iid", "dirichlet"] = "natural"
+    dirichlet_alpha: float = bounded(0.5, gt=0.0)
+    num_clients: int = bounded(100, ge=1)  # iid/dirichlet: clients made; natural: at most this many kept (0 = all)
+    min_samples: int = bounded(64, ge=1)  # natural users with fewer training samples are dropped (LEAF-style)
+    max_samples_per_client: int = bounded(0, ge=0)  # 0 = no cap; a cap keeps CPU-sized runs small
+    test_fraction: float = bounded(0.1, gt=0.0, lt=1.0)  # per-client test split for natural data
+    # data without per-client test sets (iid/dirichlet splits, synthetic): hold out this fraction of every client's
+    # samples as its own test set (0 = none); the global test set becomes their union. Gives the average client
+    # accuracy (paper 002) on data split by a partitioner
+    client_test_fraction: float = bounded(0.0, ge=0.0, lt=1.0)
+    # hold out this fraction of every client's training samples as the server's validation set, which no client trains
+    # on (0 = none: the clients keep every sample). FedorAS's search scores its candidates on it (paper 003 Sec. 3.2
+    # and App. J.1: "a held-out portion of the clients' datasets"); other methods only lose the held-out samples
+    val_fraction: float = bounded(0.0, ge=0.0, lt=1.0)
+    seq_len: int = bounded(80, ge=2)  # Shakespeare window (LEAF uses 80)
+    edition: Literal["modern", "folio", "both"] = "modern"  # which Shakespeare files are parsed
+    synthetic_samples: int = bounded(64, ge=1)  # 'synthetic': samples per client (benchmarks, tests)
+    # 'synthetic': weight of independent pixel noise in the images; below 1 they are mostly the constant 8x8 blocks
+    # whose means the labels come from, a task small conv nets learn in far fewer steps (1 = pure noise images)
+    synthetic_noise: float = bounded(1.0, ge=0.0, le=1.0)
+    # Image inputs: 'dataset' normalises every sample with the data set's channel statistics; 'client' has each client
+    # normalise its training samples to zero mean and unit variance per channel with its own statistics before
+    # training starts (paper 000, Sec. 3.3: what makes the server's N(0, 1) distillation inputs match the data).
+    # Evaluation on the server uses the data set's statistics (the server never sees a client's).
+    normalize: Literal["dataset", "client"] = "dataset"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompressionConfig:
+    """Upload compression for any method. ``qsgd``: QSGD (Alistarh et al., NeurIPS 2017; paper 000 App. G.4)
+    quantises each uploaded tensor's update (trained minus received) stochastically to ``levels`` levels of its L2
+    norm, sent as ``bits``-bit codes plus one float32 norm per tensor; the bytes moved (and the clock) reflect it."""
+
+    kind: Literal["none", "qsgd"] = "none"
+    levels: int = bounded(64, ge=1)
+    bits: int = bounded(8, ge=2, le=32)
+
+
+# ------------------------------------------------------------------------------------------- local training
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    """Client-side training, identical for every client unless an algorithm overrides it."""
+
+    epochs: int = bounded(1, ge=0)
+    max_steps: int = bounded(0, ge=0)  # 0 = no cap; otherwise stop after this many batches
+    batch_size: int = bounded(10, ge=1)
+    optimizer: Literal["sgd", "adam"] = "sgd"
+    lr: float = bounded(0.8, gt=0.0)  # at most FLOAT32_MAX (config_loader): torch refuses a larger step
+    momentum: float = bounded(0.0, ge=0.0, lt=1.0)
+    weight_decay: float = bounded(0.0, ge=0.0)
+    grad_clip_norm: float = bounded(0.0, ge=0.0)  # 0 = no clipping
+    lr_schedule: Literal["constant", "cosine", "step"] = "constant"  # over rounds, as HeteroFL's server-side LR
+    lr_decay_rounds: tuple[int, ...] = ()  # 'step': rounds at which lr is multiplied by lr_decay
+    lr_decay: float = bounded(0.1, gt=0.0, le=1.0)
+    eval_batch_size: int = bounded(256, ge=1)
+    # Token windows: 'last' trains on the character after the window (LEAF); 'all' also on the character after
+    # every prefix of it (teacher forcing, 80 targets per window). Evaluation always scores the last one.
+    sequence_loss: Literal["last", "all"] = "last"
+    # clients return the global weights unchanged without training (for measuring the engine alone)
+    noop: bool = False
+
+
+# ----------------------------------------------------------------------------------------------------- system
+@dataclass(frozen=True, kw_only=True)
+class ResourceConfig:
+    """Where one resource's per-client values come from (``rayfl/system/resources.py``).
+
+    Units: memory ``MiB``, bandwidth ``Mbit/s``, compute ``GFLOP/s``, availability 0/1 (values in files are read in
+    the unit their format declares).
+
+    * ``none``: unlimited (the resource never constrains anyone).
+    * ``constant``: ``low`` for every client.
+    * ``uniform``: uniform in ``[low, high]``; ``binary``: ``low`` or ``high`` with equal odds. Drawn per client and
+      round (``per_round``, paper 000 settings 3-4) or once per client.
+    * ``levels``: each round the sampled clients are split into ``len(values)`` equal groups, group ``i`` getting
+      ``values[i]`` (HeteroFL/FedRolex's "exactly 1/5 of the clients per model level", paper 000 settings 1-2);
+      every ``levels`` resource of a run with as many values puts a client in the same group. With ``id_bounds``
+      (ascending client ids, one fewer than ``values``) the level is fixed by client id instead: ids below
+      ``id_bounds[0]`` get ``values[0]``, ids from ``id_bounds[i - 1]`` below ``id_bounds[i]`` get ``values[i]``
+      (FedHeN's setting: the first 50 of 100 clients simple devices, the last 50 complex ones).
+    * ``trace``: replay logs of ``(timestamp, value)``: ``file`` (one log) or ``directory`` (every log in it, sorted by
+      name), in ``format``; clients get logs round-robin (``assign: round_robin``) or at random, start at a random
+      offset into the log (``offset: random``) or at 0, and the log loops at its end. ``pattern`` picks the logs
+      of a directory (``*.down``).
+    * ``empirical``: values drawn per client and round from a distribution file (``format: mobilebandwidth``);
+      with ``high > 0`` only the values within ``[low, high]`` are kept.
+    """
+
+    source: Literal["none", "constant", "uniform", "binary", "levels", "trace", "empirical"] = "none"
+    low: float = bounded(0.0, ge=0.0)
+    high: float = bounded(0.0, ge=0.0)
+    values: tuple[float, ...] = ()
+    id_bounds: tuple[int, ...] = ()  # levels: fixed per client by id (see above); empty = split each round's cohort
+    per_round: bool = True
+    file: str | None = bounded(None, path="file")
+    directory: str | None = bounded(None, path="dir")
+    pattern: str = "*"  # which files of ``directory`` are logs (e.g. ``*.down``); licence and readme files are skipped
+    format: Literal["rayfl", "mahimahi", "pensieve", "ucc", "mobilebandwidth"] = "rayfl"
+    direction: Literal["down", "up"] = "down"  # which column of a two-way log (ucc)
+    technology: str = ""  # empirical mobilebandwidth: keep only tests of this technology (e.g. 4G, 5G, WiFi)
+    assign: Literal["round_robin", "random"] = "round_robin"
+    offset: Literal["random", "zero"] = "random"
+    scale: float = bounded(1.0, gt=0.0)  # multiply every value (e.g. to map a host's free RAM onto a phone's)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LinkConfig:
+    """Unstable links (paper 004, Sec. 3.3; ``rayfl/system/links.py``), for any method.
+
+    A model moves in ordered transfer units: columns of ``column_ratio`` of the network, i.e. the nested leading
+    blocks of a client's sub-model at width ratios ``column_ratio``, ``2 x column_ratio`` ... up to its own (a model
+    without an elastic family is one unit). Each unit fails with probability ``error_rate`` (drawn per client and
+    round: ``constant``, ``uniform`` in ``[low, high]``, ``binary``, ``levels`` or ``trace``; ``none`` = perfect
+    links); units are sent in order until the first failure, in both directions. A ``trace`` of error rates (kind
+    ``link_error``, unit ``1``, values in ``[0, 1)``) is replayed per client like any trace, its times read as
+    simulated seconds or, with ``trace_time: round``, as round indices (row ``t_s = r`` holds from round ``r``). With
+    ``padding`` (Eq. 5) a client fills the columns it failed to download from its own parameters of the last round
+    it trained (at first, the initial global model's); without it the client trains the part that arrived, and fails
+    when nothing did. ``memory_dtype``: the precision in which a client remembers its model for padding
+    (``float16`` halves the per-client state, e.g. 1,000 clients of the 16-32-64 CNN; padded values are then rounded
+    to half precision)."""
+
+    error_rate: ResourceConfig = field(default_factory=ResourceConfig)
+    column_ratio: float = bounded(0.125, gt=0.0, le=1.0)
+    padding: bool = True
+    trace_time: Literal["simulated", "round"] = "simulated"
+    memory_dtype: Literal["float32", "float16"] = "float32"
+
+    def __post_init__(self) -> None:
+        er = self.error_rate
+        if er.source == "empirical":
+            raise ValueError(
+                "error_rate.source 'empirical' is not supported (constant, uniform, binary, levels, trace)"
+            )
+        if er.source == "trace":
+            return  # its values are checked when the trace is read (system/links.py), naming the file
+        values = list(er.values) if er.source == "levels" else [er.low, er.high if er.source != "constant" else 0.0]
+        if er.source != "none" and any(not 0.0 <= v * er.scale < 1.0 for v in values):
+            raise ValueError(
+                f"error_rate values must lie in [0, 1) (a column lost with that probability), got {values}"
+            )
+
+
+@dataclass(frozen=True, kw_only=True)
+class SystemConfig:
+    """System heterogeneity: per-client budgets and the simulated clock (paper 000 Sec. 4.1.2, Appendix D).
+
+    A client fits a round when its model's peak training memory fits its memory at the round's start and its
+    download plus upload fit in ``comm_limit_s`` at its current bandwidths (and, with ``compute_limit_s``, its round's
+    training FLOPs fit what its compute speed does within that limit: paper 002's hardware capacity). The clock
+    integrates the bandwidth traces over the transfers, models compute time from FLOPs and ``compute`` speed (or
+    measured training time x
+    ``measured_time_scale``), and fails a client whose memory drops below its need while it trains or that becomes
+    unavailable. Round time = slowest surviving client (+ measured server time with ``server_time: measured``).
+    """
+
+    memory: ResourceConfig = field(default_factory=ResourceConfig)
+    bandwidth_down: ResourceConfig = field(default_factory=ResourceConfig)
+    bandwidth_up: ResourceConfig | None = None  # None: the download source serves uploads too
+    compute: ResourceConfig = field(default_factory=lambda: ResourceConfig(source="constant", low=1000.0))
+    availability: ResourceConfig = field(default_factory=ResourceConfig)
+    comm_limit_s: float = bounded(60.0, gt=0.0)  # the communication time limit that defines bandwidth budgets
+    # the compute time limit that defines compute budgets (0: none): a client's budget is the training FLOPs it can do
+    # within it at its compute speed; a model needing more fails it ("compute") and sub-model methods pick ones that fit
+    compute_limit_s: float = bounded(0.0, ge=0.0)
+    deadline_s: float = bounded(0.0, ge=0.0)  # 0: no deadline; else clients that would finish later are not run
+    compute_time: Literal["modelled", "measured"] = "modelled"
+    measured_time_scale: float = bounded(1.0, gt=0.0)
+    server_time: Literal["none", "measured"] = "none"
+    memory_overhead_mib: float = bounded(0.0, ge=0.0)  # runtime memory added to every model's need
+    links: LinkConfig = field(default_factory=LinkConfig)  # unstable links: columns lost mid-transfer (paper 004)
+
+
+# ---------------------------------------------------------------------------------------------------- backend
+@dataclass(frozen=True, kw_only=True)
+class BackendConfig:
+    """Where clients run: in this process, or on a pool of Ray ``ClientHost`` actors with sharded aggregation."""
+
+    kind: Literal["local", "ray"] = "ray"
+    num_hosts: int = bounded(2, ge=1)  # ClientHost actors (the in-process backend emulates the same partition)
+    num_shards: int = bounded(1, ge=1)  # parameter-server shard actors
+    cpus_per_host: float = bounded(0.0, ge=0.0)  # 0 = the cluster's CPUs split evenly over the hosts (at most 1)
+    gpus_per_host: float = bounded(0.0, ge=0.0, le=1.0)  # GPU share Ray reserves per host; a host trains on one GPU
+    device: Literal["auto", "cpu", "cuda"] = "auto"  # auto = CUDA when the host holds a GPU share and CUDA works
+    gpu_memory_fraction: float = bounded(0.0, ge=0.0, le=1.0)  # CUDA allocator cap per host; 0 = gpus_per_host if < 1
+    placement: Literal["spread", "pack"] = "spread"  # outside a placement group: hosts over all nodes, or packed
+    start_timeout_s: float = bounded(120.0, gt=0.0)  # wait for the actors; raise it when an autoscaler adds nodes
+    cpus_per_shard: float = bounded(0.0, ge=0.0)
+    torch_threads: int = bounded(1, ge=1)  # intra-op threads per host; fixed so sums are reproducible
+    # intra-op threads of the driver's server work (distillation, static BN, search, local evaluation), fixed for the
+    # same reason: the records of a run do not depend on the machine's core count or OMP_NUM_THREADS
+    server_threads: int = bounded(1, ge=1)
+    address: str | None = None  # an existing Ray cluster ("auto" or "host:port"); None = what a bare ray.init() finds
+    # (RAY_ADDRESS, the last `ray start` here) or else a new local Ray
+    num_cpus: int = bounded(0, ge=0)  # CPUs for a local Ray instance; 0 = all
+    object_store_mb: int = bounded(0, ge=0)  # object store of a local Ray instance; 0 = Ray's default
+    # dead hosts and shards are restarted and their work re-run (engine/recovery.py); the run gives up when more
+    # than this many actor failures happen in one round (0 = give up at the first)
+    max_actor_failures: int = bounded(3, ge=0)
+    # keep the hosts and shards alive after the run for the next run in this process with the same layout
+    # (notebooks, scripts running several experiments); they keep their CPU reservations meanwhile
+    # (``engine/ray_pool.py``; released by ``rayfl.engine.ray.backend.release_warm_pool`` or ``shutdown_ray``)
+    keep_warm: bool = False
+
+
+# ------------------------------------------------------------------------------------------- checkpoints
+@dataclass(frozen=True, kw_only=True)
+class CheckpointConfig:
+    """Checkpoints of a written run (``rayfl/engine/checkpoint.py``), for ``rayfl run --resume RUN_DIR``: every
+    ``every`` rounds, after the last round and when SIGINT/SIGTERM stops the run; the last ``keep`` are kept.
+    ``every: 0`` writes none (and a stopped run cannot be resumed)."""
+
+    every: int = bounded(10, ge=0)
+    keep: int = bounded(2, ge=1)

@@ -1,0 +1,276 @@
+"""Execution backends: where client hosts and parameter-server shards live.
+
+``Backend`` is the engine's only view of execution. Two implementations give the same numbers for the same seed:
+``LocalBackend`` (this module) runs hosts and shards as plain objects in this process, for tests and debugging;
+``RayBackend`` (``ray_backend.py``) runs them as Ray actors. Both use the same partition of clients over hosts
+(balanced per round by ``tasks_by_host``), the same shard plan and the same canonical reduction order, and both
+evaluate on fixed-size test batches combined in batch order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, cast
+
+import numpy as np
+import torch
+
+from rayfl.config.model import ModelConfig
+from rayfl.config.sections import BackendConfig, CompressionConfig
+from rayfl.core.messages import Aggregate, ClientOutcome, Params, TrainTask
+from rayfl.core.partials import ArrayPartial
+from rayfl.data.federated import FederatedDataset
+from rayfl.engine.exec.client_state import ClientMemory, ClientStateStore, keeps_state, pads
+from rayfl.engine.exec.host import ClientHost, EvalStats, NumpyParams
+from rayfl.engine.exec.param_server import ParamServerShard, plan_shards
+from rayfl.fl.api.algorithm import Algorithm
+
+__all__ = [
+    "Backend",
+    "EvalResult",
+    "LocalBackend",
+    "assemble_aggregate",
+    "combine_eval",
+    "eval_batches",
+    "shard_plan",
+    "tasks_by_host",
+    "to_numpy",
+    "uploads_by_host",
+]
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    accuracy: float
+    loss: float
+    num_samples: int
+    # per test sample, in test-set order: predicted right (left out of ``==``, which compares the figures above)
+    correct_mask: np.ndarray | None = field(default=None, compare=False, repr=False)
+
+
+class Backend(Protocol):
+    """Runs a round's client tasks and the sharded reduction; evaluates global parameters."""
+
+    def begin_round(self, round_idx: int) -> None:
+        """The round the calls that follow belong to (told even when the round has no client task: its evaluation
+        still runs on the hosts)."""
+        ...
+
+    def train_and_reduce(
+        self, tasks: Sequence[TrainTask], params: Params, initial: Params | None = None
+    ) -> tuple[Aggregate, list[ClientOutcome]]: ...
+
+    def evaluate(
+        self, params: Params, units: tuple[int, ...] | None = None, model_config: ModelConfig | None = None
+    ) -> EvalResult: ...
+
+    def close(self) -> None: ...
+
+    def take_faults(self) -> int: ...
+
+    def client_states(self) -> dict[int, object]: ...
+
+    def load_client_states(self, states: dict[int, object]) -> None: ...
+
+    def reduce_uploads(self, params: Params) -> Aggregate: ...
+
+
+def to_numpy(params: Params) -> NumpyParams:
+    return {k: v.detach().cpu().numpy() for k, v in params.items()}
+
+
+def tasks_by_host(tasks: Sequence[TrainTask], sizes: np.ndarray, num_hosts: int) -> list[list[TrainTask]]:
+    """Deal a round's tasks to hosts so that their training work is balanced.
+
+    Longest-processing-time first: tasks in decreasing order of sample count (ties by client id) each go to the host
+    with the least work so far (ties by host id). Deterministic, so a client trains on the same host on every
+    backend; where it trains does not change its update (its randomness is derived from its id and the round).
+    Every host maps the whole data set from the object store, so any host can train any client.
+    """
+    groups: list[list[TrainTask]] = [[] for _ in range(num_hosts)]
+    load = [0] * num_hosts
+    for task in sorted(tasks, key=lambda t: (-int(sizes[t.client_id]), t.client_id)):
+        target = min(range(num_hosts), key=lambda h: (load[h], h))
+        groups[target].append(task)
+        load[target] += int(sizes[task.client_id])
+    return [sorted(g, key=lambda t: t.client_id) for g in groups]
+
+
+def eval_batches(num_samples: int, batch_size: int, num_hosts: int) -> list[list[int]]:
+    """Fixed-size test batches dealt round-robin to hosts (batch ids, not data, travel)."""
+    num_batches = -(-num_samples // batch_size)
+    return [list(range(h, num_batches, num_hosts)) for h in range(num_hosts)]
+
+
+def combine_eval(stats: Sequence[EvalStats]) -> EvalResult:
+    """Sum per-batch results in batch-id order, so the figures do not depend on how batches were spread."""
+    ids = np.concatenate([s.batch_ids for s in stats])
+    order = np.argsort(ids, kind="stable")
+    loss = np.concatenate([s.loss_sum for s in stats])[order]
+    correct = np.concatenate([s.correct for s in stats])[order]
+    count = np.concatenate([s.count for s in stats])[order]
+    total = int(count.sum())
+    masks = [m for s in stats for m in s.correct_mask]
+    mask = np.concatenate([masks[i] for i in order]) if len(masks) == len(order) and masks else None
+    loss_total = 0.0
+    for v in loss:  # sequential float64 sum in batch order (np.sum's pairwise order depends on length)
+        loss_total += float(v)
+    if any(s.nonfinite for s in stats):
+        # a model whose logits are not finite has no accuracy: NaN, never "0 %" (argmax of NaN picks a class)
+        return EvalResult(accuracy=math.nan, loss=math.nan, num_samples=total, correct_mask=None)
+    return EvalResult(
+        accuracy=float(correct.sum()) / max(1, total),
+        loss=loss_total / max(1, total),
+        num_samples=total,
+        correct_mask=mask,
+    )
+
+
+def shard_plan(
+    current: dict[str, int], params: Params, num_shards: int, shards: Sequence[object]
+) -> tuple[dict[str, int], list[list[str]] | None]:
+    """The shard plan for ``params``: ``current`` while it covers exactly their names, else a fresh plan over every
+    tensor (a run added or dropped a global model), returned with each shard's new names. Which shard reduces a
+    tensor never changes its value, so re-planning keeps results identical."""
+    if len(current) == len(params) and all(name in current for name in params):
+        return current, None
+    plan = plan_shards({k: tuple(v.shape) for k, v in params.items()}, num_shards)
+    return plan, [[n for n, k in plan.items() if k == s] for s in range(len(shards))]
+
+
+def uploads_by_host(handles: Sequence[tuple[int, object]], num_hosts: int) -> list[list[object]]:
+    """Every client's memory handle (in client-id order) dealt to hosts in contiguous runs of client ids, so the
+    reduction over all uploads has one canonical order (hosts in id order, clients in id order) on every backend."""
+    bounds = np.linspace(0, len(handles), num_hosts + 1).round().astype(int)
+    return [[h for _, h in handles[bounds[k] : bounds[k + 1]]] for k in range(num_hosts)]
+
+
+def assemble_aggregate(
+    results: Sequence[tuple[NumpyParams, dict[str, float]]], outcomes: Sequence[ClientOutcome]
+) -> Aggregate:
+    params: Params = {}
+    coverage: dict[str, float] = {}
+    for new, cov in results:
+        params.update({k: torch.from_numpy(np.array(v)) for k, v in new.items()})
+        coverage.update(cov)
+    ok = [o for o in outcomes if o.failure is None]
+    return Aggregate(params=params, coverage=coverage, num_clients=len(ok))
+
+
+class LocalBackend:
+    """Hosts and shards as in-process objects; the same partition and order as the Ray backend."""
+
+    def __init__(
+        self,
+        dataset: FederatedDataset,
+        model_cfg: ModelConfig,
+        algorithm: Algorithm,
+        backend_cfg: BackendConfig,
+        shapes: dict[str, tuple[int, ...]],
+        eval_batch_size: int,
+        init_seed: int,
+        compression: CompressionConfig | None = None,
+    ) -> None:
+        self.dataset = dataset
+        self.sizes = dataset.client_sizes()
+        self.num_hosts = backend_cfg.num_hosts
+        self.num_shards = backend_cfg.num_shards
+        self.eval_batch_size = eval_batch_size
+        self.shard_of = plan_shards(shapes, self.num_shards)
+        self.hosts = [
+            ClientHost(h, dataset, model_cfg, algorithm, backend_cfg, init_seed, compression)
+            for h in range(self.num_hosts)
+        ]
+        self.shards = [
+            ParamServerShard(s, [n for n, k in self.shard_of.items() if k == s]) for s in range(self.num_shards)
+        ]
+        self._threads = torch.get_num_threads()
+        self.algorithm = algorithm
+        self.memories = ClientStateStore()  # per-client state across rounds (engine/client_state.py)
+
+    def _plan(self, params: Params) -> NumpyParams:
+        """``params`` as numpy arrays, with the tensors re-dealt to the shards when the global tensors changed (a
+        model was added)."""
+        self.shard_of, names = shard_plan(self.shard_of, params, self.num_shards, self.shards)
+        if names is not None:
+            for shard, own in zip(self.shards, names, strict=True):
+                shard.set_names(own)
+        return to_numpy(params)
+
+    def train_and_reduce(
+        self, tasks: Sequence[TrainTask], params: Params, initial: Params | None = None
+    ) -> tuple[Aggregate, list[ClientOutcome]]:
+        """One round's training and reduction; ``initial`` (the run's initial global tensors,
+        ``client_state.first_values``) is what padding clients fall back to."""
+        arrays = self._plan(params)
+        per_shard: list[list[ArrayPartial]] = [[] for _ in range(self.num_shards)]
+        outcomes: list[ClientOutcome] = []
+        keep = keeps_state(self.algorithm, tasks)
+        first = to_numpy(initial) if initial is not None and pads(tasks) else None
+        for host, host_tasks in zip(self.hosts, tasks_by_host(tasks, self.sizes, self.num_hosts), strict=True):
+            if not host_tasks:
+                continue
+            held = self.memories.handles_for(host_tasks) if keep else []
+            out = host.run_round(
+                host_tasks, arrays, self.shard_of, self.num_shards, first, *cast(list[ClientMemory | None], held)
+            )
+            for s, p in enumerate(out[: self.num_shards]):
+                per_shard[s].append(cast(ArrayPartial, p))
+            outcomes.extend(cast(list[ClientOutcome], out[self.num_shards]))
+            if keep:
+                self.memories.update(host_tasks, out[self.num_shards + 1 :])
+        torch.set_num_threads(self._threads)
+        results = [shard.reduce(arrays, *per_shard[s]) for s, shard in enumerate(self.shards)]
+        outcomes.sort(key=lambda o: o.client_id)
+        return assemble_aggregate(results, outcomes), outcomes
+
+    def reduce_uploads(self, params: Params) -> Aggregate:
+        """The all-device model: the algorithm's reducer over every client's kept upload (``eval_all_devices``,
+        ``engine/client_state.py``), elements no upload covers keeping ``params``' values; ``num_clients`` counts the
+        uploads."""
+        arrays = self._plan(params)
+        per_shard: list[list[ArrayPartial]] = [[] for _ in range(self.num_shards)]
+        count = 0
+        for host, held in zip(self.hosts, uploads_by_host(self.memories.handles(), self.num_hosts), strict=True):
+            if not held:
+                continue
+            out = host.reduce_uploads(arrays, self.shard_of, self.num_shards, *cast(list[ClientMemory | None], held))
+            for s, p in enumerate(out[: self.num_shards]):
+                per_shard[s].append(cast(ArrayPartial, p))
+            count += cast(int, out[self.num_shards])
+        torch.set_num_threads(self._threads)
+        results = [shard.reduce(arrays, *per_shard[s]) for s, shard in enumerate(self.shards)]
+        return dataclasses.replace(assemble_aggregate(results, []), num_clients=count)
+
+    def evaluate(
+        self, params: Params, units: tuple[int, ...] | None = None, model_config: ModelConfig | None = None
+    ) -> EvalResult:
+        arrays = to_numpy(params)
+        batches = eval_batches(len(self.dataset.y_test), self.eval_batch_size, self.num_hosts)
+        stats = [
+            h.evaluate(arrays, b, self.eval_batch_size, units, model_config)
+            for h, b in zip(self.hosts, batches, strict=True)
+            if b
+        ]
+        torch.set_num_threads(self._threads)
+        return combine_eval(stats)
+
+    def client_states(self) -> dict[int, object]:
+        """Every client's memory by client id (``engine/client_state.py``), for checkpoints."""
+        return self.memories.client_states()
+
+    def load_client_states(self, states: dict[int, object]) -> None:
+        self.memories.load_client_states(states)
+
+    def begin_round(self, round_idx: int) -> None:
+        """Nothing to do in-process (no actor dies here)."""
+
+    def take_faults(self) -> int:
+        """Actor failures survived since the last call: none in-process."""
+        return 0
+
+    def close(self) -> None:
+        torch.set_num_threads(self._threads)

@@ -1,0 +1,493 @@
+"""``ClientHost``: runs the clients of one partition, one after another, and pre-aggregates their updates.
+
+The same class serves both backends: the Ray backend wraps it in an actor (one per core or GPU share), the in-process
+backend instantiates it directly. A host receives the whole data set once (a zero-copy view of Ray's object store)
+and per round only task descriptions plus one reference to the global parameters.
+
+Devices: a host computes on the device ``engine/device.py`` chooses (the CPU unless it holds a GPU share). Its models
+live there; global parameters arrive and updates leave as CPU tensors, so partial sums, compression, the shards and
+everything after them are the same on every device. Algorithms put a batch where the model is.
+
+Several global models: a task names its model's architecture (``TrainTask.model_config``); the host builds each
+architecture once (kept by config), loads the model's own tensors from the flat parameter dict and names the update's
+tensors back under the model's prefix (``algorithms/multimodel.py``), so the reduction is the same code for any model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import time
+import warnings
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from rayfl.config.model import ModelConfig
+from rayfl.config.sections import BackendConfig, CompressionConfig
+from rayfl.core.messages import Assignment, ClientOutcome, ClientUpdate, TrainTask
+from rayfl.core.reducers import Partial, as_arrays, params_bytes, split_partial
+from rayfl.core.rng import derive_seed
+from rayfl.data.federated import FederatedDataset
+from rayfl.engine.exec.allocator import tune_allocator
+from rayfl.engine.exec.client_state import ClientMemory, KeptUpload, keeps_state, own_global, padded_tensor
+from rayfl.engine.exec.device import use_device
+from rayfl.fl.api.algorithm import Algorithm
+from rayfl.fl.common.multimodel import model_key, model_params
+from rayfl.models import InputSpec, build_model, to_input
+from rayfl.models.elastic import ElasticFamily
+from rayfl.models.elastic.family import gather
+from rayfl.models.elastic.spec import first_k
+from rayfl.models.families import FAMILIES, build_family
+from rayfl.models.inputs import client_spec
+from rayfl.system.compression import compress_update, upload_bytes
+from rayfl.system.links import attempted, column_levels, delivered, level_ratio, restrict_update, slice_numel
+
+__all__ = ["ClientHost", "EvalStats", "NumpyParams"]
+
+NumpyParams = dict[str, np.ndarray]
+_SUB_MODEL_CACHE = 8  # sub-model structures a host keeps built
+
+
+@dataclass(frozen=True)
+class EvalStats:
+    """Per evaluation batch: summed loss, correct predictions and sample count (combined in batch order)."""
+
+    batch_ids: np.ndarray
+    loss_sum: np.ndarray
+    correct: np.ndarray
+    count: np.ndarray
+    correct_mask: tuple[np.ndarray, ...] = ()  # per batch: which samples were predicted right (per-client accuracy)
+    nonfinite: int = 0  # samples whose logits held a NaN or an infinity (the evaluation is then NaN, not 0 %)
+
+
+def as_tensors(params: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:
+    """Wrap (possibly read-only, object-store backed) arrays as tensors without copying; callers must not write."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*non-writable.*")
+        return {k: torch.from_numpy(v) for k, v in params.items()}
+
+
+@contextlib.contextmanager
+def _seeded_rng(task: TrainTask, device: torch.device) -> Iterator[None]:
+    """Torch's global generators (dropout, anything an algorithm draws without its own generator) seeded from
+    ``(seed, "local", round, client)`` while a client trains, and restored afterwards: a client's training is the same
+    on whichever host, backend or order it runs."""
+    devices = [device] if device.type == "cuda" else []
+    seed = derive_seed(task.seed, "local", task.round_idx, task.client_id)
+    with torch.random.fork_rng(devices=devices):
+        if devices:
+            torch.manual_seed(seed)
+        else:  # the CPU generator alone: torch.manual_seed also queues lazy seeds for CUDA, XPU and MTIA, recording
+            # a formatted stack trace for each (2-3 ms a client); the CPU generator ends in the same state
+            torch.default_generator.manual_seed(seed)
+        yield
+
+
+class ClientHost:
+    """Hosts the virtual clients of one partition: trains them with the algorithm's hooks, pre-aggregates results."""
+
+    def __init__(
+        self,
+        host_id: int,
+        dataset: FederatedDataset,
+        model_cfg: ModelConfig,
+        algorithm: Algorithm,
+        backend_cfg: BackendConfig,
+        init_seed: int,
+        compression: CompressionConfig | None = None,
+    ) -> None:
+        tune_allocator()  # before any training buffer is allocated; see engine/allocator.py
+        self.host_id = host_id
+        self.dataset = dataset
+        self.algorithm = algorithm
+        self.torch_threads = backend_cfg.torch_threads
+        self.device = use_device(
+            backend_cfg.device, backend_cfg.gpus_per_host, backend_cfg.gpu_memory_fraction, host_id=host_id
+        )
+        self.model_cfg = model_cfg
+        self.compression = compression or CompressionConfig()  # upload compression of every client's update
+        self.input_spec = InputSpec.of(dataset.input_kind, dataset.num_classes, dataset.x, dataset.meta)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(init_seed)  # the host's template; its weights are always overwritten before use
+            self.model: nn.Module = build_model(model_cfg, self.input_spec).to(self.device)
+        # sub-model assignments (``Assignment.units``) need the model's elastic family
+        self.family: ElasticFamily | None = (
+            build_family(model_cfg, self.input_spec) if type(model_cfg) in FAMILIES else None
+        )
+        algorithm.bind_client(self.family, self.input_spec)
+        self.model_cfg = model_cfg
+        self._sub_models: OrderedDict[tuple[ModelConfig | None, tuple[int, ...]], nn.Module] = OrderedDict()
+        self._other_models: OrderedDict[ModelConfig, tuple[nn.Module, ElasticFamily | None]] = OrderedDict()
+        self._eval_model: nn.Module | None = None  # the algorithm's evaluation model, built on first use
+        # data.normalize=client: each client's own channel statistics, computed once on first use (a client's
+        # training data never changes, so this is "before training starts" for that client)
+        self._per_client_norm = dataset.meta.get("normalize") == "client" and dataset.input_kind != "tokens"
+        self._client_specs: dict[int, InputSpec] = {}
+
+    def ready(self) -> int:
+        """Round-trip used to wait for actor start-up."""
+        return self.host_id
+
+    def _load(self, params: Mapping[str, torch.Tensor], model: nn.Module | None = None) -> None:
+        with torch.no_grad():
+            for name, tensor in (self.model if model is None else model).state_dict().items():
+                if name in params:
+                    tensor.copy_(params[name])
+
+    def _architecture(self, config: ModelConfig | None) -> tuple[nn.Module, ElasticFamily | None]:
+        """The full model and elastic family of an architecture (the run's own for ``None`` or the run's config);
+        other architectures are built once and kept while they recur (their weights are always overwritten)."""
+        if config is None or config == self.model_cfg:
+            return self.model, self.family
+        built = self._other_models.pop(config, None)
+        if built is None:
+            with torch.device("meta"):
+                module = build_model(config, self.input_spec)
+            family = build_family(config, self.input_spec) if type(config) in FAMILIES else None
+            built = (module.to_empty(device=self.device), family)
+        self._other_models[config] = built
+        while len(self._other_models) > _SUB_MODEL_CACHE:
+            self._other_models.popitem(last=False)
+        return built
+
+    def _model_for(
+        self, assignment: Assignment, base: Mapping[str, torch.Tensor], config: ModelConfig | None = None
+    ) -> nn.Module:
+        """The model a client trains, loaded with its part of the global weights: the global model itself, or a
+        real, smaller sub-model built by the family (kept for reuse while the same structure recurs). ``base`` holds
+        the model's tensors under their own names (``model_params`` of the flat dict)."""
+        full, family = self._architecture(config)
+        if assignment.units is None:
+            self._load(base, full)
+            return full
+        if family is None:
+            raise ValueError("a sub-model was assigned, but the model has no elastic family")
+        key = (None if full is self.model else config, assignment.units)
+        model = self._sub_models.pop(key, None)
+        if model is None:
+            with torch.device("meta"):
+                model = family.build(assignment.units)  # no wasted random init: every tensor is loaded below
+            model = model.to_empty(device=self.device)
+        self._sub_models[key] = model
+        while len(self._sub_models) > _SUB_MODEL_CACHE:
+            self._sub_models.popitem(last=False)
+        with torch.no_grad():
+            for name, tensor in model.state_dict().items():
+                tslice = assignment.slices.get(name)
+                tensor.copy_(base[name] if tslice is None else gather(base[name], tslice))
+        return model
+
+    def run_round(
+        self,
+        tasks: Sequence[TrainTask],
+        params: NumpyParams,
+        shard_of: Mapping[str, int],
+        num_shards: int,
+        initial: NumpyParams | None,
+        *memories: ClientMemory | None,
+    ) -> tuple[object, ...]:
+        """Train ``tasks`` in client-id order.
+
+        Returns ``num_shards`` partial sums as numpy arrays (one per shard, so Ray can route each to its shard as its
+        own object)
+        followed by the list of per-client ``ClientOutcome``s. When the round's clients carry memories
+        (``client_state.keeps_state``), ``memories`` holds each task's (aligned with ``tasks``, ``None`` for a client
+        with none yet) and every task's next memory follows the outcomes, in the order of ``tasks``. ``initial`` is
+        the run's initial value of every global tensor (``client_state.first_values``), what padding falls back to
+        where a client's memory has nothing; it is needed only when a client pads.
+        """
+        torch.set_num_threads(self.torch_threads)
+        base = as_tensors(params)
+        first = as_tensors(initial) if initial is not None else None
+        shapes = {k: v.shape for k, v in base.items()}
+        keep = keeps_state(self.algorithm, tasks)
+        held = dict(zip((t.client_id for t in tasks), memories, strict=False)) if keep else {}
+        partial: Partial = {}
+        outcomes: list[ClientOutcome] = []
+        kept: dict[int, ClientMemory | None] = {}
+        for task in sorted(tasks, key=lambda t: t.client_id):
+            update, outcome, kept[task.client_id] = self._run_client(
+                task, base, shapes, held.get(task.client_id), first
+            )
+            if update is not None and outcome.failure is None:
+                self.algorithm.reducer.accumulate(partial, update, shapes)
+            outcomes.append(outcome)
+        after = [kept[t.client_id] for t in tasks] if keep else []
+        shares = [as_arrays(p) for p in split_partial(partial, shard_of, num_shards)]  # numpy: shards load no torch
+        return (*shares, outcomes, *after)
+
+    def reduce_uploads(
+        self, params: NumpyParams, shard_of: Mapping[str, int], num_shards: int, *memories: ClientMemory | None
+    ) -> tuple[object, ...]:
+        """The reducer's partial sums over the uploads that ``memories`` (clients in id order) kept, against the
+        tensors of ``params``: ``num_shards`` partials as ``run_round`` returns them, then how many uploads they hold.
+        The all-device model's half on the hosts (``Backend.reduce_uploads``); a memory without an upload adds
+        nothing."""
+        torch.set_num_threads(self.torch_threads)
+        shapes = {k: torch.Size(v.shape) for k, v in params.items()}
+        partial: Partial = {}
+        count = 0
+        for memory in memories:
+            if memory is None or memory.upload is None:
+                continue
+            self.algorithm.reducer.accumulate(partial, memory.upload.as_update(-1, shapes), shapes)
+            count += 1
+        shares = [as_arrays(p) for p in split_partial(partial, shard_of, num_shards)]
+        return (*shares, count)
+
+    def _run_client(
+        self,
+        task: TrainTask,
+        base: Mapping[str, torch.Tensor],
+        shapes: Mapping[str, torch.Size],
+        memory: ClientMemory | None,
+        initial: Mapping[str, torch.Tensor] | None = None,
+    ) -> tuple[ClientUpdate | None, ClientOutcome, ClientMemory | None]:
+        """One client: receive (what the links deliver, padded), train, send (what the links deliver); returns the
+        update to aggregate, the outcome and the client's next memory."""
+        began = time.perf_counter()
+        model_id = task.assignment.model_id
+        if not (model_id == 0 and task.model_config is None):  # a single-model run's tensors are the model's own
+            base = model_params(base, model_id)
+            shapes = {k: v.shape for k, v in base.items()}
+            initial = None if initial is None else model_params(initial, model_id)
+        if self.algorithm.train.noop:
+            update, noop_bytes = self._noop_update(task, base)
+            noop = ClientOutcome(
+                task.client_id,
+                update.num_examples,
+                update.train_loss,
+                0,
+                noop_bytes,
+                self._bytes_up(update),
+                None,
+                time.perf_counter() - began,
+                model_id=model_id,
+            )
+            update = _under_model(update, model_id)
+            return update, noop, _with_upload(memory, task, update)
+        link = task.link
+        levels = column_levels(self.family, task.assignment, link.column_ratio) if link else [task.assignment]
+        got = delivered(link.down_run, len(levels)) if link else len(levels)
+        level = len(levels) if link is None or link.padding else got  # the level the client trains
+        p_down = level_ratio(self.family, levels, got) if link else math.nan
+        down_bytes = self._level_bytes(base, levels[attempted(link.down_run, len(levels)) - 1]) if link else None
+        if level == 0:  # nothing arrived and nothing to pad with
+            lost = ClientOutcome(
+                task.client_id, 0, math.nan, 0, down_bytes or 0, 0, "link_down", 0.0, p_down, 0.0, model_id
+            )
+            return None, lost, memory
+        assignment = levels[level - 1]
+        model = self._model_for(assignment, base, task.model_config)
+        if level > got:
+            if initial is None:
+                raise RuntimeError("padding needs the run's initial global parameters (run_round's ``initial``)")
+            own = own_global(initial, memory, model_id)
+            self._pad(model, assignment, levels[got - 1] if got else None, base, own)
+        bytes_down = down_bytes if down_bytes is not None else self._model_bytes(model)
+        run = dataclasses.replace(
+            task, assignment=assignment, client_state=memory.algo_state if memory is not None else None
+        )
+        x, y = self.dataset.client_train(task.client_id)
+        with _seeded_rng(task, self.device):
+            update = _on_cpu(self.algorithm.local_train(model, x, y, run, self._spec_of(task.client_id, x)))
+        train_wall_s = time.perf_counter() - began
+        failure = None if _finite(update) else "nan_update"
+        after = memory
+        if failure is None and (self.algorithm.keeps_client_state or (link is not None and link.padding)):
+            kept = _float_state(model, link.memory_dtype) if link is not None and link.padding else None
+            slices = dict(assignment.slices) if kept is not None else None
+            upload = memory.upload if memory is not None else None
+            after = ClientMemory(kept, slices, update.client_state, model_id=model_id, upload=upload)
+        sent, p_up = update, math.nan
+        if link is not None:
+            arrived = delivered(link.up_run, level)
+            sent = _cut(update, levels, attempted(link.up_run, level), level, shapes)
+            update = _cut(update, levels, arrived, level, shapes)
+            p_up = level_ratio(self.family, levels, arrived)
+            if arrived == 0 and failure is None:
+                failure = "link_up"
+        if failure is None and self.compression.kind != "none":
+            # the server receives what the client sent plus the dequantised update (compression.py)
+            update = compress_update(update, base, self.compression, seed=task.seed, round_idx=task.round_idx)
+        update = _under_model(update, model_id)
+        if failure is None:
+            after = _with_upload(after, task, update)
+        outcome = ClientOutcome(
+            client_id=task.client_id,
+            num_examples=update.num_examples,
+            train_loss=update.train_loss,
+            num_steps=update.num_steps,
+            bytes_down=bytes_down,
+            bytes_up=self._bytes_up(update if link is None else sent),
+            failure=failure,
+            train_wall_s=train_wall_s,
+            p_down=p_down,
+            p_up=p_up,
+            model_id=model_id,
+            metrics=dict(update.metrics),
+        )
+        return update, outcome, after
+
+    @staticmethod
+    def _model_bytes(model: nn.Module) -> int:
+        return params_bytes({k: v for k, v in model.state_dict().items() if v.is_floating_point()})
+
+    @staticmethod
+    def _level_bytes(base: Mapping[str, torch.Tensor], level: Assignment) -> int:
+        """Bytes of the global tensors' part that a transfer level moves."""
+        shapes = {k: tuple(v.shape) for k, v in base.items()}
+        size = {k: v.element_size() for k, v in base.items()}
+        return sum(slice_numel({k: shapes[k]}, level) * size[k] for k in shapes)
+
+    @staticmethod
+    def _pad(
+        model: nn.Module,
+        assignment: Assignment,
+        arrived: Assignment | None,
+        base: Mapping[str, torch.Tensor],
+        own: Mapping[str, torch.Tensor],
+    ) -> None:
+        """Local model padding (Eq. 5): the positions that did not arrive take the client's own values (``own``:
+        ``client_state.own_global``)."""
+        with torch.no_grad():
+            for name, tensor in model.state_dict().items():
+                if name in base and name in own:
+                    tensor.copy_(padded_tensor(name, base[name], own[name], assignment, arrived))
+
+    def _noop_update(self, task: TrainTask, base: Mapping[str, torch.Tensor]) -> tuple[ClientUpdate, int]:
+        """``train.noop``: the client returns the weights it received, untrained (the engine's own cost alone); a full
+        model's are the global tensors themselves, not copied. Returns the update and the bytes downloaded."""
+        if task.assignment.units is None:
+            values: dict[str, torch.Tensor] = dict(base)
+        else:
+            model = self._model_for(task.assignment, base, task.model_config)
+            values = {k: v.detach().clone() for k, v in model.state_dict().items() if v.is_floating_point()}
+        num_examples = self.dataset.num_examples(task.client_id)
+        update = ClientUpdate(
+            client_id=task.client_id,
+            weight=self.algorithm.client_weight(num_examples),
+            values=values,
+            slices=dict(task.assignment.slices),
+            num_examples=num_examples,
+            train_loss=0.0,
+            num_steps=0,
+        )
+        return update, params_bytes(values)
+
+    def _spec_of(self, client_id: int, x: np.ndarray) -> InputSpec:
+        """The input spec a client's training samples are converted with (its own statistics under
+        ``data.normalize: client``)."""
+        if not self._per_client_norm:
+            return self.input_spec
+        spec = self._client_specs.get(client_id)
+        if spec is None:
+            spec = self._client_specs[client_id] = client_spec(self.input_spec, x)
+        return spec
+
+    def _bytes_up(self, update: ClientUpdate) -> int:
+        """Bytes the client uploads: its values as they are, or their compressed encoding."""
+        if self.compression.kind == "none":
+            return params_bytes(update.values)
+        return upload_bytes((v.numel() for v in update.values.values()), self.compression)
+
+    def evaluate(
+        self,
+        params: NumpyParams,
+        batch_ids: Sequence[int],
+        batch_size: int,
+        units: tuple[int, ...] | None = None,
+        model_config: ModelConfig | None = None,
+    ) -> EvalStats:
+        """Loss and accuracy of ``params`` on the given fixed-size batches of the test set; with ``units`` (the
+        algorithm's ``eval_units``) on the first-k sub-model of that structure instead of the full model; with
+        ``model_config`` as that architecture (one of several global models, ``params`` under its own names)."""
+        torch.set_num_threads(self.torch_threads)
+        if units is not None:
+            family = self._architecture(model_config)[1]
+            if family is None:
+                raise ValueError("a sub-model was asked to be evaluated, but the model has no elastic family")
+            sub = Assignment(slices=family.slices(first_k(units)), units=tuple(int(u) for u in units))
+            model = self._model_for(sub, as_tensors(params), model_config)
+        elif model_config is not None and model_config != self.model_cfg:
+            model = self._architecture(model_config)[0]
+            self._load(as_tensors(params), model)
+        else:
+            if self._eval_model is None:
+                built = self.algorithm.eval_model()
+                self._eval_model = self.model if built is None else built.to(self.device)
+            model = self._eval_model
+            self._load(as_tensors(params), model)
+        model.eval()
+        ds = self.dataset
+        n = len(batch_ids)
+        loss_sum, correct, count = np.zeros(n), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+        masks: list[np.ndarray] = []
+        nonfinite = 0
+        with torch.no_grad():
+            for i, b in enumerate(batch_ids):
+                lo, hi = b * batch_size, min((b + 1) * batch_size, len(ds.y_test))
+                logits = model(to_input(ds.x_test[lo:hi], self.input_spec, self.device))
+                labels = torch.from_numpy(np.asarray(ds.y_test[lo:hi], dtype=np.int64)).to(self.device)
+                loss_sum[i] = float(nn.functional.cross_entropy(logits, labels, reduction="sum"))
+                nonfinite += int((~torch.isfinite(logits).all(dim=1)).sum())
+                right = logits.argmax(dim=1) == labels
+                correct[i] = int(right.sum())
+                count[i] = hi - lo
+                masks.append(right.cpu().numpy())
+        return EvalStats(np.asarray(batch_ids, dtype=np.int64), loss_sum, correct, count, tuple(masks), nonfinite)
+
+
+def _on_cpu(update: ClientUpdate) -> ClientUpdate:
+    """The update with its values on the CPU (unchanged, not copied, when they are there already)."""
+    if all(v.device.type == "cpu" for v in update.values.values()):
+        return update
+    return dataclasses.replace(update, values={k: v.cpu() for k, v in update.values.items()})
+
+
+def _with_upload(memory: ClientMemory | None, task: TrainTask, update: ClientUpdate) -> ClientMemory | None:
+    """``memory`` with ``update`` (as the server receives it) as the client's kept upload, when the task asks."""
+    if not task.keep_upload:
+        return memory
+    return dataclasses.replace(memory or ClientMemory(), upload=KeptUpload.of(update))
+
+
+def _float_state(model: nn.Module, dtype: str = "float32") -> dict[str, np.ndarray]:
+    """A copy of the model's floating tensors, on the CPU (a client's memory): as they are, or rounded to half
+    precision for ``float16`` (padding casts them back to the model's dtype)."""
+    half = dtype == "float16"
+    return {
+        k: (v.detach().half() if half else v.detach()).cpu().numpy().copy()
+        for k, v in model.state_dict().items()
+        if v.is_floating_point()
+    }
+
+
+def _cut(
+    update: ClientUpdate, levels: Sequence[Assignment], count: int, trained: int, shapes: Mapping[str, torch.Size]
+) -> ClientUpdate:
+    """The part of ``update`` (trained at level ``trained``) within its first ``count`` transfer levels."""
+    if count >= trained or count == 0:
+        return update if count >= trained else dataclasses.replace(update, values={}, slices={})
+    return restrict_update(update, levels[count - 1], shapes)
+
+
+def _under_model(update: ClientUpdate, model_id: int) -> ClientUpdate:
+    """The update with its tensors and slices named as model ``model_id``'s entries of the flat parameter dict."""
+    if model_id == 0:
+        return update
+    return dataclasses.replace(
+        update,
+        values={model_key(model_id, k): v for k, v in update.values.items()},
+        slices={model_key(model_id, k): v for k, v in update.slices.items()},
+    )
+
+
+def _finite(update: ClientUpdate) -> bool:
+    return math.isfinite(update.train_loss) and all(bool(torch.isfinite(v).all()) for v in update.values.values())

@@ -1,0 +1,260 @@
+"""The Ray backend: a pool of ``ClientHost`` actors and ``ParamServerShard`` actors.
+
+Per run, the data set is put in the object store once and every host maps it zero-copy. Per round, the global
+parameters are put once; each host gets one call with its clients' tasks and that reference, and returns one partial
+sum per shard (``num_returns = shards + 1``) which goes straight to the shards without passing through the driver.
+Shards reduce the partials in host-id order. rayfl starts a local Ray instance only if none is running, reuses a
+running one for later runs in the process, and shuts down only what it started (``ray_session.py``), so it can run
+inside Tune trials and users' sessions. The actors themselves (started before the data exists, kept warm across runs
+on request, placed by ``placement.py``) are ``ray_pool.py``'s. A host or shard that dies is restarted by Ray and its
+lost work re-run by the driver (``recovery.py``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from collections.abc import Sequence
+from functools import partial
+from typing import Any, cast
+
+import ray
+
+from rayfl.config.model import ModelConfig
+from rayfl.config.sections import BackendConfig, CompressionConfig
+from rayfl.core.messages import Aggregate, ClientOutcome, Params, TrainTask
+from rayfl.data.federated import FederatedDataset
+from rayfl.engine.exec.backend import (
+    EvalResult,
+    assemble_aggregate,
+    combine_eval,
+    eval_batches,
+    shard_plan,
+    tasks_by_host,
+    to_numpy,
+    uploads_by_host,
+)
+from rayfl.engine.exec.client_state import ClientStateStore, keeps_state, pads
+from rayfl.engine.exec.param_server import plan_shards
+from rayfl.engine.ray.pool import ActorPool, release_warm_pool, take_pool
+from rayfl.engine.ray.recovery import InputsLost, Recovery, Step
+from rayfl.engine.ray.session import ensure_ray, shutdown_ray
+from rayfl.fl.api.algorithm import Algorithm
+
+__all__ = ["RayBackend", "ensure_ray", "release_warm_pool", "share", "shutdown_ray"]
+
+log = logging.getLogger(__name__)
+
+
+def share(dataset: FederatedDataset) -> tuple[Any, FederatedDataset]:
+    """Put ``dataset`` in the object store; returns its reference and the store's zero-copy view of it, which the
+    caller keeps instead of its own copy (read-only arrays, shared with the hosts on this node)."""
+    ref = ray.put(dataset)
+    return ref, ray.get(ref)
+
+
+def _ready_call(actor: Any, *args: Any) -> Any:
+    """A round trip to ``actor`` that Ray retries until the actor is back (harmless to repeat), for ``Recovery`` to
+    wait on its replacement without polling (a host's rebuilds it)."""
+    return partial(actor.ready.options(max_task_retries=-1).remote, *args)
+
+
+class RayBackend:
+    """Client hosts and parameter-server shards as Ray actors."""
+
+    def __init__(
+        self,
+        dataset: FederatedDataset,
+        model_cfg: ModelConfig,
+        algorithm: Algorithm,
+        backend_cfg: BackendConfig,
+        shapes: dict[str, tuple[int, ...]],
+        eval_batch_size: int,
+        init_seed: int,
+        compression: CompressionConfig | None = None,
+        dataset_ref: Any = None,
+        pool: ActorPool | None = None,
+    ) -> None:
+        ensure_ray(backend_cfg)
+        self.num_hosts = backend_cfg.num_hosts
+        self.num_shards = backend_cfg.num_shards
+        self.keep_warm = backend_cfg.keep_warm
+        self.eval_batch_size = eval_batch_size
+        self.num_test = len(dataset.y_test)
+        self.sizes = dataset.client_sizes()
+        self.shard_of = plan_shards(shapes, self.num_shards)
+        self.algorithm = algorithm
+        # per-client state across rounds as object-store references (engine/client_state.py)
+        self.memories = ClientStateStore(fetch=ray.get, put=ray.put)
+        self._initial: tuple[Params | None, Any] = (None, None)  # the initial tensors last put, and their reference
+        # dead hosts and shards: Ray restarts them, the driver re-runs their lost calls (engine/recovery.py)
+        self.recovery = Recovery(backend_cfg.max_actor_failures, backend_cfg.start_timeout_s)
+        self._names = [[n for n, k in self.shard_of.items() if k == s] for s in range(self.num_shards)]
+        # started by ``build.prepare_run`` while the data was prepared, or here (``ray_pool.py``)
+        self.pool = pool if pool is not None else take_pool(backend_cfg)
+        self.hosts, self.shards = self.pool.hosts, self.pool.shards
+        try:
+            if dataset_ref is None:  # not placed by ``build.prepare_run``
+                dataset_ref = ray.put(dataset)
+            self.dataset_ref = dataset_ref  # what every host maps (a replacement host needs the same)
+            # The run's references, carried by every host call: a host builds itself from them on the first call
+            # that brings new ones (RayClientHost), a restarted host on its first call after the restart.
+            # the driver's working directory: where users' factories resolve from on every host (models/custom.py)
+            recipe_ref = ray.put((os.getcwd(), (model_cfg, algorithm, backend_cfg, init_seed, compression)))
+            self._run_arg: list[Any] = [dataset_ref, recipe_ref]
+            self.pool.ready(self._run_arg, backend_cfg)
+        except BaseException:
+            self.pool.release()
+            raise
+        group = self.pool.group
+        log.info(
+            "ray backend: %d client hosts on nodes %s, %d parameter-server shards%s",
+            self.num_hosts,
+            ",".join(self.node_ids()),
+            self.num_shards,
+            "" if group is None else f", in placement group {group.id.hex()}",
+        )
+
+    def begin_round(self, round_idx: int) -> None:
+        """The actor-failure limit counts per round and the give-up message names the round: set here, at the round's
+        start, because a round whose clients all failed in planning runs no training, only its evaluation."""
+        self.recovery.begin_round(round_idx)
+
+    def train_and_reduce(
+        self, tasks: Sequence[TrainTask], params: Params, initial: Params | None = None
+    ) -> tuple[Aggregate, list[ClientOutcome]]:
+        """One round's training and reduction; ``initial`` (the run's initial global tensors,
+        ``client_state.first_values``) is what padding clients fall back to: put in the object store once, again only
+        when the driver hands a new dict (a model was added)."""
+        self.shard_of, names = shard_plan(self.shard_of, params, self.num_shards, self.shards)
+        if names is not None:  # every reduce call names its shard's tensors (a restarted shard knows only the first)
+            self._names = names
+        params_ref = ray.put(to_numpy(params))
+        if initial is not None and pads(tasks) and initial is not self._initial[0]:
+            self._initial = (initial, ray.put(to_numpy(initial)))
+        initial_ref = self._initial[1] if initial is not None and pads(tasks) else None
+        keep = keeps_state(self.algorithm, tasks)
+        groups = {h: g for h, g in enumerate(tasks_by_host(tasks, self.sizes, self.num_hosts)) if g}
+        # the driver fetches each host's outcomes (return ``num_shards``); its partial sums go straight to the shards
+        steps = {
+            h: Step(
+                f"client host {h}",
+                partial(self._run_round, h, g, params_ref, initial_ref, keep),
+                _ready_call(self.hosts[h], self._run_arg),
+                probe=self.num_shards,
+            )
+            for h, g in groups.items()
+        }
+        while True:
+            # Shards are called once every host's call has finished (its outcomes fetched): a shard never waits on
+            # the partial sums of a host that died, and a host's re-run is all that a host's death costs.
+            ran: dict[int, list[Any]] = {}
+            outcome_lists = self.recovery.gather(steps, ran)
+            try:
+                results = self.recovery.gather(self._reduce_steps(params_ref, ran))
+            except InputsLost:  # finished partial sums lost with their node: the round's hosts run again
+                continue
+            break
+        if keep:  # each client's next memory stays in the object store, referenced from here
+            for h, host_tasks in groups.items():
+                self.memories.update(host_tasks, ran[h][self.num_shards + 1 :])
+        outcomes = sorted((o for h in sorted(outcome_lists) for o in outcome_lists[h]), key=lambda o: o.client_id)
+        return assemble_aggregate([results[s] for s in range(self.num_shards)], outcomes), outcomes
+
+    def _run_round(self, h: int, tasks: list[TrainTask], params_ref: Any, initial_ref: Any, keep: bool) -> list[Any]:
+        """Submit host ``h``'s share of a round (again, after a death: the same tasks and the same memories, which
+        the store still references until the round succeeds)."""
+        held = self.memories.handles_for(tasks) if keep else []
+        return list(
+            self.hosts[h]
+            .run_round_on.options(num_returns=self.num_shards + 1 + len(held))
+            .remote(self._run_arg, tasks, params_ref, self.shard_of, self.num_shards, initial_ref, *held)
+        )
+
+    def _reduce_steps(self, params_ref: Any, ran: dict[int, list[Any]]) -> dict[int, Step]:
+        """Shard ``s`` reduces the hosts' partials for it, in host-id order."""
+
+        def submit(s: int) -> list[Any]:
+            parts = [ran[h][s] for h in sorted(ran)]
+            return [self.shards[s].reduce.remote(params_ref, *parts, names=self._names[s])]
+
+        return {
+            s: Step(f"parameter-server shard {s}", partial(submit, s), _ready_call(shard), recompute_inputs=True)
+            for s, shard in enumerate(self.shards)
+        }
+
+    def reduce_uploads(self, params: Params) -> Aggregate:
+        """``LocalBackend.reduce_uploads`` on the actors: each host reduces its share of the kept uploads (the
+        memories' object-store references resolve on the host, never passing through the driver), the shards merge
+        the partials in host order."""
+        self.shard_of, names = shard_plan(self.shard_of, params, self.num_shards, self.shards)
+        if names is not None:
+            self._names = names
+        params_ref = ray.put(to_numpy(params))
+        groups = {h: g for h, g in enumerate(uploads_by_host(self.memories.handles(), self.num_hosts)) if g}
+
+        def submit(h: int, held: list[Any]) -> list[Any]:
+            call = self.hosts[h].reduce_uploads_on.options(num_returns=self.num_shards + 1)
+            return list(call.remote(self._run_arg, params_ref, self.shard_of, self.num_shards, *held))
+
+        steps = {
+            h: Step(
+                f"client host {h}",
+                partial(submit, h, g),
+                _ready_call(self.hosts[h], self._run_arg),
+                probe=self.num_shards,
+            )
+            for h, g in groups.items()
+        }
+        while True:
+            ran: dict[int, list[Any]] = {}
+            counts = self.recovery.gather(steps, ran)
+            try:
+                results = self.recovery.gather(self._reduce_steps(params_ref, ran))
+            except InputsLost:
+                continue
+            break
+        aggregate = assemble_aggregate([results[s] for s in range(self.num_shards)], [])
+        return dataclasses.replace(aggregate, num_clients=sum(cast(int, c) for c in counts.values()))
+
+    def evaluate(
+        self, params: Params, units: tuple[int, ...] | None = None, model_config: ModelConfig | None = None
+    ) -> EvalResult:
+        params_ref = ray.put(to_numpy(params))
+        batches = eval_batches(self.num_test, self.eval_batch_size, self.num_hosts)
+
+        def submit(h: int, ids: list[int]) -> list[Any]:
+            args = (params_ref, ids, self.eval_batch_size, units, model_config)
+            return [self.hosts[h].evaluate_on.remote(self._run_arg, *args)]
+
+        steps = {
+            h: Step(f"client host {h}", partial(submit, h, b), _ready_call(self.hosts[h], self._run_arg))
+            for h, b in enumerate(batches)
+            if b
+        }
+        stats = self.recovery.gather(steps)
+        return combine_eval([stats[h] for h in sorted(stats)])
+
+    def take_faults(self) -> int:
+        """Actor failures survived since the last call (``RoundRecord.faults``)."""
+        return self.recovery.take_faults()
+
+    def client_states(self) -> dict[int, object]:
+        """Every client's memory by client id (fetched from the object store), for checkpoints."""
+        return self.memories.client_states()
+
+    def load_client_states(self, states: dict[int, object]) -> None:
+        self.memories.load_client_states(states)
+
+    def node_ids(self) -> list[str]:
+        """The Ray node each client host runs on (for placement checks)."""
+        return list(
+            ray.get([h.__ray_call__.remote(lambda _self: ray.get_runtime_context().get_node_id()) for h in self.hosts])
+        )
+
+    def close(self) -> None:
+        """Release the actors and placement group, or park them for the next run (``backend.keep_warm``,
+        ``ray_pool.py``); Ray itself stays up for the next run (``ensure_ray``)."""
+        self.pool.close(self.keep_warm)
+        self.hosts, self.shards = [], []

@@ -1,0 +1,119 @@
+"""Pieces both in-place distillation variants share (paper 000, Sec. 3.3, Algorithm 1): the sub-nets' structures,
+their first-k weights, the Gaussian inputs and the KD loss. ``algorithms/distill.py`` documents the method."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import torch
+from torch import nn
+
+from rayfl.models.elastic.cost import units_from_ratios
+from rayfl.models.elastic.family import ElasticFamily, gather
+from rayfl.models.elastic.space import SearchSpace
+from rayfl.models.elastic.spec import first_k
+from rayfl.models.inputs import InputSpec
+
+__all__ = [
+    "HiddenStateModel",
+    "allowed_ratios",
+    "kd_loss",
+    "load_sub_model",
+    "model_logits",
+    "noise_shape",
+    "sample_structures",
+    "teacher_model",
+]
+
+
+@runtime_checkable
+class HiddenStateModel(Protocol):
+    """A token model that can run from its embedding output (the noise enters there)."""
+
+    embed_dim: int
+
+    def forward_hidden(self, h: torch.Tensor, all_positions: bool = False) -> torch.Tensor: ...
+
+
+def allowed_ratios(space: SearchSpace, ratios: Sequence[float]) -> list[tuple[float, ...]]:
+    """Per dimension, the ratios of ``S`` it may take, ascending: all of them where the dimension is skippable, the
+    positive ones elsewhere."""
+    s = sorted({float(r) for r in ratios})
+    if not s or s[0] < 0.0 or s[-1] > 1.0 or s[-1] <= 0.0:
+        raise ValueError(f"ratios must lie in [0, 1] and include a positive value, got {list(ratios)}")
+    positive = tuple(r for r in s if r > 0.0)
+    return [tuple(s) if d.skippable else positive for d in space.dims]
+
+
+def sample_structures(
+    space: SearchSpace, ratios: Sequence[float], num: int, rng: np.random.Generator
+) -> list[tuple[int, ...]]:
+    """``num`` structures (unit counts per dimension), every dimension uniformly from its allowed ratios."""
+    allowed = allowed_ratios(space, ratios)
+    counts = np.array([len(a) for a in allowed], dtype=np.int64)
+    pick = rng.integers(0, counts, size=(num, len(allowed)))
+    chosen = np.array([[allowed[d][k] for d, k in enumerate(row)] for row in pick], dtype=np.float64)
+    units = units_from_ratios(chosen.reshape(num, len(allowed)), space.sizes, space.skippable)
+    return [tuple(int(u) for u in row) for row in units]
+
+
+def empty_model(family: ElasticFamily, units: Sequence[int]) -> nn.Module:
+    """The ``units`` model with uninitialised CPU tensors (built on the meta device: no wasted random
+    initialisation, and the global generator is not touched)."""
+    with torch.device("meta"):
+        model = family.build(tuple(int(u) for u in units))
+    return model.to_empty(device="cpu")
+
+
+def load_sub_model(family: ElasticFamily, params: Mapping[str, torch.Tensor], units: Sequence[int]) -> nn.Module:
+    """The first-k sub-model with ``units`` loaded from the global ``params`` (a copy: training it leaves ``params``
+    alone). Equal to ``family.extract(params, first_k(units))``, built without a random initialisation."""
+    slices = family.slices(first_k(units))
+    model = empty_model(family, units)
+    with torch.no_grad():
+        for name, target in model.state_dict().items():
+            if name not in params:
+                raise ValueError(f"global parameters lack {name!r}, which the sub-model needs")
+            tslice = slices.get(name)
+            target.copy_(params[name] if tslice is None else gather(params[name], tslice))
+    return model
+
+
+def kd_loss(student: torch.Tensor, teacher: torch.Tensor, temperature: float) -> torch.Tensor:
+    """``T^2 * KL(softmax(teacher / T) || softmax(student / T))``, averaged over the rows (all leading axes)."""
+    t = float(temperature)
+    log_p = nn.functional.log_softmax(student.flatten(0, -2) / t, dim=-1)
+    q = nn.functional.softmax(teacher.flatten(0, -2) / t, dim=-1)
+    loss: torch.Tensor = nn.functional.kl_div(log_p, q, reduction="batchmean") * (t * t)
+    return loss
+
+
+def noise_shape(model: nn.Module, input_spec: InputSpec, batch: int) -> tuple[int, ...]:
+    """The shape of a batch of ``batch`` Gaussian inputs: images in the model's input space; for tokens, hidden states
+    at the embedding output (characters are discrete)."""
+    if input_spec.input_kind == "tokens":
+        if not isinstance(model, HiddenStateModel):
+            raise ValueError(
+                f"in-place distillation on token inputs needs a model with forward_hidden; {type(model).__name__} "
+                "has none"
+            )
+        return (batch, input_spec.sample_shape[0], model.embed_dim)
+    return (batch, *input_spec.sample_shape)
+
+
+def model_logits(model: nn.Module, x: torch.Tensor, tokens: bool) -> torch.Tensor:
+    """The model's logits on a noise batch: every position of a token model run from its hidden states."""
+    if tokens and isinstance(model, HiddenStateModel):
+        return model.forward_hidden(x, all_positions=True)
+    out: torch.Tensor = model(x)
+    return out
+
+
+def teacher_model(family: ElasticFamily, params: Mapping[str, torch.Tensor]) -> nn.Module:
+    """The global model loaded from ``params``, in evaluation mode, without gradients (the copies' frozen teacher)."""
+    teacher = load_sub_model(family, params, family.full_units)
+    teacher.eval()
+    teacher.requires_grad_(False)
+    return teacher

@@ -1,0 +1,213 @@
+"""Federated in-place distillation (paper 000, Sec. 3.3, Algorithm 1, Eq. 2, Appendices B and E.2).
+
+After aggregation the server, holding no data, distils the global model into its own sub-nets on Gaussian noise:
+
+1. draw ``n`` structures uniformly from the search space (every dimension uniformly from its allowed ratios of ``S``;
+   0, which removes a block, only for skippable dimensions) with ``derive_rng(seed, "distill", round)``;
+2. for ``T_SKD`` iterations, for each sub-net: draw ``K`` inputs from ``N(0, 1)`` (clients normalise their data to
+   zero mean and unit variance, so this is the data's scale), take the teacher's soft labels
+   ``softmax(teacher / T)`` and the KD loss ``T^2 * KL(soft labels || softmax(student / T))`` (batch mean);
+3. update the global model, in one of two ways (``distill.update``):
+
+   * ``shared`` (default; the paper's Eq. 2, ``algorithms/distill_shared.py``): the sub-nets are the first-k parts of
+     the global weights themselves; their KD gradients with respect to the shared weights are averaged per element
+     over the sub-nets that hold it and one Adam step is taken on the global model per iteration; the teacher is the
+     current global model ``W^{t-1}``, so it moves with every step;
+   * ``copies`` (rayfl's earlier reading, kept so the two can be compared): every sub-net is a copy with its own
+     fresh Adam (or SGD, ``distill.optimizer``), one step per iteration against the global model frozen at the
+     aggregated parameters; after ``T_SKD`` iterations the copies are merged by the count-weighted element-wise mean
+     (``MaskedWeightedMean``, each copy weighing 1): an element covered by ``c`` copies becomes the mean of those
+     ``c`` values, an uncovered one keeps its value.
+
+Both variants draw the same structures and the same noise batches in the same order, so they differ only in the
+update. None of the bugs of the Plato prototype (ALGORITHMS.md section 12): the result is kept, the loss compares
+probability distributions, gradients are cleared before every step, and there are ``T_SKD`` iterations (not
+``T_SKD / K``).
+
+Choices where the paper is open:
+
+* **Noise per sub-net.** Algorithm 1 draws ``X_KD`` inside the loop over sub-nets (line 5), Eq. (2) writes one
+  ``X_KD``; a fresh batch per sub-net and iteration is used, from one torch generator
+  ``derive_torch_generator(seed, "distill-noise", round)`` read in loop order. Images: ``(K, C, H, W)`` in the
+  model's normalised input space. Tokens (CharBert): characters are discrete, so the noise ``(K, seq_len, hidden)``
+  replaces the embedding output (``ElasticCharBert.forward_hidden``) and the loss covers the logits at every position
+  (the KL is averaged over the ``K x seq_len`` positions); the embeddings get no gradient and keep their values.
+* **Modes.** The teacher runs in evaluation mode (no dropout: clean soft labels). The sub-nets run in training mode,
+  as clients train them, so HeteroFL scalers divide by the width rate exactly as in local training; dropout, where a
+  model has it, draws from the global torch generator, which is forked and seeded with
+  ``derive_seed(seed, "distill-dropout", round)`` for the duration (the caller's generator state is untouched). The
+  families build batch norms without running statistics, so both modes normalise with the batch's statistics.
+* **Seeds.** Everything depends on ``(seed, round)`` only, so a round's distillation is reproducible.
+* **Device.** The server distils on the CPU, in float32, with the process's torch threads.
+* **Sub-net construction.** Sub-nets are built on the meta device and given the first-k slices of the global
+  tensors (copies: loaded, which is ``family.extract(params, first_k(units))`` without a random initialisation;
+  shared: views, run with ``torch.func.functional_call``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from rayfl.core.messages import ClientUpdate, Params
+from rayfl.core.reducers import MaskedWeightedMean, Partial
+from rayfl.core.rng import derive_rng, derive_seed, derive_torch_generator
+from rayfl.fl.common.distill.config import DistillConfig
+from rayfl.fl.common.distill.kd import (
+    HiddenStateModel,
+    allowed_ratios,
+    kd_loss,
+    load_sub_model,
+    model_logits,
+    noise_shape,
+    sample_structures,
+    teacher_model,
+)
+from rayfl.fl.common.distill.shared import OPT_KEYS, shared_distill
+from rayfl.models.elastic.family import ElasticFamily
+from rayfl.models.elastic.spec import first_k
+from rayfl.models.inputs import InputSpec
+
+__all__ = [
+    "OPT_KEYS",
+    "DistillResult",
+    "HiddenStateModel",
+    "allowed_ratios",
+    "distillation_gap",
+    "inplace_distill",
+    "kd_loss",
+    "load_sub_model",
+    "sample_structures",
+]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DistillResult:
+    """The global parameters after a round's distillation and the optimizer state to keep in
+    ``ServerState.opt_state`` (under ``OPT_KEYS``; empty unless ``optimizer_state: run``)."""
+
+    params: Params
+    opt_state: Params = field(default_factory=dict)
+
+
+def inplace_distill(
+    family: ElasticFamily,
+    params: Params,
+    cfg: DistillConfig,
+    ratios: Sequence[float],
+    *,
+    num_subnets: int,
+    seed: int,
+    round_idx: int,
+    input_spec: InputSpec,
+    opt_state: Mapping[str, torch.Tensor] | None = None,
+) -> DistillResult:
+    """Algorithm 1 on the global ``params`` (see module docstring).
+
+    ``T_SKD = 0`` (``cfg.iterations``) or ``num_subnets = 0`` returns the parameters, and the optimizer state, as
+    they are."""
+    previous = dict(opt_state or {})
+    kept = {k: v for k, v in previous.items() if k in OPT_KEYS}
+    if cfg.iterations == 0 or num_subnets <= 0:
+        return DistillResult(dict(params), kept)
+    structures = sample_structures(family.space, ratios, num_subnets, derive_rng(seed, "distill", round_idx))
+    if cfg.update == "copies":
+        return DistillResult(_copies(family, params, cfg, structures, seed, round_idx, input_spec))
+    new, state = shared_distill(
+        family, params, cfg, structures, seed=seed, round_idx=round_idx, input_spec=input_spec, opt_state=kept
+    )
+    return DistillResult(new, state)
+
+
+def _copies(
+    family: ElasticFamily,
+    params: Params,
+    cfg: DistillConfig,
+    structures: Sequence[tuple[int, ...]],
+    seed: int,
+    round_idx: int,
+    input_spec: InputSpec,
+) -> Params:
+    """The ``copies`` variant: each sub-net a trained copy, merged at the end (see module docstring)."""
+    teacher = teacher_model(family, params)
+    students = [load_sub_model(family, params, units) for units in structures]
+    make = torch.optim.SGD if cfg.optimizer == "sgd" else torch.optim.Adam
+    optimizers = [make([p for p in s.parameters() if p.requires_grad], lr=cfg.lr) for s in students]
+    tokens = input_spec.input_kind == "tokens"
+    shape = noise_shape(teacher, input_spec, cfg.batch_size)
+    noise = derive_torch_generator(seed, "distill-noise", round_idx)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(derive_seed(seed, "distill-dropout", round_idx))
+        for student in students:
+            student.train()
+        for _ in range(cfg.iterations):
+            for student, opt in zip(students, optimizers, strict=True):
+                x = torch.randn(shape, generator=noise)
+                with torch.no_grad():
+                    soft = model_logits(teacher, x, tokens)
+                opt.zero_grad(set_to_none=True)
+                loss = kd_loss(model_logits(student, x, tokens), soft, cfg.temperature)
+                loss.backward()  # type: ignore[no-untyped-call]  # torch stubs leave backward untyped
+                opt.step()
+    return _merge(family, params, structures, students)
+
+
+def _merge(
+    family: ElasticFamily, params: Params, structures: Sequence[tuple[int, ...]], students: Sequence[torch.nn.Module]
+) -> Params:
+    """Count-weighted element-wise mean of the sub-nets (weight 1 each); uncovered elements keep their value."""
+    reducer = MaskedWeightedMean()
+    shapes = {k: v.shape for k, v in params.items()}
+    partial: Partial = {}
+    for i, (units, student) in enumerate(zip(structures, students, strict=True)):
+        values, slices = family.scatter(student, first_k(units))
+        values = {k: v for k, v in values.items() if k in shapes}
+        if not all(bool(torch.isfinite(v).all()) for v in values.values()):
+            log.warning("in-place distillation: sub-net %d %s diverged (non-finite weights); left out", i, units)
+            continue
+        update = ClientUpdate(
+            client_id=i,
+            weight=1.0,
+            values=values,
+            slices={k: s for k, s in slices.items() if k in values},
+            num_examples=0,
+            train_loss=math.nan,
+            num_steps=0,
+        )
+        reducer.accumulate(partial, update, shapes)
+    merged, _ = reducer.finalize(partial, params)
+    return merged
+
+
+def distillation_gap(
+    family: ElasticFamily,
+    params: Params,
+    structures: Sequence[Sequence[int]],
+    *,
+    input_spec: InputSpec,
+    batch_size: int,
+    temperature: float = 1.0,
+    seed: int = 0,
+) -> float:
+    """Mean distillation loss (``kd_loss``) between the global model of ``params`` and its first-k sub-nets
+    ``structures`` on fresh Gaussian inputs (one batch of ``batch_size`` per sub-net from
+    ``derive_torch_generator(seed, "distill-gap")``), in the modes the distillation uses; a diagnostic."""
+    teacher = teacher_model(family, params)
+    tokens = input_spec.input_kind == "tokens"
+    shape = noise_shape(teacher, input_spec, batch_size)
+    noise = derive_torch_generator(seed, "distill-gap")
+    total = 0.0
+    with torch.random.fork_rng(devices=[]), torch.no_grad():
+        torch.manual_seed(derive_seed(seed, "distill-gap-dropout"))
+        for units in structures:
+            student = load_sub_model(family, params, units)
+            student.train()
+            x = torch.randn(shape, generator=noise)
+            total += float(kd_loss(model_logits(student, x, tokens), model_logits(teacher, x, tokens), temperature))
+    return total / max(1, len(structures))

@@ -1,0 +1,92 @@
+"""FedAvg: Communication-Efficient Learning of Deep Networks from Decentralized Data.
+
+McMahan, Moore, Ramage, Hampson, Agüera y Arcas, AISTATS 2017 (arXiv:1602.05629).
+
+Every client trains the full model; the server averages the updates weighted by sample count. The server step is
+written as SGD on the pseudo-gradient ``old - mean`` (Reddi et al., "Adaptive Federated Optimization"), so
+``server_lr = 1`` with no momentum is plain averaging and larger or damped steps are a config choice.
+
+Paper 000's two FedAvg baselines are config choices of the same class:
+
+* ``model: full`` ("Largest"): everyone trains the global model. With ``budgets: ignore`` every sampled client runs
+  even when the model exceeds its memory or bandwidth budget (the clock records it as ``over_budget``), the upper
+  bound the paper compares against; with ``budgets: enforce`` such clients fail.
+* ``model: smallest`` ("Smallest"): everyone trains the smallest structure of the search space with ratios ``S =
+  config.ratios``, first-k units. As in ``rayfl.fl.common.search`` (a choice where the paper is silent): every
+  dimension takes its smallest allowed ratio, 0 (block removed) for skippable dimensions when 0 is in ``S``, else the
+  smallest positive ratio of ``S``. The global model of this baseline *is* that sub-model (the rest of the global
+  tensors are never trained), so ``eval_units`` makes the engine evaluate it rather than the full network.
+
+Clients are weighted by sample count (``weighting``) in both cases; the sub-model's uncovered elements stay as they
+are (the reducer keeps them), so the server step only moves the trained part.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from rayfl.core.messages import Aggregate, Assignment, ClientView, ServerState
+from rayfl.fl.api.algorithm import Algorithm
+from rayfl.fl.methods.fedavg.config import FedAvgConfig
+from rayfl.models.elastic.spec import first_k
+
+__all__ = ["FedAvg"]
+
+
+class FedAvg(Algorithm):
+    """FedAvg with an optional server learning rate and momentum."""
+
+    name = "fedavg"
+    config: FedAvgConfig
+
+    def client_weight(self, num_examples: int) -> float:
+        return float(num_examples) if self.config.weighting == "samples" else 1.0
+
+    def smallest_units(self) -> tuple[int, ...]:
+        """Units of the smallest structure with ratios ``config.ratios`` (see the module docstring)."""
+        space = self.require_family().space
+        ratios = [float(r) for r in self.config.ratios]
+        positive = [r for r in ratios if r > 0.0]
+        if not positive:
+            raise ValueError("fedavg: model 'smallest' needs a positive ratio in algorithm.ratios")
+        low = min(positive)
+        zero = 0.0 in ratios
+        return space.units([0.0 if (d.skippable and zero) else low for d in space.dims])
+
+    def model_assignment(self) -> Assignment:
+        """The one assignment every client gets this run."""
+        enforce = self.config.budgets == "enforce"
+        if self.config.model == "full":
+            return Assignment(enforce_budgets=enforce)
+        sub = self.require_family().assignment(first_k(self.smallest_units()))
+        return dataclasses.replace(sub, enforce_budgets=enforce)
+
+    def assign(self, state: ServerState, round_idx: int, views: Sequence[ClientView]) -> dict[int, Assignment]:
+        assignment = self.model_assignment()
+        return {v.client_id: assignment for v in views}
+
+    def eval_units(self, state: ServerState) -> tuple[int, ...] | None:
+        return None if self.config.model == "full" else self.smallest_units()
+
+    def server_update(self, state: ServerState, round_idx: int, aggregate: Aggregate) -> ServerState:
+        cfg = self.config
+        if cfg.server_lr == 1.0 and cfg.server_momentum == 0.0:
+            return super().server_update(state, round_idx, aggregate)
+        new_params = {}
+        momentum = dict(state.opt_state)
+        for name, old in state.params.items():
+            grad = old - aggregate.params[name]  # pseudo-gradient
+            if cfg.server_momentum > 0.0:
+                buf = momentum.get(name)
+                buf = grad.clone() if buf is None else buf.mul(cfg.server_momentum).add_(grad)
+                momentum[name] = buf
+                grad = buf
+            new_params[name] = old - cfg.server_lr * grad
+        return ServerState(
+            params=new_params,
+            round_idx=round_idx + 1,
+            opt_state=momentum,
+            algo_state=state.algo_state,
+            models=state.models,
+        )

@@ -1,0 +1,27 @@
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from rayfl.config.fields import bounded
+
+__all__ = ["FedAvgConfig"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class FedAvgConfig:
+    """FedAvg (McMahan et al., AISTATS 2017): one model everywhere, server step = SGD on the pseudo-gradient.
+
+    ``model``: ``full`` is the global model (paper 000's "Largest"); ``smallest`` is the smallest structure of the
+    search space with ratios ``ratios`` (paper 000's "Smallest"). ``budgets: ignore`` runs every sampled client even
+    when its model exceeds a budget (the "Largest" upper bound), and records how often it would not have fit.
+    """
+
+    name: Literal["fedavg"] = "fedavg"
+    weighting: Literal["samples", "uniform"] = "samples"  # client weight in the element-wise mean
+    server_lr: float = bounded(1.0, gt=0.0)  # 1.0 = plain averaging
+    server_momentum: float = bounded(0.0, ge=0.0, lt=1.0)
+    model: Literal["full", "smallest"] = "full"
+    ratios: tuple[float, ...] = (0.0, 0.5, 1.0)
+    budgets: Literal["enforce", "ignore"] = "enforce"

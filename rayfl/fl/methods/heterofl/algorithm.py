@@ -1,0 +1,157 @@
+"""HeteroFL: Computation and Communication Efficient Federated Learning for Heterogeneous Clients.
+
+Diao, Ding, Tarokh, ICLR 2021 (arXiv:2010.01264).
+
+Each client trains the leading ``ceil(rate x width)`` units of every dimension (first-k), at the largest rate of
+``rates`` whose uniform sub-model fits its memory and bandwidth budgets; the server takes the count-normalised
+element-wise mean (uncovered elements keep their value). ``label_mask``: absent classes' logits are 0 in the local loss
+and the classifier rows of a client's labels only are aggregated (``rates.UniformRateAlgorithm``).
+
+**Static batch norm** (``static_bn``; official ``train_classifier_fed.py`` ``stats``). Clients' batch norms use batch
+statistics only (the families build them with ``track_running_stats=False``), so no running statistics are trained,
+sent or aggregated. For evaluation the server builds a copy of the global model whose batch norms track statistics,
+loads the global weights, runs it in training mode under ``no_grad`` over the whole pooled training set
+(``ServerContext.dataset``, in client-major order) and hands the running means and variances to the engine together
+with the weights (``eval_params``); the hosts evaluate with such a tracked copy (``eval_model``), in eval mode, so the
+test set is normalised with the training-set statistics. Models without batch norm (or with ``static_bn: false``) are
+evaluated as they are. The server seconds spent go to ``RoundStats.server_train_s``.
+
+Choices where the paper and the code leave room:
+
+* **Cumulative average weighted by samples.** PyTorch's ``momentum=None`` averages batch statistics with equal weight
+  per batch; here each batch's statistics enter with the weight of its sample count (the momentum of a batch of ``b``
+  samples after ``seen`` samples is ``b / seen``). With equal batches this is exactly the official average; with a
+  smaller last batch the running mean of the first norm is then exactly the mean over the training set. The running
+  variance is the sample-weighted mean of the batches' unbiased variances, as PyTorch defines it.
+* **Batches.** As the official code (a shuffled loader over the pooled training set, batch size 10), the pool is
+  permuted by ``derive_rng(seed, "static_bn", round)`` (``static_bn_shuffle``; off: client-major order) and cut into
+  ``max(1, n // static_bn_batch_size)`` nearly equal batches (default size 10), so no batch is smaller than the batch
+  size and none has a single sample. On label-skewed data the order matters: client-major batches hold one client's
+  labels each and give a different running variance.
+* **Privacy.** As in the official code, the statistics come from the pooled training set (the core paper notes that a
+  real deployment would have to query clients for them).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import time
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
+import torch
+from torch import nn
+
+from rayfl.core.messages import Params, ServerState
+from rayfl.core.rng import derive_rng
+from rayfl.data.federated import Rows
+from rayfl.fl.common.init import official_init
+from rayfl.fl.common.rates import UniformRateAlgorithm
+from rayfl.fl.methods.heterofl.config import HeteroFLConfig
+from rayfl.models.elastic.spec import FirstK, Selector
+from rayfl.models.inputs import InputSpec, to_input
+
+if TYPE_CHECKING:
+    from rayfl.models.elastic.family import ElasticFamily
+
+__all__ = ["HeteroFL", "static_bn_statistics", "tracked_global_model"]
+
+_BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
+_STAT_SUFFIXES = (".running_mean", ".running_var")
+
+
+def tracked_global_model(family: ElasticFamily) -> nn.Module | None:
+    """The full model with batch norms that track running statistics (reset to mean 0, variance 1, uninitialised
+    weights), or ``None`` when the model has no batch norm or its family cannot build tracking copies."""
+    if "track_stats" not in inspect.signature(family.build).parameters:
+        return None
+    with torch.device("meta"):  # no wasted random init: every weight is loaded by the caller
+        model: nn.Module = cast(Any, family).build(family.full_units, track_stats=True)
+    norms = [m for m in model.modules() if isinstance(m, _BATCH_NORMS)]
+    if not norms or not all(m.track_running_stats for m in norms):
+        return None
+    model = model.to_empty(device="cpu")
+    for m in norms:
+        m.reset_running_stats()
+    return model
+
+
+
+
+def static_bn_batches(n: int, batch_size: int, rng: np.random.Generator | None) -> list[np.ndarray]:
+    """The static-BN pass's batches of sample indices: a permutation drawn from ``rng`` (``None``: client-major order)
+    cut into ``max(1, n // batch_size)`` nearly equal consecutive pieces."""
+    if batch_size < 1:
+        raise ValueError(f"algorithm.static_bn_batch_size must be at least 1, got {batch_size}")
+    order = np.arange(n) if rng is None else rng.permutation(n)
+    return list(np.array_split(order, max(1, n // batch_size)))
+
+
+def static_bn_statistics(
+    model: nn.Module, x: Rows, input_spec: InputSpec, batch_size: int, rng: np.random.Generator | None = None
+) -> Params:
+    """Running means and variances of every batch norm of ``model`` over the samples ``x`` (see module docstring),
+    in the batches of ``static_bn_batches``; ``model`` must hold the weights and track statistics. Returns the
+    ``*.running_mean`` / ``*.running_var`` entries."""
+    norms = [m for m in model.modules() if isinstance(m, _BATCH_NORMS)]
+    for m in norms:
+        m.reset_running_stats()
+    n = len(x)
+    if n == 0:
+        raise ValueError("static BN needs training samples")
+    model.train()
+    seen = 0
+    with torch.no_grad():
+        for rows in static_bn_batches(n, batch_size, rng):
+            seen += len(rows)
+            for m in norms:
+                m.momentum = len(rows) / seen  # cumulative average weighted by samples
+            model(to_input(x[np.sort(rows)], input_spec))
+    for m in norms:
+        m.momentum = None
+    return {k: v.detach().clone() for k, v in model.state_dict().items() if k.endswith(_STAT_SUFFIXES)}
+
+
+class HeteroFL(UniformRateAlgorithm):
+    """First-k sub-models at the largest fitting rate, label masking and static BN (see module docstring)."""
+
+    name = "heterofl"
+    config: HeteroFLConfig
+
+    def selector(self, round_idx: int, client_id: int) -> Selector:
+        return FirstK()
+
+    def init_state(self, params: Params) -> ServerState:
+        if not self.config.official_init or self.family is None:
+            return ServerState(params=params)
+        return ServerState(params=official_init(self.family, params))
+
+    def _static_bn_model(self) -> nn.Module | None:
+        if not self.config.static_bn or self.family is None:
+            return None
+        return tracked_global_model(self.family)
+
+    def eval_model(self) -> nn.Module | None:
+        return self._static_bn_model()
+
+    def eval_params(self, state: ServerState) -> Params:
+        model = self._static_bn_model()
+        if model is None:
+            return state.params
+        began = time.perf_counter()
+        with torch.no_grad():
+            for name, tensor in model.state_dict().items():
+                if name.endswith(_STAT_SUFFIXES) or not tensor.is_floating_point():
+                    continue
+                if name not in state.params:
+                    raise KeyError(f"static BN: the global parameters lack {name!r}")
+                tensor.copy_(state.params[name])
+        ctx = self.server
+        cfg = self.config
+        rng = derive_rng(ctx.seed, "static_bn", state.round_idx) if cfg.static_bn_shuffle else None
+        stats = static_bn_statistics(model, ctx.dataset.x, ctx.input_spec, cfg.static_bn_batch_size, rng)
+        spent = time.perf_counter() - began
+        previous = self._server_train_s
+        self._server_train_s = spent if math.isnan(previous) else previous + spent
+        return {**state.params, **stats}

@@ -1,0 +1,100 @@
+"""Which elastic family a model config builds: ``build_family(cfg, input_spec)`` is the one entry point and
+``FAMILIES`` the full table, over the families of ``rayfl/models/elastic/`` and the cell networks and supernets built
+on them. Nothing outside ``rayfl/models`` needs to know a layer name: methods work with ``SubModelSpec``s,
+``Selection``s and the slices the family produces."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from rayfl.config.model import (
+    CellNetConfig,
+    CharBertConfig,
+    CNNConfig,
+    FemnistCNNConfig,
+    ResNetConfig,
+    SupernetConfig,
+    ViTConfig,
+)
+from rayfl.models.cellnet.module import CellNetFamily
+from rayfl.models.elastic.bert import CharBertFamily
+from rayfl.models.elastic.convnets import FemnistCNNFamily, HeteroCNNFamily
+from rayfl.models.elastic.family import ElasticFamily
+from rayfl.models.elastic.resnet import ResNetFamily
+from rayfl.models.elastic.vit import ViTFamily
+from rayfl.models.inputs import InputSpec
+from rayfl.models.supernet import SupernetFamily
+
+__all__ = ["FAMILIES", "build_family"]
+
+
+def _image(spec: InputSpec, cfg: Any) -> tuple[int, int]:
+    if spec.input_kind != "image" or len(spec.sample_shape) != 3:
+        raise ValueError(f"model.name={cfg.name!r} needs image inputs, but the data gives {spec.input_kind}")
+    return spec.sample_shape[0], spec.sample_shape[1]
+
+
+def _resnet(cfg: Any, spec: InputSpec) -> ElasticFamily:
+    channels, size = _image(spec, cfg)
+    return ResNetFamily(cfg, in_channels=channels, num_classes=spec.num_classes, image_size=size)
+
+
+def _vit(cfg: Any, spec: InputSpec) -> ElasticFamily:
+    channels, size = _image(spec, cfg)
+    return ViTFamily(
+        cfg, in_channels=channels, num_classes=spec.num_classes, image_size=size, **_transformer_sizes(cfg)
+    )
+
+
+def _hetero_cnn(cfg: Any, spec: InputSpec) -> ElasticFamily:
+    channels, size = _image(spec, cfg)
+    return HeteroCNNFamily(cfg, in_channels=channels, num_classes=spec.num_classes, image_size=size)
+
+
+def _femnist_cnn(cfg: Any, spec: InputSpec) -> ElasticFamily:
+    channels, size = _image(spec, cfg)
+    return FemnistCNNFamily(cfg, in_channels=channels, num_classes=spec.num_classes, image_size=size)
+
+
+def _supernet(cfg: Any, spec: InputSpec) -> ElasticFamily:
+    channels, size = _image(spec, cfg)
+    return SupernetFamily(cfg, in_channels=channels, num_classes=spec.num_classes, image_size=size)
+
+
+def _cellnet(cfg: Any, spec: InputSpec) -> ElasticFamily:
+    channels, size = _image(spec, cfg)
+    return CellNetFamily(cfg, in_channels=channels, num_classes=spec.num_classes, image_size=size)
+
+
+def _char_bert(cfg: Any, spec: InputSpec) -> ElasticFamily:
+    if spec.input_kind != "tokens":
+        raise ValueError(f"model.name={cfg.name!r} needs token inputs, but the data gives {spec.input_kind}")
+    return CharBertFamily(cfg, vocab_size=spec.num_classes, seq_len=spec.sample_shape[0], **_transformer_sizes(cfg))
+
+
+def _transformer_sizes(cfg: Any) -> dict[str, int | None]:
+    """A transformer config's size overrides; 0 (the default) keeps the preset's value."""
+    return {k: getattr(cfg, k) or None for k in ("embed_dim", "depth", "heads", "head_dim", "mlp_dim")}
+
+
+FAMILIES: dict[type[Any], Callable[[Any, InputSpec], ElasticFamily]] = {
+    ResNetConfig: _resnet,
+    ViTConfig: _vit,
+    CNNConfig: _hetero_cnn,
+    FemnistCNNConfig: _femnist_cnn,
+    CharBertConfig: _char_bert,
+    SupernetConfig: _supernet,
+    CellNetConfig: _cellnet,
+}
+
+
+def build_family(cfg: Any, spec: InputSpec) -> ElasticFamily:
+    """The elastic family for a model config; ``ValueError`` names the config when it has none."""
+    if type(cfg) not in FAMILIES:
+        raise ValueError(f"model.name={cfg.name!r} has no elastic family (sub-models need one of {_names()})")
+    return FAMILIES[type(cfg)](cfg, spec)
+
+
+def _names() -> str:
+    return ", ".join(sorted(c.__dataclass_fields__["name"].default for c in FAMILIES))
