@@ -11,6 +11,12 @@ bit-identity before and after a change on one machine (commit b27ae4b, before is
 ``tests/fixtures/pinned_records.json`` on the machine that wrote them, as today's code does); this test checks, on
 any machine, that integer fields are equal and that float fields and each tensor's sum and norm agree to 1e-5
 (relative), far tighter than any change to an algorithm moves them and far looser than kernel order does.
+
+Sum and norm are blind to a permutation of a tensor's elements, so each tensor is also pinned by its dot product with
+a fixed random vector (seeded by the tensor's name; tolerance 1e-5 of the tensor's norm, which a permutation or a
+transposition exceeds by orders of magnitude). On the machine and torch build that wrote the pins
+(``machine_digests``: torch version, CPU capability, architecture) the digests of every record and parameter must
+match exactly; elsewhere they are only reported.
 """
 
 from __future__ import annotations
@@ -19,10 +25,14 @@ import dataclasses
 import hashlib
 import json
 import math
+import platform
+import zlib
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
+import torch
 
 from rayfl.config.model import CNNConfig
 from rayfl.config.sections import BackendConfig, DataConfig, TrainConfig
@@ -80,6 +90,20 @@ def _close(got: Any, want: Any) -> bool:
     return bool(got == want)
 
 
+def _projection(name: str, tensor: torch.Tensor) -> float:
+    """The tensor's dot product with a standard normal vector seeded by its name (sensitive to element order)."""
+    values = tensor.detach().double().flatten().numpy()
+    return float(values @ np.random.default_rng(zlib.crc32(name.encode())).standard_normal(values.size))
+
+
+def _machine() -> dict[str, str]:
+    return {
+        "torch": torch.__version__,
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "machine": platform.machine(),
+    }
+
+
 def _digests(result: RunResult) -> tuple[str, str, float]:
     skip = WALL_FIELDS | set(LATER_FIELDS) | LATER_NAN_FIELDS | LATER_FIGURES
     rounds = [
@@ -107,10 +131,21 @@ def test_tiny_synthetic_runs_keep_their_records(name: str) -> None:
     assert set(params) == set(pinned["params"])
     bad_params = {k: (params[k], v) for k, v in pinned["params"].items() if not all(map(_close, params[k], v))}
     assert not bad_params
+    projections = {k: _projection(k, v) for k, v in result.state.params.items()}
+    assert set(projections) == set(pinned["projections"])
+    bad_projections = {
+        k: (projections[k], want)
+        for k, want in pinned["projections"].items()
+        if not math.isclose(projections[k], want, rel_tol=0.0, abs_tol=1e-5 * max(params[k][1], 1e-12))
+    }
+    assert not bad_projections, f"tensors whose elements moved: {bad_projections}"
     assert result.baseline_acc == pinned["baseline_acc"]
-    digests = _digests(result)[:2]
-    if list(digests) != pinned["digests"]:  # other CPU kernels: values agree (above), the last bits may not
-        print(f"{name}: digests {digests} differ from this fixture's machine (values agree to 1e-5)")
+    digests = list(_digests(result)[:2])
+    where = pinned["machine_digests"]
+    if _machine() == where["machine"]:
+        assert digests == where["digests"], "records or parameters differ from the pins written on this machine"
+    else:  # other CPU kernels: values agree (above), the last bits may not
+        print(f"{name}: digests {digests} (pinned on {where['machine']}, this is {_machine()}; values agree to 1e-5)")
     for record in result.records:
         assert {k: getattr(record, k) for k in LATER_FIELDS} == LATER_FIELDS
         assert all(math.isnan(getattr(record, k)) for k in LATER_NAN_FIELDS)
