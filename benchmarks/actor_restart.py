@@ -1,4 +1,4 @@
-"""What a dead Ray actor costs (``engine/recovery.py``): how long until a SIGKILLed client host or parameter-server
+"""What a dead Ray actor costs (``engine/ray/recovery.py``): how long until a SIGKILLed client host or parameter-server
 shard has a replacement that answers, and how much longer a round takes when one of its actors was just killed.
 
 Set-up: the Ray backend (2 client hosts, 1 shard, a local Ray with 2 CPUs) training FedAvg on the CNN of

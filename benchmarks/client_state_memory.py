@@ -1,4 +1,4 @@
-"""Memory of per-client state (``engine/client_state.py``) for 1,000 clients, as local model padding keeps it.
+"""Memory of per-client state (``engine/exec/client_state.py``) for 1,000 clients, as local model padding keeps it.
 
 Each client's memory is its trained model of the last round it trained: its x p_k sub-model's float32 tensors. The
 script (1) trains one real client per capacity on a client host of experiments/fedrescue/cpu.yaml with faulty links

@@ -1,6 +1,6 @@
 """What a client host's heap keeps after its rounds, and the page faults it pays, per glibc trim threshold.
 
-``rayfl/engine/allocator.py`` fixes glibc's thresholds in every client host so that training buffers stay in the
+``rayfl/engine/exec/allocator.py`` fixes glibc's thresholds in every client host so that training buffers stay in the
 heap across steps; ``TRIM_THRESHOLD_BYTES`` caps the free memory at the heap's top that is kept. For each model and
 each cap (and glibc's own dynamic thresholds, ``untuned``) this runs a ``ClientHost`` in a fresh process (FedAvg on
 synthetic 3x32x32 images, one thread): one warm-up round, then ``--rounds - 1`` timed rounds of ``--clients``

@@ -364,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
         # errors a user can cause (config, data, caches, traces, cluster address): one line, no traceback
         print(f"rayfl: error: {' '.join(str(err).split())}", file=sys.stderr)
         return 2
-    except ActorFailureError as err:  # Ray actors kept dying (engine/recovery.py): one line, no traceback
+    except ActorFailureError as err:  # Ray actors kept dying (engine/ray/recovery.py): one line, no traceback
         print(f"rayfl: error: {' '.join(str(err).split())}", file=sys.stderr)
         return EXIT_ACTORS_FAILED
     except KeyboardInterrupt:  # a second Ctrl-C: stopped at once (a run's records are completed all the same)

@@ -25,7 +25,7 @@ if [[ -x .venv/bin/rayfl ]]; then RAYFL=.venv/bin/rayfl PYTHON=.venv/bin/python;
 # 000's Table 3).
 read -r -a DISTILL <<<"$("$PYTHON" - "$CFG" "$@" <<'PY'
 import sys
-from rayfl.config_loader import load_config
+from rayfl.experiment.loader import load_config
 d = load_config(sys.argv[1], sys.argv[2:]).algorithm.distill
 print(f"algorithm.distill.enabled=true algorithm.distill.subnets={d.subnets} algorithm.distill.iterations="
       f"{d.iterations} algorithm.distill.batch_size={d.batch_size} algorithm.distill.lr={d.lr:g} "

@@ -44,7 +44,7 @@ done
 setting_facts() {  # setting_facts FILE [OVERRIDE ...]: read with the run's overrides
   "$PYTHON" - "$@" <<'EOF'
 import sys
-from rayfl.config_loader import load_config
+from rayfl.experiment.loader import load_config
 algo = load_config(sys.argv[1], sys.argv[2:]).algorithm
 print("[" + ",".join(f"{r:g}" for r in algo.ratios) + "]")
 d = algo.distill

@@ -84,7 +84,7 @@ class TrainConfig:
     max_steps: int = bounded(0, ge=0)  # 0 = no cap; otherwise stop after this many batches
     batch_size: int = bounded(10, ge=1)
     optimizer: Literal["sgd", "adam"] = "sgd"
-    lr: float = bounded(0.8, gt=0.0)  # at most FLOAT32_MAX (config_loader): torch refuses a larger step
+    lr: float = bounded(0.8, gt=0.0)  # at most FLOAT32_MAX (the loader): torch refuses a larger step
     momentum: float = bounded(0.0, ge=0.0, lt=1.0)
     weight_decay: float = bounded(0.0, ge=0.0)
     grad_clip_norm: float = bounded(0.0, ge=0.0)  # 0 = no clipping
@@ -233,19 +233,19 @@ class BackendConfig:
     # (RAY_ADDRESS, the last `ray start` here) or else a new local Ray
     num_cpus: int = bounded(0, ge=0)  # CPUs for a local Ray instance; 0 = all
     object_store_mb: int = bounded(0, ge=0)  # object store of a local Ray instance; 0 = Ray's default
-    # dead hosts and shards are restarted and their work re-run (engine/recovery.py); the run gives up when more
+    # dead hosts and shards are restarted and their work re-run (engine/ray/recovery.py); the run gives up when more
     # than this many actor failures happen in one round (0 = give up at the first)
     max_actor_failures: int = bounded(3, ge=0)
     # keep the hosts and shards alive after the run for the next run in this process with the same layout
     # (notebooks, scripts running several experiments); they keep their CPU reservations meanwhile
-    # (``engine/ray_pool.py``; released by ``rayfl.engine.ray.backend.release_warm_pool`` or ``shutdown_ray``)
+    # (``engine/ray/pool.py``; released by ``rayfl.engine.ray.backend.release_warm_pool`` or ``shutdown_ray``)
     keep_warm: bool = False
 
 
 # ------------------------------------------------------------------------------------------- checkpoints
 @dataclass(frozen=True, kw_only=True)
 class CheckpointConfig:
-    """Checkpoints of a written run (``rayfl/engine/checkpoint.py``), for ``rayfl run --resume RUN_DIR``: every
+    """Checkpoints of a written run (``rayfl/engine/persist/checkpoint.py``), for ``rayfl run --resume RUN_DIR``: every
     ``every`` rounds, after the last round and when SIGINT/SIGTERM stops the run; the last ``keep`` are kept.
     ``every: 0`` writes none (and a stopped run cannot be resumed)."""
 

@@ -3,7 +3,7 @@
 Everything that crosses a process boundary is here, frozen, and free of Ray types. Parameters travel as
 ``dict[str, torch.Tensor]`` keyed by the global model's ``state_dict`` names. A run with several global models keeps
 them in one flat dict: model 0 under its own names, model ``k > 0`` under ``m{k}/<name>``
-(``algorithms/multimodel.py``), so sharding, reduction and checkpoints handle every model at once.
+(``fl/common/multimodel.py``), so sharding, reduction and checkpoints handle every model at once.
 """
 
 from __future__ import annotations

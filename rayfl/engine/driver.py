@@ -83,7 +83,7 @@ def run_experiment(
     resume: Path | None = None,
 ) -> RunResult:
     """Run one simulation end to end; with ``write`` the records go to a fresh directory under ``output_dir``; with
-    ``resume`` (a run directory) the run continues there from its newest checkpoint (``engine/resume.py``).
+    ``resume`` (a run directory) the run continues there from its newest checkpoint (``engine/persist/resume.py``).
 
     SIGINT or SIGTERM stops a written run after the round in progress, with a checkpoint, and raises
     ``RunInterrupted`` (``engine/stop.py``); too many non-finite rounds in a row raise ``NonFiniteError``

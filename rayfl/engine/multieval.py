@@ -14,7 +14,7 @@ often as devices use it.
 The all-device model (``evaluate_all_devices``, ``eval_all_devices``) is what paper 001 reports ("Reporting Results":
 the server models averaged over all devices, not only the round's active ones, for reporting alone; training is
 unchanged). It is the algorithm's own reducer applied to every client's last upload that reached the server (kept in
-the client's memory, ``engine/client_state.py``), elements no upload covers keeping the global values; FedHeN's
+the client's memory, ``engine/exec/client_state.py``), elements no upload covers keeping the global values; FedHeN's
 simple part is then the mean over all devices, its deep part the mean over all complex devices, and Decouple's two
 models the means over all simple and all complex devices. Every evaluation of the round is repeated on it: the main
 one (``all_devices_acc``), each structure and further model (``all_devices/<name>`` rows in evals.csv) and the device

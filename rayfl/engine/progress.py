@@ -36,7 +36,7 @@ class ProgressLine:
             line += " | ALL CLIENTS FAILED: model unchanged"
         if record.rolled_back:
             line += " | NOT FINITE: round rolled back"
-        if record.faults:  # Ray actors that died this round and whose work was re-run (engine/recovery.py)
+        if record.faults:  # Ray actors that died this round and whose work was re-run (engine/ray/recovery.py)
             line += f" | {record.faults} dead actor{'s' if record.faults > 1 else ''} replaced"
         self.stream.write(line + "\n")
         self.stream.flush()

@@ -444,7 +444,7 @@ def _convert(value: Any, tp: Any, path: KeyPath, ctx: _Context) -> Any:
     elif dataclasses.is_dataclass(tp) and isinstance(tp, type):
         return _build(tp, value, path, ctx)
     else:
-        raise TypeError(f"config_loader does not support the type {tp!r} (at {_format_path(path)})")
+        raise TypeError(f"the config loader does not support the type {tp!r} (at {_format_path(path)})")
     raise ctx.error(path, f"expected {_expected(tp)}, got {_describe(value)}")
 
 
@@ -577,7 +577,7 @@ def _mark(origins: dict[KeyPath, Origin], path: KeyPath, value: Any, text: str) 
 
 # ------------------------------------------------------------------------------------------------- rules
 def validate_semantics(cfg: ExperimentConfig) -> None:
-    """Check rules that span fields (``config_rules``; called by ``load_config``, also usable on configs built in
+    """Check rules that span fields (``experiment/rules.py``; called by ``load_config``, also usable on configs built in
     code)."""
     problems = semantic_problems(cfg)
     if problems:
@@ -593,7 +593,7 @@ def check_clients_per_round(cfg: ExperimentConfig, num_clients: int) -> None:
 
 
 def check_model_input(cfg: ExperimentConfig, input_kind: str) -> None:
-    """After loading: the model reads the kind of input the data gives (``config_rules.model_input_problem``)."""
+    """After loading: the model reads the kind of input the data gives (``rules.model_input_problem``)."""
     problem = model_input_problem(cfg, input_kind)
     if problem is not None:
         raise ConfigError(problem[1], _format_path(problem[0]))
@@ -601,7 +601,7 @@ def check_model_input(cfg: ExperimentConfig, input_kind: str) -> None:
 
 def check_output_dir(output_dir: str | Path) -> None:
     """Before a run starts Ray or loads data: a run directory can be made under ``output_dir`` (it is not a file and
-    can be written; ``config_rules.output_dir_problem``). Creates nothing."""
+    can be written; ``rules.output_dir_problem``). Creates nothing."""
     problem = output_dir_problem(output_dir)
     if problem:
         raise ConfigError(problem, "output_dir")

@@ -79,7 +79,7 @@ class ExperimentConfig:
     def __post_init__(self) -> None:
         # ``algorithm.act: official`` (HeteroFL, FedRolex) sets the model's activation. It is resolved here, once,
         # so that every part of the run (driver, hosts, cost model, search, the written config) builds the same
-        # model; phases that disagree are left as they are and reported by ``config_rules``.
+        # model; phases that disagree are left as they are and reported by ``experiment/rules.py``.
         wanted = set(method_activations(self).values())
         if len(wanted) == 1:
             act, model = wanted.pop(), cast(Any, self.model)  # only models with an ``act`` field ask for one

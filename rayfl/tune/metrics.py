@@ -109,7 +109,7 @@ class RoundMetrics:
             "clients_sampled": record.clients_sampled,
             "clients_run": record.clients_run,
             "clients_failed": record.clients_failed,
-            "faults": record.faults,  # Ray actors that died in the round and were replaced (engine/recovery.py)
+            "faults": record.faults,  # Ray actors that died in the round and were replaced (engine/ray/recovery.py)
             "rolled_back": record.rolled_back,  # the round's non-finite update was refused (engine/guard.py)
             "memory_util": record.memory_util,
             "bandwidth_util": record.bandwidth_util,

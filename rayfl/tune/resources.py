@@ -2,7 +2,7 @@
 
 A trial is one simulation whose driver (the Tune function) starts its own Ray actors. Tune creates the trial inside a
 placement group, and the Ray backend, when it finds itself in one, pins its actors to the group's bundles by index
-(``rayfl/engine/placement.py``). This module fixes that layout; both sides follow it:
+(``rayfl/engine/ray/placement.py``). This module fixes that layout; both sides follow it:
 
 * bundle ``0``: the trial's driver process, ``{"CPU": driver_cpus}``;
 * bundles ``1 .. H``: client host ``h`` in bundle ``1 + h``, ``{"CPU": cpus_per_host, "GPU": gpus_per_host}`` (the

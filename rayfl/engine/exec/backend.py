@@ -189,7 +189,7 @@ class LocalBackend:
         ]
         self._threads = torch.get_num_threads()
         self.algorithm = algorithm
-        self.memories = ClientStateStore()  # per-client state across rounds (engine/client_state.py)
+        self.memories = ClientStateStore()  # per-client state across rounds (engine/exec/client_state.py)
 
     def _plan(self, params: Params) -> NumpyParams:
         """``params`` as numpy arrays, with the tensors re-dealt to the shards when the global tensors changed (a
@@ -229,7 +229,7 @@ class LocalBackend:
 
     def reduce_uploads(self, params: Params) -> Aggregate:
         """The all-device model: the algorithm's reducer over every client's kept upload (``eval_all_devices``,
-        ``engine/client_state.py``), elements no upload covers keeping ``params``' values; ``num_clients`` counts the
+        ``engine/exec/client_state.py``), elements no upload covers keeping ``params``' values; ``num_clients`` counts the
         uploads."""
         arrays = self._plan(params)
         per_shard: list[list[ArrayPartial]] = [[] for _ in range(self.num_shards)]
@@ -259,7 +259,7 @@ class LocalBackend:
         return combine_eval(stats)
 
     def client_states(self) -> dict[int, object]:
-        """Every client's memory by client id (``engine/client_state.py``), for checkpoints."""
+        """Every client's memory by client id (``engine/exec/client_state.py``), for checkpoints."""
         return self.memories.client_states()
 
     def load_client_states(self, states: dict[int, object]) -> None:

@@ -4,13 +4,13 @@ The same class serves both backends: the Ray backend wraps it in an actor (one p
 backend instantiates it directly. A host receives the whole data set once (a zero-copy view of Ray's object store)
 and per round only task descriptions plus one reference to the global parameters.
 
-Devices: a host computes on the device ``engine/device.py`` chooses (the CPU unless it holds a GPU share). Its models
+Devices: a host computes on the device ``engine/exec/device.py`` chooses (the CPU unless it holds a GPU share). Its models
 live there; global parameters arrive and updates leave as CPU tensors, so partial sums, compression, the shards and
 everything after them are the same on every device. Algorithms put a batch where the model is.
 
 Several global models: a task names its model's architecture (``TrainTask.model_config``); the host builds each
 architecture once (kept by config), loads the model's own tensors from the flat parameter dict and names the update's
-tensors back under the model's prefix (``algorithms/multimodel.py``), so the reduction is the same code for any model.
+tensors back under the model's prefix (``fl/common/multimodel.py``), so the reduction is the same code for any model.
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ class ClientHost:
         init_seed: int,
         compression: CompressionConfig | None = None,
     ) -> None:
-        tune_allocator()  # before any training buffer is allocated; see engine/allocator.py
+        tune_allocator()  # before any training buffer is allocated; see engine/exec/allocator.py
         self.host_id = host_id
         self.dataset = dataset
         self.algorithm = algorithm

@@ -3,7 +3,7 @@
 Tensors are balanced over shards by element count (largest first onto the lightest shard), and each shard merges
 the hosts' partials in host-id order, so the result is the same for any number of shards and any arrival order.
 
-A shard works on numpy arrays only (``rayfl/partials.py``): this module and what it receives import no torch, so a
+A shard works on numpy arrays only (``rayfl/core/partials.py``): this module and what it receives import no torch, so a
 shard process stays a plain numpy process (measured: 406 MiB PSS with torch, see ``benchmarks/scale.py``).
 """
 

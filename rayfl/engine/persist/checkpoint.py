@@ -12,7 +12,7 @@ What a checkpoint after ``n`` finished rounds holds (``RunSnapshot``):
 * ``phase_results``: what finished phases reported (``PhaseSchedule.results``, FedorAS's chosen paths);
 * the last evaluation, the count of rolled-back rounds in a row (``guard.py``) and the wall seconds so far;
 * no RNG positions: every random draw comes from a generator derived from (seed, purpose, round, client)
-  (``rayfl/rng.py``), so round ``n`` draws the same numbers whether or not the run was resumed before it;
+  (``rayfl/core/rng.py``), so round ``n`` draws the same numbers whether or not the run was resumed before it;
 * the record files, by length: the manifest holds each CSV file's byte length at the checkpoint, and a resumed run cuts
   the files back to it and reads the rows back (``RunWriter.reopen``), dropping rounds written after the checkpoint.
 

@@ -1,5 +1,5 @@
 """Where a run stands between rounds (``RunProgress``), what a checkpoint takes of it, and how a resumed run gets it
-back from its run directory's newest checkpoint (``engine/checkpoint.py``).
+back from its run directory's newest checkpoint (``engine/persist/checkpoint.py``).
 
 A resumed run builds its data, clock, algorithm and backend from its config exactly as a fresh run does, then puts
 back what the rounds changed: the server state, the simulated clock, the clients' memories, the finished phases'

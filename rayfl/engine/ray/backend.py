@@ -85,10 +85,10 @@ class RayBackend:
         self.sizes = dataset.client_sizes()
         self.shard_of = plan_shards(shapes, self.num_shards)
         self.algorithm = algorithm
-        # per-client state across rounds as object-store references (engine/client_state.py)
+        # per-client state across rounds as object-store references (engine/exec/client_state.py)
         self.memories = ClientStateStore(fetch=ray.get, put=ray.put)
         self._initial: tuple[Params | None, Any] = (None, None)  # the initial tensors last put, and their reference
-        # dead hosts and shards: Ray restarts them, the driver re-runs their lost calls (engine/recovery.py)
+        # dead hosts and shards: Ray restarts them, the driver re-runs their lost calls (engine/ray/recovery.py)
         self.recovery = Recovery(backend_cfg.max_actor_failures, backend_cfg.start_timeout_s)
         self._names = [[n for n, k in self.shard_of.items() if k == s] for s in range(self.num_shards)]
         # started by ``build.prepare_run`` while the data was prepared, or here (``ray_pool.py``)

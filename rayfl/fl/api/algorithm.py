@@ -101,7 +101,7 @@ class Algorithm:
     """Base class with FedAvg behaviour in every hook; subclasses override the hooks their paper changes."""
 
     name: ClassVar[str] = "base"
-    # True: the engine keeps a state per client across rounds (``engine/client_state.py``), handed to
+    # True: the engine keeps a state per client across rounds (``engine/exec/client_state.py``), handed to
     # ``local_train`` as ``task.client_state`` and replaced by the ``ClientUpdate.client_state`` it returns
     keeps_client_state: ClassVar[bool] = False
 
@@ -254,7 +254,7 @@ class Algorithm:
 
     def make_optimizer(self, params: Sequence[nn.Parameter], lr: float) -> ClientOptimizer:
         """A fresh optimizer per client and round (clients keep no optimizer state, as in HeteroFL and FedAvg):
-        torch.optim's SGD or Adam, computed without importing torch._dynamo (``rayfl/algorithms/optim.py``)."""
+        torch.optim's SGD or Adam, computed without importing torch._dynamo (``rayfl/fl/api/optim.py``)."""
         cfg = self.train
         return client_optimizer(cfg.optimizer, params, lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
 

@@ -100,7 +100,7 @@ class ElasticCharBert(nn.Module):
     def forward_hidden(self, h: torch.Tensor, all_positions: bool = False) -> torch.Tensor:
         """The model from the embedding output on: hidden states ``[B, L, embed_dim]`` (token plus position embedding,
         after its dropout) through the blocks, the final norm and the decoder. Server-side in-place distillation
-        (``algorithms/distill.py``) feeds Gaussian noise here, since characters are discrete."""
+        (``fl/common/distill/server.py``) feeds Gaussian noise here, since characters are discrete."""
         for block in self.blocks:
             h = block(h)
         return _decode(h, self.norm, self.decoder, all_positions)

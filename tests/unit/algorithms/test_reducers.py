@@ -93,7 +93,7 @@ def test_grouped_and_sharded_reduction_equals_flat() -> None:
 
 
 def test_numpy_shard_side_equals_the_torch_reducer_bit_for_bit() -> None:
-    """The parameter-server shards reduce numpy partials without torch (``rayfl/partials.py``): the same numbers as
+    """The parameter-server shards reduce numpy partials without torch (``rayfl/core/partials.py``): the same numbers as
     ``MaskedWeightedMean.merge``/``finalize``, for whole and sliced updates, float and integer tensors."""
     gen = torch.Generator().manual_seed(1)
     prev = {

@@ -42,7 +42,7 @@ def test_split_the_cluster_becomes_an_explicit_share() -> None:
 
 
 def test_the_ray_backend_accepts_the_layout() -> None:
-    """Contract with ``rayfl/engine/placement.py``: host h in bundle 1 + h, shard s in bundle 1 + H + s."""
+    """Contract with ``rayfl/engine/ray/placement.py``: host h in bundle 1 + h, shard s in bundle 1 + H + s."""
     placement = pytest.importorskip("rayfl.engine.ray.placement")
     for shard_cpus in (0.0, 0.1):
         backend = BackendConfig(kind="ray", num_hosts=3, num_shards=2, cpus_per_host=0.25, cpus_per_shard=shard_cpus)

@@ -1,5 +1,5 @@
 """Pieces both in-place distillation variants share (paper 000, Sec. 3.3, Algorithm 1): the sub-nets' structures,
-their first-k weights, the Gaussian inputs and the KD loss. ``algorithms/distill.py`` documents the method."""
+their first-k weights, the Gaussian inputs and the KD loss. ``fl/common/distill/server.py`` documents the method."""
 
 from __future__ import annotations
 

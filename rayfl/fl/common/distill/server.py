@@ -9,7 +9,7 @@ After aggregation the server, holding no data, distils the global model into its
    ``softmax(teacher / T)`` and the KD loss ``T^2 * KL(soft labels || softmax(student / T))`` (batch mean);
 3. update the global model, in one of two ways (``distill.update``):
 
-   * ``shared`` (default; the paper's Eq. 2, ``algorithms/distill_shared.py``): the sub-nets are the first-k parts of
+   * ``shared`` (default; the paper's Eq. 2, ``fl/common/distill/shared.py``): the sub-nets are the first-k parts of
      the global weights themselves; their KD gradients with respect to the shared weights are averaged per element
      over the sub-nets that hold it and one Adam step is taken on the global model per iteration; the teacher is the
      current global model ``W^{t-1}``, so it moves with every step;

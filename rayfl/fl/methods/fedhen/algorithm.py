@@ -35,7 +35,7 @@ the family like any sub-model.
   the paragraph changes is "all devices" for "only active devices".
 
 * **Decouple** (Algorithm 3): two independent FedAvgs in one run, on the engine's several global models
-  (``algorithms/multimodel.py``): model 0 is the complex model (the run's), model 1 the simple model as a stand-alone
+  (``fl/common/multimodel.py``): model 0 is the complex model (the run's), model 1 the simple model as a stand-alone
   architecture (``model.exit_only``: stages 1..k and the side head, the same tensor names as the side-exit
   sub-model). Simple devices train model 1, complex devices model 0 on its own loss; each model is the unweighted mean
   over its own active devices (``1/|Z_s|`` and ``1/|Z_c|``), which the count-normalised element-wise mean gives with

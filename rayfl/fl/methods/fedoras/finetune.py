@@ -2,7 +2,7 @@
 
 Paper 003 Sec. 3.3 and the official ``src/finetune.py`` (``finetune_model_in_cluster``; ALGORITHMS.md section 10).
 The phase takes over the search's state (or supernet training's, or none) and trains one stand-alone model per tier
-with plain FedAvg (McMahan et al. 2017), on the engine's several global models (``algorithms/multimodel.py``):
+with plain FedAvg (McMahan et al. 2017), on the engine's several global models (``fl/common/multimodel.py``):
 
 * **Models.** Tier ``t``'s path is realised as ``model.path`` (``SupernetConfig.path``: only that path's ops, with the
   supernet's tensor names), model ``t`` of the run (model 0 under its own names, ``t > 0`` under ``m{t}/``);

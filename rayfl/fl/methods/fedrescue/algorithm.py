@@ -21,7 +21,7 @@
   for nested bands this is exactly "band ``p_i`` = the plain mean over the users whose uploaded ratio reaches
   ``p_i``" (``MaskedWeightedMean`` with weight 1). What was uploaded is decided by the links (``system.links``).
 * **Local model padding (Eq. 5)** and **unstable links** are engine capabilities for every method
-  (``system/links.py``, ``engine/client_state.py``); FedResCuE needs nothing of its own for them.
+  (``system/links.py``, ``engine/exec/client_state.py``); FedResCuE needs nothing of its own for them.
 
 Ablations: **FedSeq** (``fedseq``) sets ``alpha = 0`` (no teacher pass); **FedRush** (``fedrush``) does not freeze:
 each ratio's step updates its whole sub-model.

@@ -2,7 +2,7 @@
 
 Zhu, Liu, Chowdhury, Lai, MLSys 2024 (paper 002); author code ``evofed/FedScale`` branch ``dev`` (ALGORITHMS.md
 section 9). The run starts with one ``cellnet`` model and grows a family of models from it (the engine's several
-global models, ``algorithms/multimodel.py``); the equations are in ``fedtrans_math.py``. Per round (Algorithm 1):
+global models, ``fl/common/multimodel.py``); the equations are in ``fedtrans_math.py``. Per round (Algorithm 1):
 
 1. **Assignment** (Sec. 4.2, Eq. 2-3). A client's compatible models are those whose training FLOPs for its round
    (3 x forward FLOPs x samples, the clock's own figure) fit its compute budget; it trains one drawn with

@@ -12,7 +12,7 @@ __all__ = ["FedTransConfig"]
 @dataclass(frozen=True, kw_only=True)
 class FedTransConfig:
     """FedTrans (paper 002): a family of models grown from ``model`` (a ``cellnet``) during the run, utility-based
-    soft assignment and soft aggregation (``rayfl/algorithms/fedtrans.py``).
+    soft assignment and soft aggregation (``rayfl/fl/methods/fedtrans/algorithm.py``).
 
     A transformation fires after a round in which the newest model's degree of convergence (Eq. 1: the mean of its
     last ``gamma`` training-loss slopes of step ``doc_step`` rounds) is at most ``beta``, or at a round of

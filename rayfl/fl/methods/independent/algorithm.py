@@ -1,7 +1,7 @@
 """Independent FedAvg models in one run: the smallest user of the engine's several-global-models capability.
 
 ``num_models`` global models of the run's architecture live side by side in the server state
-(``algorithms/multimodel.py``); client ``c`` trains model ``c mod num_models`` with plain FedAvg (McMahan et al.,
+(``fl/common/multimodel.py``); client ``c`` trains model ``c mod num_models`` with plain FedAvg (McMahan et al.,
 AISTATS 2017), so each model is the FedAvg of its own client group. The reducer's element-wise mean over the clients
 covering each tensor makes this per-model averaging without any per-model code, and a model nobody trained in a round
 keeps its weights. FedHeN's "Decouple" baseline (paper 003) is this with one model per device tier.

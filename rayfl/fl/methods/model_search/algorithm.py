@@ -2,7 +2,7 @@
 
 Per round (Algorithm 2):
 
-* **Assignment.** ``ModelSearch`` (``algorithms/search.py``) picks for every sampled client the structure with the
+* **Assignment.** ``ModelSearch`` (``fl/common/search.py``) picks for every sampled client the structure with the
   largest criterion (parameters by default) that fits its memory and bandwidth budgets, from a sampling pool grown by
   the epsilon / ``t_max`` constrained random search over per-dimension ratios ``S`` (0 removes a skippable block).
   The client gets the first-k sub-model of that structure (parameters "from the corresponding position").
@@ -11,7 +11,7 @@ Per round (Algorithm 2):
   ``ModelSearch`` object on the driver is a cache of it (costs, lookup order), rebuilt when a state holds another pool.
 * **Aggregation.** The count-normalised element-wise mean, every client weighing 1 (``SubModelAlgorithm``): uncovered
   elements keep their value.
-* **In-place distillation** (``distill``, on by default) after aggregation (``algorithms/distill.py``); its sub-nets
+* **In-place distillation** (``distill``, on by default) after aggregation (``fl/common/distill/server.py``); its sub-nets
   are drawn from the same space ``S`` unless ``distill.ratios`` says otherwise.
 
 Choices where the paper is open:
