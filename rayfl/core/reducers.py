@@ -103,7 +103,8 @@ def split_partial(partial: Partial, shard_of: Mapping[str, int], num_shards: int
 
 
 def as_arrays(partial: Partial) -> ArrayPartial:
-    """The partial sums as numpy arrays (no copy), the form parameter-server shards reduce (``rayfl/core/partials.py``)."""
+    """The partial sums as numpy arrays (no copy), the form parameter-server shards reduce
+    (``rayfl/core/partials.py``)."""
     return {name: ArraySums(s.weighted.numpy(), s.weight.numpy()) for name, s in partial.items()}
 
 

@@ -229,8 +229,8 @@ class LocalBackend:
 
     def reduce_uploads(self, params: Params) -> Aggregate:
         """The all-device model: the algorithm's reducer over every client's kept upload (``eval_all_devices``,
-        ``engine/exec/client_state.py``), elements no upload covers keeping ``params``' values; ``num_clients`` counts the
-        uploads."""
+        ``engine/exec/client_state.py``), elements no upload covers keeping ``params``' values; ``num_clients``
+        counts the uploads."""
         arrays = self._plan(params)
         per_shard: list[list[ArrayPartial]] = [[] for _ in range(self.num_shards)]
         count = 0

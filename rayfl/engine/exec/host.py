@@ -4,9 +4,9 @@ The same class serves both backends: the Ray backend wraps it in an actor (one p
 backend instantiates it directly. A host receives the whole data set once (a zero-copy view of Ray's object store)
 and per round only task descriptions plus one reference to the global parameters.
 
-Devices: a host computes on the device ``engine/exec/device.py`` chooses (the CPU unless it holds a GPU share). Its models
-live there; global parameters arrive and updates leave as CPU tensors, so partial sums, compression, the shards and
-everything after them are the same on every device. Algorithms put a batch where the model is.
+Devices: a host computes on the device ``engine/exec/device.py`` chooses (the CPU unless it holds a GPU share). Its
+models live there; global parameters arrive and updates leave as CPU tensors, so partial sums, compression, the shards
+and everything after them are the same on every device. Algorithms put a batch where the model is.
 
 Several global models: a task names its model's architecture (``TrainTask.model_config``); the host builds each
 architecture once (kept by config), loads the model's own tensors from the flat parameter dict and names the update's

@@ -91,9 +91,9 @@ class RoundRecord:
     # 1 when the round's aggregate or server step was not finite and the global model was rolled back to the state
     # before it (engine/guard.py); the round's simulated time and client failures stand
     rolled_back: int = 0
-    # the checkpoint written after this round (engine/persist/checkpoint.py): bytes of its state file and wall seconds spent
-    # gathering and writing it; its commit (the record files flushed to disk, the manifest) follows the record and is
-    # not in it (``RunResult.checkpoint_commit_s``); 0 and NaN in rounds without one
+    # the checkpoint written after this round (engine/persist/checkpoint.py): bytes of its state file and wall seconds
+    # spent gathering and writing it; its commit (the record files flushed to disk, the manifest) follows the record and
+    # is not in it (``RunResult.checkpoint_commit_s``); 0 and NaN in rounds without one
     checkpoint_bytes: int = 0
     checkpoint_s: float = math.nan
     # Ray actors (client hosts, parameter-server shards) that died during the round and whose work was re-run

@@ -1,3 +1,5 @@
+"""AnyCostFL's configuration section (``algorithm.name: anycostfl``). Imports neither torch nor Ray: the registry and
+``rayfl validate`` read it."""
 
 from __future__ import annotations
 

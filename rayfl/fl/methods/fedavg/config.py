@@ -1,3 +1,5 @@
+"""FedAvg's configuration section (``algorithm.name: fedavg``). Imports neither torch nor Ray: the registry and ``rayfl
+validate`` read it."""
 
 from __future__ import annotations
 

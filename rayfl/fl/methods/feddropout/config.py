@@ -1,3 +1,5 @@
+"""Federated Dropout's configuration section (``algorithm.name: feddropout``). Imports neither torch nor Ray: the
+registry and ``rayfl validate`` read it."""
 
 from __future__ import annotations
 

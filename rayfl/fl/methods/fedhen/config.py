@@ -1,3 +1,5 @@
+"""The configuration sections of FedHeN and its baselines NoSide and Decouple (paper 001). Imports neither torch nor
+Ray: the registry and ``rayfl validate`` read it."""
 
 from __future__ import annotations
 

@@ -1,3 +1,5 @@
+"""The configuration sections of FedorAS's three phases (paper 003): supernet training, search, per-tier fine-tuning,
+and the device tiers they share. Imports neither torch nor Ray: the registry and ``rayfl validate`` read it."""
 
 from __future__ import annotations
 

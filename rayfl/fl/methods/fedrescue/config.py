@@ -1,3 +1,5 @@
+"""The configuration sections of FedResCuE and its ablations FedSeq and FedRush (paper 004). Imports neither torch nor
+Ray: the registry and ``rayfl validate`` read it."""
 
 from __future__ import annotations
 

@@ -1,3 +1,5 @@
+"""FedRolex's configuration section (``algorithm.name: fedrolex``). Imports neither torch nor Ray: the registry and
+``rayfl validate`` read it."""
 
 from __future__ import annotations
 

@@ -1,3 +1,5 @@
+"""FedSlim's configuration section (paper 004's baseline, ``algorithm.name: fedslim``). Imports neither torch nor Ray:
+the registry and ``rayfl validate`` read it."""
 
 from __future__ import annotations
 

@@ -1,3 +1,5 @@
+"""FedTrans's configuration section (paper 002, ``algorithm.name: fedtrans``). Imports neither torch nor Ray: the
+registry and ``rayfl validate`` read it."""
 
 from __future__ import annotations
 

@@ -1,3 +1,5 @@
+"""FjORD's configuration section (``algorithm.name: fjord``). Imports neither torch nor Ray: the registry and ``rayfl
+validate`` read it."""
 
 from __future__ import annotations
 

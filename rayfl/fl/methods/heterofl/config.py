@@ -1,3 +1,5 @@
+"""HeteroFL's configuration section (``algorithm.name: heterofl``). Imports neither torch nor Ray: the registry and
+``rayfl validate`` read it."""
 
 from __future__ import annotations
 

@@ -1,3 +1,5 @@
+"""The configuration section of several independent FedAvg models in one run (``algorithm.name: independent``). Imports
+neither torch nor Ray: the registry and ``rayfl validate`` read it."""
 
 from __future__ import annotations
 

@@ -11,8 +11,8 @@ Per round (Algorithm 2):
   ``ModelSearch`` object on the driver is a cache of it (costs, lookup order), rebuilt when a state holds another pool.
 * **Aggregation.** The count-normalised element-wise mean, every client weighing 1 (``SubModelAlgorithm``): uncovered
   elements keep their value.
-* **In-place distillation** (``distill``, on by default) after aggregation (``fl/common/distill/server.py``); its sub-nets
-  are drawn from the same space ``S`` unless ``distill.ratios`` says otherwise.
+* **In-place distillation** (``distill``, on by default) after aggregation (``fl/common/distill/server.py``); its
+  sub-nets are drawn from the same space ``S`` unless ``distill.ratios`` says otherwise.
 
 Choices where the paper is open:
 

@@ -1,3 +1,5 @@
+"""The configuration section of the core method, dynamic model search with in-place distillation (paper 000). Imports
+neither torch nor Ray: the registry and ``rayfl validate`` read it."""
 
 from __future__ import annotations
 
