@@ -19,6 +19,7 @@ from rayfl.fl.methods.fedavg.config import FedAvgConfig
 from rayfl.fl.methods.feddropout.config import FedDropoutConfig
 from rayfl.fl.methods.fedhen.config import DecoupleConfig, FedHeNConfig, NoSideConfig
 from rayfl.fl.methods.fedoras.config import FedorASConfig, FedorASFinetuneConfig, FedorASSearchConfig
+from rayfl.fl.methods.fedprox.config import FedProxConfig
 from rayfl.fl.methods.fedrescue.config import FedResCuEConfig, FedRushConfig, FedSeqConfig
 from rayfl.fl.methods.fedrolex.config import FedRolexConfig
 from rayfl.fl.methods.fedslim.config import FedSlimConfig
@@ -99,6 +100,7 @@ METHODS: dict[str, Method] = {
         FedTransConfig, f"{_M}.fedtrans.algorithm:FedTrans", "Zhu et al., MLSys 2024 (paper 002)",
         f"{_M}.fedtrans.rules:problems",
     ),
+    "fedprox": Method(FedProxConfig, f"{_M}.fedprox.algorithm:FedProx", "Li et al., MLSys 2020"),
 }
 
 # The tagged table the loader reads ``algorithm:`` and ``phases[i].algorithm:`` with.
@@ -124,6 +126,7 @@ AlgorithmConfig = (
     | DecoupleConfig
     | IndependentConfig
     | FedTransConfig
+    | FedProxConfig
 )
 
 

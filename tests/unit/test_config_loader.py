@@ -365,7 +365,7 @@ def test_unknown_variant_lists_known_names(tmp_path: Path) -> None:
     assert err.key_path == "model.name" and err.line == 3
     assert "'char_lstm', 'char_transformer', 'cnn'" in str(err)
     assert "did you mean 'cnn'" in str(err)
-    err = load_error(write(tmp_path, "algorithm:\n  name: fedprox\n", "b.yaml"))
+    err = load_error(write(tmp_path, "algorithm:\n  name: scaffold\n", "b.yaml"))
     assert err.key_path == "algorithm.name" and "known: 'fedavg'" in str(err)
 
 
