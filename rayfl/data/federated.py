@@ -59,8 +59,8 @@ class LazyRows(ABC):
 
     def __getitem__(self, key: int | slice | npt.NDArray[np.integer[Any]] | list[int]) -> np.ndarray:
         n = len(self)
-        if isinstance(key, slice):
-            return self.take(np.arange(n, dtype=np.int64)[key])
+        if isinstance(key, slice):  # the slice's rows only: an index of every row costs 8 bytes a row per read
+            return self.take(np.arange(*key.indices(n), dtype=np.int64))
         if isinstance(key, (int, np.integer)):
             row = int(key) + (n if key < 0 else 0)
             if not 0 <= row < n:
