@@ -57,6 +57,10 @@ class DataConfig:
     # 'synthetic': weight of independent pixel noise in the images; below 1 they are mostly the constant 8x8 blocks
     # whose means the labels come from, a task small conv nets learn in far fewer steps (1 = pure noise images)
     synthetic_noise: float = bounded(1.0, ge=0.0, le=1.0)
+    # 'synthetic': 'pool' labels the whole image pool at start-up in float32 chunks (the labels runs have always had);
+    # 'image' labels each image alone, when a client trains (rayfl/data/image_labels.py): set-up that does not grow
+    # with data.num_clients (a Dirichlet split still labels every image), labels equal to the pool's but in near-ties
+    synthetic_labels: Literal["pool", "image"] = "pool"
     # Image inputs: 'dataset' normalises every sample with the data set's channel statistics; 'client' has each client
     # normalise its training samples to zero mean and unit variance per channel with its own statistics before
     # training starts (paper 000, Sec. 3.3: what makes the server's N(0, 1) distillation inputs match the data).

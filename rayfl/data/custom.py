@@ -129,7 +129,7 @@ def check_dataset(ds: FederatedDataset, factory: str) -> None:
     for name, y in (("y", ds.y), ("y_test", ds.y_test)):
         if y.ndim != 1 or not np.issubdtype(y.dtype, np.integer):
             raise _fault(factory, f"{name} must be integer labels of shape [N], got {y.dtype} {y.shape}")
-        if len(y) and (int(y.min()) < 0 or int(y.max()) >= ds.num_classes):
+        if isinstance(y, np.ndarray) and len(y) and (int(y.min()) < 0 or int(y.max()) >= ds.num_classes):
             raise _fault(
                 factory, f"{name} has labels in [{int(y.min())}, {int(y.max())}], outside [0, {ds.num_classes})"
             )

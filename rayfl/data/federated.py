@@ -13,6 +13,7 @@ the images (``rayfl/data/synthetic.py``, ``rayfl/data/shakespeare.py``).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -58,8 +59,8 @@ class LazyRows(ABC):
 
     def __getitem__(self, key: int | slice | npt.NDArray[np.integer[Any]] | list[int]) -> np.ndarray:
         n = len(self)
-        if isinstance(key, slice):
-            return self.take(np.arange(n, dtype=np.int64)[key])
+        if isinstance(key, slice):  # the slice's rows only: an index of every row costs 8 bytes a row per read
+            return self.take(np.arange(*key.indices(n), dtype=np.int64))
         if isinstance(key, (int, np.integer)):
             row = int(key) + (n if key < 0 else 0)
             if not 0 <= row < n:
@@ -142,14 +143,16 @@ class FederatedDataset:
         name: Short name of the source (``"shakespeare"``, ``"cifar10"`` ...).
         input_kind: ``"tokens"`` (int sequences, e.g. characters) or ``"image"`` (uint8 NCHW or float NCHW).
         num_classes: Size of the label space (the vocabulary for next-character prediction).
-        x, y: Training samples of all clients, client-major; ``x`` held in full or made on demand (``LazyRows``).
+        x, y: Training samples of all clients, client-major; each held in full or made on demand (``LazyRows``: the
+            synthetic images, and their labels with ``data.synthetic_labels: image``).
         offsets: ``int64[num_clients + 1]``; client ``c`` owns rows ``offsets[c]:offsets[c + 1]`` of ``x`` and ``y``.
         x_test, y_test: The test set the global model is evaluated on (for LEAF data: the union of the clients'
             test splits, in client order).
         test_offsets: Per-client rows of the test set when the test set is split by client, else ``None``.
         x_val, y_val: A validation set on the server that no client trains on (``hold_out_validation``), else
             ``None``: what FedorAS's search scores its candidates on.
-        client_names: A human-readable id per client (play and role for Shakespeare, writer for FEMNIST).
+        client_names: A human-readable id per client (play and role for Shakespeare, writer for FEMNIST), a tuple or
+            names made when read (``NumberedNames``).
         meta: Loader facts such as the vocabulary or channel means; JSON-serialisable values only.
     """
 
@@ -157,12 +160,12 @@ class FederatedDataset:
     input_kind: InputKind
     num_classes: int
     x: Rows
-    y: np.ndarray
+    y: Rows
     offsets: np.ndarray
     x_test: Rows
     y_test: np.ndarray
     test_offsets: np.ndarray | None = None
-    client_names: tuple[str, ...] = ()
+    client_names: Sequence[str] = ()
     meta: dict[str, object] = field(default_factory=dict)
     x_val: Rows | None = None
     y_val: np.ndarray | None = None
@@ -221,7 +224,7 @@ def from_client_arrays(
     y_test: np.ndarray,
     *,
     test: list[tuple[np.ndarray, np.ndarray]] | None = None,
-    client_names: tuple[str, ...] = (),
+    client_names: Sequence[str] = (),
     meta: dict[str, object] | None = None,
 ) -> FederatedDataset:
     """Pack per-client arrays into the CSR container.
@@ -302,9 +305,9 @@ def hold_out_validation(ds: FederatedDataset, fraction: float, rng: np.random.Ge
     return replace(
         ds,
         x=take_rows(ds.x, kept),
-        y=np.asarray(ds.y)[kept],
+        y=take_rows(ds.y, kept),
         offsets=offsets,
         x_val=take_rows(ds.x, val),
-        y_val=np.asarray(ds.y)[val],
+        y_val=np.asarray(ds.y[val]),
         meta={**ds.meta, "val_fraction": fraction},
     )

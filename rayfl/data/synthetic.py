@@ -29,6 +29,12 @@ the whole pool once, because the teacher's float32 matrix product is not bitwise
 its 8192-row chunk (BLAS kernels sum in an order that depends on the row's place in the block); ``load_synthetic``
 therefore labels the pool in the very chunks the eager code used, generating and dropping one chunk at a time, and
 keeps only the labels.
+
+Labels per image. Labelling the pool is most of the start-up of a large population (100,000 clients of 64 images:
+about 27 s, a million: minutes). ``data.synthetic_labels: image`` labels each image alone instead, when a client
+trains (``rayfl/data/image_labels.py``): the same teacher in arithmetic that no other row can change, so nothing is
+labelled at set-up, and client ``i``'s images and labels are the same whatever ``num_clients`` is. Its labels equal
+the pool's except in near-ties, so it is a separate setting and ``pool`` stays the default.
 """
 
 from __future__ import annotations
@@ -42,7 +48,9 @@ import numpy.typing as npt
 from rayfl.config.sections import DataConfig
 from rayfl.core.rng import derive_rng
 from rayfl.data import partition
-from rayfl.data.federated import FederatedDataset, LazyRows
+from rayfl.data.client_names import NumberedNames
+from rayfl.data.federated import FederatedDataset, LazyRows, Rows
+from rayfl.data.image_labels import ImageLabels, label_images, teacher_directions
 
 __all__ = ["NUM_CLASSES", "TEST_SIZE", "SyntheticImages", "load_synthetic", "synthetic_images"]
 
@@ -62,8 +70,7 @@ def _teacher(seed: int) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32
     expanded to the pixels so that labelling is one matrix product on the raw ``uint8`` values.
     """
     block = 32 // _GRID
-    w = derive_rng(seed, "synthetic_teacher").standard_normal((3 * _GRID * _GRID, NUM_CLASSES))
-    w /= np.linalg.norm(w, axis=0, keepdims=True)
+    w = teacher_directions(seed)
     # a block mean, centred and scaled to [-1, 1]: (sum of its pixels / block² - 127.5) / 127.5
     per_pixel = np.repeat(np.repeat(w.reshape(3, _GRID, _GRID, NUM_CLASSES), block, 1), block, 2)
     per_pixel = per_pixel.reshape(3 * 32 * 32, NUM_CLASSES) / (block * block * 127.5)
@@ -190,13 +197,22 @@ def _pool_labels(images: SyntheticImages) -> npt.NDArray[np.int64]:
 
 def load_synthetic(cfg: DataConfig, seed: int) -> FederatedDataset:
     """``cfg.num_clients`` clients with ``cfg.synthetic_samples`` images each on average, and a 1000-image test set
-    (see the module docstring for the split); the training images are made on demand (``SyntheticImages``)."""
+    (see the module docstring for the split); the training images are made on demand (``SyntheticImages``), and with
+    ``synthetic_labels: image`` their labels too (``rayfl/data/image_labels.py``), unless a Dirichlet split needs them.
+    """
     num_clients, per_client = cfg.num_clients, cfg.synthetic_samples
     if num_clients < 1 or per_client < 1:
         raise ValueError("synthetic data needs data.num_clients >= 1 and data.synthetic_samples >= 1")
     pool = SyntheticImages(seed, "synthetic_train", num_clients * per_client, cfg.synthetic_noise)
-    y = _pool_labels(pool)
-    x_test, y_test = synthetic_images(TEST_SIZE, seed, "synthetic_test", cfg.synthetic_noise)
+    per_image = cfg.synthetic_labels == "image"
+    y: Rows = ImageLabels(pool, seed) if per_image else _pool_labels(pool)
+    if per_image:
+        x_test = SyntheticImages(seed, "synthetic_test", TEST_SIZE, cfg.synthetic_noise).pool(
+            np.arange(TEST_SIZE, dtype=np.int64)
+        )
+        y_test = label_images(x_test, teacher_directions(seed))
+    else:
+        x_test, y_test = synthetic_images(TEST_SIZE, seed, "synthetic_test", cfg.synthetic_noise)
     offsets = np.arange(num_clients + 1, dtype=np.int64) * per_client
     meta: dict[str, object] = {
         "mean": [0.5, 0.5, 0.5],
@@ -206,12 +222,15 @@ def load_synthetic(cfg: DataConfig, seed: int) -> FederatedDataset:
         "partition": cfg.partition,
         "noise": cfg.synthetic_noise,
     }
+    if per_image:
+        meta["labels"] = "image"
     x = pool
     if cfg.partition == "dirichlet":
-        parts = partition.dirichlet(y, num_clients, cfg.dirichlet_alpha, derive_rng(seed, "partition"))
+        labels = y.every() if isinstance(y, ImageLabels) else np.asarray(y)
+        parts = partition.dirichlet(labels, num_clients, cfg.dirichlet_alpha, derive_rng(seed, "partition"))
         order = np.concatenate(parts).astype(np.int64)
         x = SyntheticImages(seed, "synthetic_train", pool.num, cfg.synthetic_noise, order)  # client-major rows
-        y = y[order]
+        y = labels[order]
         offsets = np.concatenate([[0], np.cumsum([len(p) for p in parts])]).astype(np.int64)
         meta["dirichlet_alpha"] = cfg.dirichlet_alpha
     width = max(4, len(str(num_clients - 1)))
@@ -224,6 +243,6 @@ def load_synthetic(cfg: DataConfig, seed: int) -> FederatedDataset:
         offsets=offsets,
         x_test=x_test,
         y_test=y_test,
-        client_names=tuple(f"client{c:0{width}d}" for c in range(num_clients)),
+        client_names=NumberedNames("client", num_clients, width),
         meta=meta,
     )

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from rayfl.core.messages import Aggregate, Assignment, ClientOutcome, LinkDraw, ServerState, TrainTask
-from rayfl.data.federated import FederatedDataset
+from rayfl.data.federated import FederatedDataset, LazyRows
 from rayfl.engine.build import bind_algorithm, build_backend, build_clock, build_task_pool, prepare_run
 from rayfl.engine.exec.backend import Backend, EvalResult
 from rayfl.engine.exec.client_state import first_values, pads
@@ -31,6 +31,7 @@ from rayfl.engine.multieval import (
     evaluate_models,
     model_fields,
     named_evaluations,
+    uniform_device_eval,
     width_structures,
 )
 from rayfl.engine.persist.checkpoint import CheckpointStore
@@ -317,9 +318,13 @@ def evaluate_round(
     accs = {name: e.accuracy for name, e in named_evals.items()}
     named = [*structures.items(), *zip(algorithm.model_names(state)[1:], evals[1:], strict=True)]
     structure_evals = [EvalRecord(round_idx, n, e.accuracy, e.loss) for n, e in named]
+    uniform = uniform_device_eval(algorithm, state)
+    if uniform is not None and uniform in accs and ds.test_offsets is None and not cfg.eval_all_devices:
+        # every device uses the one model: the same mean (bit for bit) without a census of the whole population
+        return main, evals, structure_evals, {"device_acc": float(np.mean(np.full(ds.num_clients, accs[uniform])))}, []
     # every device of the run, with its budgets now, for the average over devices' models
     everyone = np.arange(ds.num_clients)
-    census = clock.check_in(round_idx, everyone, [ds.num_examples(int(c)) for c in everyone])
+    census = clock.check_in(round_idx, everyone, ds.client_sizes().tolist())
     client_accs = client_accuracies(ds, named_evals, algorithm, state, census, round_idx)
     fields = {"device_acc": device_accuracy(accs, algorithm, state, census)}
     if cfg.eval_all_devices:
@@ -410,11 +415,16 @@ def _units_text(units: tuple[int, ...] | None) -> str:
     return "" if units is None else " ".join(str(u) for u in units)
 
 
+_BASELINE_ROWS = 8192
+
+
 def most_frequent_label_accuracy(ds: FederatedDataset) -> float:
-    """Test accuracy of always predicting the most frequent training label (the trivial baseline)."""
+    """Test accuracy of always predicting the most frequent training label (the trivial baseline); with labels made
+    on demand, the most frequent of the first ``_BASELINE_ROWS`` (labelling every row would undo a lazy set-up)."""
     if len(ds.y_test) == 0:
         return math.nan
-    top = int(np.bincount(np.asarray(ds.y, dtype=np.int64), minlength=ds.num_classes).argmax())
+    y = ds.y[:_BASELINE_ROWS] if isinstance(ds.y, LazyRows) else ds.y
+    top = int(np.bincount(np.asarray(y, dtype=np.int64), minlength=ds.num_classes).argmax())
     return float(np.mean(np.asarray(ds.y_test) == top))
 
 

@@ -52,6 +52,7 @@ __all__ = [
     "model_fields",
     "named_accuracies",
     "named_evaluations",
+    "uniform_device_eval",
     "width_structures",
 ]
 
@@ -110,6 +111,16 @@ def device_accuracy(
     if unknown:
         raise ValueError(f"{algorithm.name}: device_evals names {unknown}, not one of the evaluations {sorted(accs)}")
     return float(np.mean([accs[name] for name in names]))
+
+
+def uniform_device_eval(algorithm: Algorithm, state: ServerState) -> str | None:
+    """The evaluation that scores every device when no device's budgets can change it (one global model and the
+    default ``Algorithm.device_evals``: every device uses that model), else ``None``. The device average is then that
+    evaluation's accuracy, and the engine spares itself a check-in of every client of the run each evaluated round."""
+    names = algorithm.model_names(state)
+    if len(names) != 1 or type(algorithm).device_evals is not Algorithm.device_evals:
+        return None
+    return names[0]
 
 
 ALL_DEVICES = "all_devices"  # prefix of the all-device model's evals.csv rows and its record columns

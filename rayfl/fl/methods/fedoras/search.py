@@ -151,6 +151,7 @@ class FedorASSearch(Algorithm):
         super().bind_server(ctx)
         self._tables = context_tables(ctx, "fedoras_search")
         ds = ctx.dataset
+        y: Rows  # the training labels may be made on demand (``data.synthetic_labels: image``)
         if self.config.validation == "held_out":
             if ds.x_val is None or ds.y_val is None:
                 raise ValueError(

@@ -1,0 +1,80 @@
+"""A run over a million clients sets up without touching every client (issue 30): counted, not timed
+(``benchmarks/scale.py --n 1000000`` gives the time)."""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from types import FrameType
+from typing import Any
+
+import numpy as np
+import pytest
+
+from rayfl.config.model import CNNConfig
+from rayfl.config.sections import BackendConfig, DataConfig, TrainConfig
+from rayfl.data import image_labels
+from rayfl.data.synthetic import SyntheticImages
+from rayfl.engine.driver import RunResult, run_experiment
+from rayfl.experiment.schema import ExperimentConfig
+from rayfl.fl.methods.fedavg.config import FedAvgConfig
+
+NUM_CLIENTS = 1_000_000
+
+
+def test_a_million_clients_set_up_without_touching_each(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two rounds of 10 clients out of 1,000,000 (each evaluated): the run makes the images and labels of the clients
+    it trains and a bounded sample (the test set, the trivial baseline's first rows), and it makes as many Python and
+    builtin calls as the same run over 1,000 clients, so no step loops over the population."""
+    made = Counter[str]()
+    pool, label = SyntheticImages.pool, image_labels.label_images
+
+    def counted_pool(self: SyntheticImages, index: np.ndarray) -> np.ndarray:
+        made["images"] += len(index)
+        return pool(self, index)
+
+    def counted_label(x: np.ndarray, directions: np.ndarray) -> np.ndarray:
+        made["labels"] += len(x)
+        return label(x, directions)
+
+    monkeypatch.setattr(SyntheticImages, "pool", counted_pool)
+    monkeypatch.setattr(image_labels, "label_images", counted_label)
+    _counted_run(1000, count=False)  # the cost model's cache filled (on a fresh machine), for the counted runs
+    small, calls_small = _counted_run(1000)
+    made.clear()
+    result, calls = _counted_run(NUM_CLIENTS)
+    assert len(result.records) == 2 and all(r.clients_run == 10 for r in result.records)
+    # the 40 trained rows, the 1,000 test images, the baseline's 8,192 rows; never one per client
+    assert made["labels"] <= 8192 + 10 * 2 * 2 * 4
+    assert made["images"] <= 1000 + 8192 + 10 * 2 * 2 * 8
+    # the same run over 1,000 clients calls as many functions, give or take the sampler's few differences
+    assert len(small.records) == 2 and abs(calls - calls_small) < 10_000, (calls, calls_small)
+
+
+def _counted_run(num_clients: int, count: bool = True) -> tuple[RunResult, int]:
+    """Two rounds of 10 clients out of ``num_clients``, each evaluated, and the Python and builtin calls they made."""
+    cfg = ExperimentConfig(
+        name="million",
+        rounds=2,
+        clients_per_round=10,
+        eval_every=1,
+        data=DataConfig(
+            name="synthetic", partition="iid", num_clients=num_clients, synthetic_samples=2, synthetic_labels="image"
+        ),
+        model=CNNConfig(channels=(4, 8)),
+        algorithm=FedAvgConfig(),
+        train=TrainConfig(epochs=1, batch_size=2, lr=0.05),
+        backend=BackendConfig(kind="local", num_hosts=2),
+    )
+    calls = [0]
+
+    def counter(frame: FrameType, event: str, arg: Any) -> None:
+        if event in ("call", "c_call"):
+            calls[0] += 1
+
+    sys.setprofile(counter if count else None)
+    try:
+        result = run_experiment(cfg, write=False)
+    finally:
+        sys.setprofile(None)
+    return result, calls[0]
