@@ -70,10 +70,11 @@ def _located(path: str | None, overrides: list[str]) -> Iterator[None]:
 
 
 # exit codes of ``rayfl run`` besides 0 (finished with a finite model) and 2 (bad input): a non-finite final model or a
-# run stopped by the non-finite guard (3); Ray actors that kept dying (4); a run stopped by a signal exits 128 + the
-# signal number (130 SIGINT, 143 SIGTERM)
+# run stopped by the non-finite guard (3); Ray actors that kept dying (4); a file of the run that could not be written,
+# e.g. on a full disk (5); a run stopped by a signal exits 128 + the signal number (130 SIGINT, 143 SIGTERM)
 EXIT_NOT_FINITE = 3
 EXIT_ACTORS_FAILED = 4
+EXIT_WRITE_FAILED = 5
 
 
 # what ``rayfl run`` imports while Ray starts (torch and the engine, the report's pandas and matplotlib)
@@ -251,9 +252,14 @@ def _cmd_data(ns: argparse.Namespace) -> int:
 
 def _cmd_report(ns: argparse.Namespace) -> int:
     from rayfl.report import report
+    from rayfl.report.runs import RunFileError
 
     out_dir = Path(ns.out) if ns.out else None
-    text, pngs = report([Path(d) for d in ns.run_dirs], out_dir, paper=True if ns.paper else None)
+    try:
+        text, pngs = report([Path(d) for d in ns.run_dirs], out_dir, paper=True if ns.paper else None)
+    except RunFileError as err:  # a damaged record file with no whole twin: one line naming it
+        print(f"rayfl: error: {err}", file=sys.stderr)
+        return 2
     print(text)
     for png in pngs:
         print(f"plot: {png}")
@@ -355,6 +361,7 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO if ns.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
     from rayfl.core.errors import ConfigError
+    from rayfl.engine.persist.write_errors import RunWriteError
     from rayfl.engine.ray.recovery import ActorFailureError
     from rayfl.traces.format import TraceError
 
@@ -367,6 +374,9 @@ def main(argv: list[str] | None = None) -> int:
     except ActorFailureError as err:  # Ray actors kept dying (engine/ray/recovery.py): one line, no traceback
         print(f"rayfl: error: {' '.join(str(err).split())}", file=sys.stderr)
         return EXIT_ACTORS_FAILED
+    except RunWriteError as err:  # a full disk or a read-only directory (engine/persist/write_errors.py): one line
+        print(f"rayfl: error: {' '.join(str(err).split())}", file=sys.stderr)
+        return EXIT_WRITE_FAILED
     except KeyboardInterrupt:  # a second Ctrl-C: stopped at once (a run's records are completed all the same)
         print("rayfl: interrupted", file=sys.stderr)
         return 128 + signal.SIGINT

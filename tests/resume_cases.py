@@ -206,4 +206,4 @@ def keep_checkpoints_up_to(run_dir: Path, rounds_done: int) -> None:
     for manifest in store.manifests():
         if int(manifest.stem.removeprefix("round-")) > rounds_done:
             manifest.unlink()
-            (manifest.parent / f"{manifest.stem}.state").unlink()
+            (manifest.parent / f"{manifest.stem}.safetensors").unlink()

@@ -252,10 +252,11 @@ def _run(
                     records.append(record)
                     eval_records.extend(structure_evals)
                     if writer is not None:
-                        writer.append_evals(structure_evals)
-                        writer.append_client_accs(client_accs)
-                        writer.append_clients(clients)
-                        writer.append(record)
+                        with writer.round_rows():  # a write error leaves every record file without the round
+                            writer.append_evals(structure_evals)
+                            writer.append_client_accs(client_accs)
+                            writer.append_clients(clients)
+                            writer.append(record)
                         if pending is not None and run.store is not None:
                             began = time.perf_counter()
                             run.store.commit(pending, writer.sizes(sync=True))
@@ -279,7 +280,8 @@ def _run(
             backend.close()
             if writer is not None:
                 with stop.critical():  # the Parquet files and summary.json are written whole, whatever arrives
-                    writer.finish(_summary(cfg, schedule, records, run, baseline, status))
+                    summary = _summary(cfg, schedule, records, run, baseline, status)
+                    writer.finish(summary, failing=status.startswith("error"))
     if stop.signum is not None and status == "interrupted":
         saved = run.store.manifests()[-1] if run.store is not None and run.store.manifests() else None
         raise RunInterrupted(stop.signum, run.next_round, writer.run_dir if writer else None, saved)

@@ -711,6 +711,13 @@ def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> Exper
     source = YamlSource.empty() if path is None else YamlSource.read(path)
     if not isinstance(source.data, dict):
         raise source.error((), f"the top level must be a mapping of sections, got {_describe(source.data)}")
+    if path is not None and not source.data:
+        # the schema's defaults alone are no experiment anyone chose (nor the embedded default: README, Configuration)
+        raise source.error(
+            (),
+            "the file sets no key (it is empty or holds only comments): give the keys to run, or run 'rayfl run' "
+            "with no file for the embedded default",
+        )
     for text in overrides:
         source.apply_override(text)
     return experiment_config(source)

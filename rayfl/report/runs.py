@@ -5,6 +5,10 @@ A run directory is what the engine leaves behind: ``rounds.parquet`` (with ``rou
 ``load_run`` insists on the config and on one of the two round tables; ``summary.json`` is optional and, when
 absent, is rebuilt from what the rounds table and the config say.
 
+A damaged file (a Parquet file cut short, a CSV with binary bytes, a config that is not YAML) is reported in one line
+naming it (``RunFileError``), and a reader falls back to its twin where that is whole: ``rounds.csv`` for a damaged
+``rounds.parquet`` (with a warning), the derived summary for a damaged ``summary.json``.
+
 The metric helpers below (``final_test_acc`` and friends) follow one rule: anything measured per round is
 taken from the rounds table, and the summary is only consulted when the table lacks the column or has no
 usable value.
@@ -30,6 +34,7 @@ __all__ = [
     "ROUNDS_CSV",
     "ROUNDS_PARQUET",
     "SUMMARY_FILE",
+    "RunFileError",
     "RunRecords",
     "load_run",
     "unique_labels",
@@ -41,6 +46,34 @@ ROUNDS_PARQUET = "rounds.parquet"
 ROUNDS_CSV = "rounds.csv"
 CONFIG_FILE = "config.yaml"
 SUMMARY_FILE = "summary.json"
+
+
+class RunFileError(ValueError):
+    """A file of a run directory that cannot be read (and has no whole twin): one line naming it."""
+
+
+def _damaged(path: Path, err: BaseException) -> str:
+    text = " ".join(str(err).split()) or type(err).__name__
+    return f"{path} is damaged or not a rayfl record file ({text[:200]})"
+
+
+def _read_csv(path: Path, **options: Any) -> pd.DataFrame:
+    """A record CSV; ``RunFileError`` naming it when it does not parse."""
+    try:
+        return pd.read_csv(path, **options)
+    except (ValueError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as err:
+        raise RunFileError(_damaged(path, err)) from err
+
+
+def _whole_rounds(path: Path, frame: pd.DataFrame) -> bool:
+    """Rows of rounds 0, 1, ... in order and the file ending with its last row's line end (a CSV cut short by a full
+    disk ends inside a row): what a readable ``rounds.csv`` holds."""
+    with path.open("rb") as f:
+        f.seek(max(0, path.stat().st_size - 1))
+        ends_a_row = f.read(1) in (b"", b"\n")
+    if not ends_a_row or "round_idx" not in frame.columns or frame["round_idx"].isna().any():
+        return False
+    return list(frame["round_idx"]) == list(range(len(frame)))
 
 
 def _finite(value: Any) -> float | None:
@@ -177,7 +210,7 @@ class RunRecords:
         path = self.path / "clients.csv"
         if not path.is_file():
             return None
-        clients = pd.read_csv(path, dtype={"units": str, "failure": str}, keep_default_na=False)
+        clients = _read_csv(path, dtype={"units": str, "failure": str}, keep_default_na=False)
         if "units" not in clients.columns or "failure" not in clients.columns:
             return None
         ran = clients[clients["failure"] == ""]
@@ -212,7 +245,7 @@ class RunRecords:
         path = self.path / "client_accs.csv"
         if not path.is_file():
             return None
-        rows = pd.read_csv(path, keep_default_na=False)
+        rows = _read_csv(path, keep_default_na=False)
         if rows.empty or "round_idx" not in rows.columns:
             return None
         return rows[rows["round_idx"] == rows["round_idx"].max()].reset_index(drop=True)
@@ -232,17 +265,26 @@ def _read_rounds(run_dir: Path) -> pd.DataFrame:
     parquet = run_dir / ROUNDS_PARQUET
     csv = run_dir / ROUNDS_CSV
     if parquet.is_file():
-        frame = pd.read_parquet(parquet)
+        try:
+            frame = pd.read_parquet(parquet)
+        except Exception as err:  # whatever pyarrow raises for bytes that are not Parquet (ArrowInvalid, OSError, ...)
+            if not csv.is_file():
+                raise RunFileError(f"{_damaged(parquet, err)}; there is no {ROUNDS_CSV} beside it") from err
+            rows = _read_csv(csv)
+            if not _whole_rounds(csv, rows):
+                raise RunFileError(f"{_damaged(parquet, err)}, and {csv} is not whole either") from err
+            log.warning("%s; reading %s instead", _damaged(parquet, err), csv)
+            frame = rows
         if csv.is_file():
             # the CSV gets every round as it finishes, the Parquet every few rounds and at the end: a run stopped
             # from outside (a Tune scheduler, a kill) leaves the CSV ahead
-            rows = pd.read_csv(csv)
+            rows = _read_csv(csv)
             if len(rows) > len(frame):
                 log.info("%s: %s has more rounds than %s (run stopped early); reading it", run_dir, ROUNDS_CSV, parquet)
                 frame = rows
     elif csv.is_file():
         log.warning("%s has no %s; reading %s instead", run_dir, ROUNDS_PARQUET, ROUNDS_CSV)
-        frame = pd.read_csv(csv)
+        frame = _read_csv(csv)
     else:
         raise FileNotFoundError(
             f"{run_dir} is not a run directory: {ROUNDS_PARQUET} (or {ROUNDS_CSV}) is missing (looked for {parquet})"
@@ -258,8 +300,10 @@ def _read_config(run_dir: Path) -> dict[str, Any]:
         raise FileNotFoundError(
             f"{run_dir} is not a run directory: {CONFIG_FILE} is missing (looked for {config_path})"
         )
-    with config_path.open(encoding="utf-8") as handle:
-        loaded = yaml.safe_load(handle)
+    try:
+        loaded = yaml.safe_load(config_path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        raise RunFileError(_damaged(config_path, err)) from err
     if loaded is None:
         return {}
     if not isinstance(loaded, dict):
@@ -271,8 +315,11 @@ def _read_summary(run_dir: Path) -> dict[str, Any] | None:
     summary_path = run_dir / SUMMARY_FILE
     if not summary_path.is_file():
         return None
-    with summary_path.open(encoding="utf-8") as handle:
-        loaded = json.load(handle)
+    try:
+        loaded = json.loads(summary_path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as err:  # cut short by a full disk, or bytes that are not JSON
+        log.warning("%s; deriving the summary from the rounds instead", _damaged(summary_path, err))
+        return None
     if not isinstance(loaded, dict):
         raise ValueError(f"{summary_path} should hold a JSON object, found {type(loaded).__name__}")
     return {str(key): value for key, value in loaded.items()}

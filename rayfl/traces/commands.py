@@ -83,11 +83,8 @@ def _show(ns: argparse.Namespace) -> int:
 
 
 def _import(ns: argparse.Namespace) -> int:
-    from rayfl.traces.importers import IMPORTERS
+    from rayfl.traces.importers import import_trace
 
-    importer = IMPORTERS.get(ns.format)
-    if importer is None:
-        raise TraceError(f"unknown trace format {ns.format!r} (known: {', '.join(IMPORTERS)})")
     options: dict[str, object] = {}
     if ns.direction is not None:
         options["direction"] = ns.direction
@@ -95,7 +92,7 @@ def _import(ns: argparse.Namespace) -> int:
         if ns.format != "mahimahi":
             raise TraceError("--window-s applies to the mahimahi format only")
         options["window_s"] = ns.window_s
-    trace = importer(ns.src, **options)
+    trace = import_trace(ns.format, ns.src, **options)
     print(f"wrote {write_trace(ns.out, trace)}: {_summary(trace)}")
     return 0
 

@@ -27,12 +27,14 @@ from rayfl.traces.format import Trace, TraceError
 from rayfl.traces.samplers import FlashSpeedSampler, MobileBandwidthSampler
 
 __all__ = [
+    "EXPECTED",
     "IMPORTERS",
     "MAHIMAHI_PACKET_BYTES",
     "FlashSpeedSampler",
     "MobileBandwidthSampler",
     "import_mahimahi",
     "import_pensieve",
+    "import_trace",
     "import_ucc",
     "ucc_members",
 ]
@@ -237,3 +239,28 @@ IMPORTERS: dict[str, Callable[..., Trace]] = {
     "pensieve": import_pensieve,
     "ucc": import_ucc,
 }
+
+# What each format's file holds, for the line that refuses a file that is not one
+EXPECTED = {
+    "mahimahi": "a mahimahi mm-link trace: UTF-8 text, one integer millisecond timestamp per line",
+    "pensieve": "a Pensieve cooked trace: UTF-8 text, lines of 'time_s Mbit/s'",
+    "ucc": "a UCC 5G dataset CSV (UTF-8, columns Timestamp and DL_bitrate/UL_bitrate), or archive.zip/member.csv",
+}
+
+
+def import_trace(fmt: str, path: str | os.PathLike[str], **options: object) -> Trace:
+    """``IMPORTERS[fmt](path, **options)``; any problem with the file (binary, damaged zip, not CSV) is one
+    ``TraceError`` naming the file and the format expected."""
+    importer = IMPORTERS.get(fmt)
+    if importer is None:
+        raise TraceError(f"unknown trace format {fmt!r} (known: {', '.join(IMPORTERS)})")
+    try:
+        return importer(path, **options)
+    except TraceError as err:
+        raise TraceError(f"{err} (expected {EXPECTED[fmt]})") from err
+    except UnicodeDecodeError as err:
+        raise TraceError(f"{path}: not UTF-8 text at byte {err.start} (expected {EXPECTED[fmt]})") from err
+    except (csv.Error, zipfile.BadZipFile, zipfile.LargeZipFile, EOFError) as err:
+        raise TraceError(f"{path}: {err} (expected {EXPECTED[fmt]})") from err
+    except OSError as err:
+        raise TraceError(f"{path}: cannot read it: {err.strerror or err} (expected {EXPECTED[fmt]})") from err

@@ -113,9 +113,8 @@ def test_none_gives_the_default_experiment() -> None:
     assert cfg.data.root is None
 
 
-def test_empty_file_gives_defaults(tmp_path: Path) -> None:
-    assert load_config(write(tmp_path, "")) == ExperimentConfig()
-    assert load_config(write(tmp_path, "# only a comment\n", "c.yaml")) == ExperimentConfig()
+def test_no_file_gives_the_schema_defaults() -> None:
+    assert load_config(None) == ExperimentConfig()  # an empty *file* is refused (issue 26, test at the end)
 
 
 def test_full_yaml_loads_every_value(tmp_path: Path) -> None:
@@ -731,3 +730,13 @@ def test_official_clipping_is_a_bounded_optional_number() -> None:
     )  # type: ignore[union-attr]
     err = load_error(None, ("algorithm.name=heterofl", "algorithm.grad_clip_norm=-1"))
     assert err.key_path == "algorithm.grad_clip_norm" and ">= 0" in err.reason
+
+
+@pytest.mark.parametrize("text", ["", "\n\n", "# only a comment\n#   and another\n", "{}\n"])
+def test_a_file_that_sets_no_key_is_refused_in_one_line(tmp_path: Path, text: str) -> None:
+    """Issue 26: an empty or comment-only file would run the schema's defaults, which nobody chose."""
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith(str(path)) and "sets no key" in message

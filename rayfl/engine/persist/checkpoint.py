@@ -18,24 +18,26 @@ What a checkpoint after ``n`` finished rounds holds (``RunSnapshot``):
 
 Files, in ``RUN_DIR/checkpoints``:
 
-* ``round-000012.state``: ``torch.save`` of the snapshot, written before the round's records so that its size and
-  write time can go in the round's record (``checkpoint_bytes``, ``checkpoint_s``);
+* ``round-000012.safetensors``: the snapshot (``snapshot_codec.py``): its tensors in a safetensors file, everything
+  else a JSON tree in that file's header. Nothing in it is pickled, so reading a checkpoint runs no code from the run
+  directory (a colleague's results, a sweep copied off a cluster). It is written before the round's records so that
+  its size and write time can go in the round's record (``checkpoint_bytes``, ``checkpoint_s``);
 * ``round-000012.json``: the manifest (rounds done, the state file's name, size and SHA-256 digest, the record files'
-  lengths), written after the round's records. A checkpoint exists once its manifest does.
+  lengths, and a digest of the manifest itself), written after the round's records. A checkpoint exists once its
+  manifest does.
 
 Both are written to a temporary file, flushed to disk (``fsync``) and renamed over the final name, and the record files
 are flushed to disk before the manifest names their lengths, so a crash at any point leaves either the previous
-checkpoint or the new one. The last ``keep`` checkpoints are kept. A state file whose size or digest differs from its
-manifest's, or that does not load, is skipped with a warning and the checkpoint before it is used: most damage to a
-``torch.save`` file (bytes inside a tensor's data) still loads, silently, so the digest is what catches it. Loading a
-checkpoint unpickles it (as ``torch.load`` does): resume only run directories you trust.
+checkpoint or the new one. The last ``keep`` checkpoints are kept. A checkpoint whose manifest or state file is
+damaged (a size or digest that differs, a value of the wrong type, bytes that are not a snapshot) is skipped with a
+warning and the checkpoint before it is used. A checkpoint of a rayfl before this format (a ``torch.save`` pickle,
+manifest format 1) is refused in one line (``CheckpointRefused``) and never unpickled.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import io
 import json
 import logging
 import os
@@ -44,19 +46,30 @@ import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, Any, cast
-
-import torch
+from typing import Any
 
 from rayfl.core.messages import Params, ServerState
+from rayfl.engine.persist import snapshot_codec
+from rayfl.engine.persist.write_errors import writing
 
-__all__ = ["CHECKPOINT_DIR", "CheckpointStore", "Manifest", "PendingCheckpoint", "RunSnapshot"]
+__all__ = ["CHECKPOINT_DIR", "CheckpointRefused", "CheckpointStore", "Manifest", "PendingCheckpoint", "RunSnapshot"]
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT_DIR = "checkpoints"
-_FORMAT = 1
+_FORMAT = 2  # 1: a torch.save pickle (refused); 2: safetensors with a JSON tree
+_STATE_SUFFIX = ".safetensors"
 _NAME = re.compile(r"round-(\d{6,})\.json")
+_TABLE = re.compile(r"[a-z_]+")
+
+
+class CheckpointRefused(ValueError):
+    """A checkpoint this rayfl will not read at all (not a damaged one, which is skipped): one line saying why."""
+
+    def __init__(self, reason: str, path: Path) -> None:
+        self.reason = reason
+        self.path = path
+        super().__init__(f"{path}: {reason}")
 
 
 @dataclass(frozen=True)
@@ -84,7 +97,7 @@ class Manifest:
     state_bytes: int
     record_sizes: dict[str, int]
     format: int = _FORMAT
-    state_sha256: str = ""  # "" in checkpoints of a rayfl before digests: their size alone is checked
+    state_sha256: str = ""
 
 
 @dataclass(frozen=True)
@@ -112,20 +125,14 @@ class CheckpointStore:
     def write_state(self, snapshot: RunSnapshot) -> PendingCheckpoint:
         """Write the snapshot's state file (atomically); its manifest comes with ``commit``."""
         began = time.perf_counter()
-        self.dir.mkdir(exist_ok=True)
-        path = self.dir / f"{self.stem(snapshot.rounds_done)}.state"
-        tmp = path.with_name(path.name + ".tmp")
-        with tmp.open("wb") as f:
-            out = _HashingWriter(f)
-            torch.save(snapshot, cast(IO[bytes], out))  # torch.save needs only write (and flush)
-            f.flush()
-            os.fsync(f.fileno())
-        size = tmp.stat().st_size
-        if size != out.size:
-            raise OSError(f"{tmp} holds {size} bytes after writing {out.size}")
-        os.replace(tmp, path)
+        with writing(self.dir):
+            self.dir.mkdir(exist_ok=True)
+        raw = snapshot_codec.encode(snapshot)
+        path = self.dir / f"{self.stem(snapshot.rounds_done)}{_STATE_SUFFIX}"
+        _write_atomically(path, raw)
         _sync_dir(self.dir)
-        return PendingCheckpoint(snapshot.rounds_done, path, size, time.perf_counter() - began, out.hexdigest())
+        digest = hashlib.sha256(raw).hexdigest()
+        return PendingCheckpoint(snapshot.rounds_done, path, len(raw), time.perf_counter() - began, digest)
 
     def commit(self, pending: PendingCheckpoint, record_sizes: Mapping[str, int]) -> Path:
         """Write the manifest that makes ``pending`` a checkpoint (the record files must be on disk already), then
@@ -134,12 +141,13 @@ class CheckpointStore:
             pending.rounds_done, pending.path.name, pending.state_bytes, dict(record_sizes), state_sha256=pending.sha256
         )
         path = self.dir / f"{self.stem(pending.rounds_done)}.json"
-        tmp = path.with_name(path.name + ".tmp")
-        with tmp.open("w") as f:
-            json.dump(asdict(manifest), f, indent=2)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        body = asdict(manifest)
+        text = json.dumps({**body, "manifest_sha256": _digest_of(body)}, indent=2)
+        try:
+            _write_atomically(path, text.encode())
+        except BaseException:
+            pending.path.unlink(missing_ok=True)  # never a checkpoint: the one before stays the newest
+            raise
         _sync_dir(self.dir)
         self._prune()
         return path
@@ -152,31 +160,33 @@ class CheckpointStore:
         return [p for _, p in sorted(found)]
 
     def latest(self) -> tuple[Manifest, RunSnapshot] | None:
-        """The newest checkpoint that loads (a damaged one is skipped with a warning), or ``None``."""
+        """The newest checkpoint that loads (a damaged one is skipped with a warning), or ``None``;
+        ``CheckpointRefused`` when the newest is one this rayfl does not read (the pickled format)."""
         for path in reversed(self.manifests()):
             try:
                 return self.load(path)
-            # Any exception: unpickling damaged bytes raises nearly any type (UnpicklingError, RuntimeError from the
-            # zip reader, UnicodeDecodeError, AttributeError, ImportError, ...), and the one before may be sound.
-            except Exception as err:
-                log.warning(
-                    "checkpoint %s cannot be read (%s: %s); trying the one before", path, type(err).__name__, err
-                )
+            except CheckpointRefused:
+                raise
+            # Whatever the damage, the reading builds only data (JSON, safetensors): a ValueError from the checks or
+            # the parsers, an OSError for a missing or unreadable file. The one before may be sound.
+            except (ValueError, OSError) as err:
+                log.warning("checkpoint %s cannot be read (%s); trying the one before", path, err)
         return None
 
     def load(self, manifest_path: Path) -> tuple[Manifest, RunSnapshot]:
-        data: dict[str, Any] = json.loads(manifest_path.read_text())
-        manifest = Manifest(**data)
-        if manifest.format != _FORMAT:
-            raise ValueError(f"checkpoint format {manifest.format}, this rayfl reads {_FORMAT}")
+        """The checkpoint whose manifest is ``manifest_path``, every file checked against the manifest first."""
+        manifest = _read_manifest(manifest_path)
         state_path = self.dir / manifest.state_file
         size = state_path.stat().st_size
         if size != manifest.state_bytes:
             raise ValueError(f"{state_path.name} holds {size} bytes, the manifest says {manifest.state_bytes}")
         raw = state_path.read_bytes()
-        if manifest.state_sha256 and hashlib.sha256(raw).hexdigest() != manifest.state_sha256:
+        if hashlib.sha256(raw).hexdigest() != manifest.state_sha256:
             raise ValueError(f"{state_path.name} does not match the manifest's SHA-256 digest (damaged)")
-        snapshot = torch.load(io.BytesIO(raw), weights_only=False)  # our own pickle (see module docstring)
+        try:
+            snapshot = snapshot_codec.decode(raw)
+        except snapshot_codec.SnapshotFormatError as err:
+            raise ValueError(f"{state_path.name}: {err}") from err
         if not isinstance(snapshot, RunSnapshot) or snapshot.rounds_done != manifest.rounds_done:
             raise ValueError(f"{state_path.name} does not hold the snapshot of round {manifest.rounds_done}")
         return manifest, snapshot
@@ -188,31 +198,64 @@ class CheckpointStore:
             path.unlink(missing_ok=True)  # the manifest first: a half-removed checkpoint is never read
             (self.dir / f"{path.stem}.state").unlink(missing_ok=True)
         newest = max((int(m.group(1)) for p in manifests if (m := _NAME.fullmatch(p.name))), default=-1)
-        for path in self.dir.glob("round-*.state"):  # state files whose manifest never came (a stop in between)
+        for path in self.dir.glob(f"round-*{_STATE_SUFFIX}"):  # state files whose manifest never came (a stop)
             number = path.stem.removeprefix("round-")
             if path.stem not in kept and number.isdigit() and int(number) < newest:
                 path.unlink(missing_ok=True)
 
 
-class _HashingWriter:
-    """A binary file that digests (SHA-256) and counts what goes through it, so a checkpoint is digested as it is
-    written rather than read back."""
+def _read_manifest(path: Path) -> Manifest:
+    """A manifest, every field checked: its own digest, types, and a state file beside it named after it."""
+    try:
+        data = json.loads(path.read_bytes())
+    except (ValueError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path.name} is not JSON ({err})") from err
+    if not isinstance(data, dict):
+        raise ValueError(f"{path.name} is not a checkpoint manifest")
+    old_format, old_state = data.get("format", 1), data.get("state_file")
+    if type(old_format) is int and old_format == 1 and type(old_state) is str and old_state.endswith(".state"):
+        raise CheckpointRefused(
+            "is a checkpoint of an older rayfl (a pickle, format 1), which this rayfl does not load because "
+            "unpickling can run code: start the run again, or resume it with the rayfl that wrote it",
+            path,
+        )
+    body = {k: v for k, v in data.items() if k != "manifest_sha256"}
+    if data.get("manifest_sha256") != _digest_of(body):
+        raise ValueError(f"{path.name} does not match its own SHA-256 digest (damaged)")
+    kinds = {"rounds_done": int, "state_file": str, "state_bytes": int, "record_sizes": dict, "format": int,
+             "state_sha256": str}  # fmt: skip
+    if set(body) != set(kinds) or any(type(body[k]) is not kind for k, kind in kinds.items()):
+        wanted = ", ".join(f"{k}: {v.__name__}" for k, v in kinds.items())
+        raise ValueError(f"{path.name}: its fields are not a manifest's ({wanted})")
+    manifest = Manifest(**body)
+    if manifest.format != _FORMAT:
+        raise CheckpointRefused(f"has checkpoint format {manifest.format}; this rayfl reads {_FORMAT}", path)
+    if manifest.state_file != f"{path.stem}{_STATE_SUFFIX}" or manifest.rounds_done != int(path.stem[6:]):
+        raise ValueError(f"{path.name} names {manifest.state_file!r} after {manifest.rounds_done} rounds")
+    sizes = manifest.record_sizes
+    if not all(_TABLE.fullmatch(k) and type(v) is int and v >= 0 for k, v in sizes.items()):
+        raise ValueError(f"{path.name}: record_sizes is not a table -> byte count map")
+    return manifest
 
-    def __init__(self, f: io.BufferedWriter) -> None:
-        self._f = f
-        self._hash = hashlib.sha256()
-        self.size = 0
 
-    def write(self, data: bytes | bytearray | memoryview) -> int:
-        self._hash.update(data)
-        self.size += memoryview(data).nbytes
-        return self._f.write(data)
+def _digest_of(body: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
-    def flush(self) -> None:
-        self._f.flush()
 
-    def hexdigest(self) -> str:
-        return self._hash.hexdigest()
+def _write_atomically(path: Path, data: bytes) -> None:
+    """``data`` as ``path``: a temporary file beside it, flushed to disk, renamed over it; on an error (a full disk)
+    the temporary file is removed and the error raised."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with writing(path), tmp.open("wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        with writing(path):
+            os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _sync_dir(path: Path) -> None:

@@ -11,17 +11,22 @@ sets) holds each client's accuracy per evaluated round (``ClientAccRecord``).
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
+import logging
 import math
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
+from functools import partial
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from rayfl.engine.persist.write_errors import RunWriteError, writing
 
 __all__ = [
     "HOST_CLOCK_FIELDS",
@@ -33,6 +38,8 @@ __all__ = [
     "check_run_name",
     "make_run_dir",
 ]
+
+log = logging.getLogger(__name__)
 
 # ``RoundRecord`` fields read off the host's clock: they differ between any two runs of one config (in-process or on
 # Ray, resumed or not); every other field is a function of the config and seed.
@@ -209,12 +216,16 @@ class _CsvTable:
         self.optional = name in _OPTIONAL_PARQUET
         self.path = run_dir / f"{name}.csv"
         self.rows: list[Any] = [] if rows is None else rows
-        names = [f.name for f in fields(cls)]
-        self.file: TextIO = self.path.open("w" if rows is None else "a", newline="")
-        self.writer = csv.DictWriter(self.file, fieldnames=names)
+        self.file, self.writer = self._open("w" if rows is None else "a")
         if rows is None:
-            self.writer.writeheader()
-            self.file.flush()
+            with writing(self.path):
+                self.writer.writeheader()
+                self.file.flush()
+
+    def _open(self, mode: str) -> tuple[TextIO, csv.DictWriter[str]]:
+        with writing(self.path):
+            file = cast(TextIO, self.path.open(mode, newline=""))
+        return file, csv.DictWriter(file, fieldnames=[f.name for f in fields(self.cls)])
 
     @classmethod
     def reopen(cls, run_dir: Path, name: str, record: type, schema: pa.Schema, size: int) -> _CsvTable:
@@ -236,27 +247,46 @@ class _CsvTable:
 
     def append(self, records: Sequence[Any]) -> None:
         self.rows.extend(records)
-        self.writer.writerows(asdict(r) for r in records)
-        self.file.flush()
+        with writing(self.path):
+            self.writer.writerows(asdict(r) for r in records)
+            self.file.flush()
 
     def size(self, sync: bool = False) -> int:
         """Bytes written so far (``sync``: forced to disk first, as a checkpoint that refers to them needs)."""
-        self.file.flush()
-        if sync:
-            os.fsync(self.file.fileno())
-        return os.fstat(self.file.fileno()).st_size
+        with writing(self.path):
+            self.file.flush()
+            if sync:
+                os.fsync(self.file.fileno())
+            return os.fstat(self.file.fileno()).st_size
+
+    def cut_back(self, num_rows: int, size: int) -> None:
+        """Back to its first ``num_rows`` rows and ``size`` bytes, after an append that failed part-way: what the
+        file object still buffers is dropped with it (closing it may fail to write that too), the file cut."""
+        with contextlib.suppress(OSError):
+            self.file.close()
+        del self.rows[num_rows:]
+        with writing(self.path):
+            os.truncate(self.path, size)
+        self.file, self.writer = self._open("a")
 
     def write_parquet(self, run_dir: Path) -> None:
         if self.optional and not self.rows:  # client_accs: only runs with per-client test data have rows
             return
         table = pa.Table.from_pylist([asdict(r) for r in self.rows], schema=self.schema)
+        path = run_dir / f"{self.name}.parquet"
         tmp = run_dir / f"{self.name}.parquet.tmp"
-        pq.write_table(table, tmp)
-        os.replace(tmp, run_dir / f"{self.name}.parquet")
+        try:
+            with writing(path):
+                pq.write_table(table, tmp)
+                os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
 
     def close(self) -> None:
         if not self.file.closed:
-            self.file.close()
+            with writing(self.path):
+                self.file.close()
 
 
 _PARSERS: dict[str, Callable[[str], Any]] = {"int": int, "str": str}
@@ -321,6 +351,18 @@ class RunWriter:
         if len(self.rows) % parquet_every == 0:
             self.write_parquet()
 
+    @contextlib.contextmanager
+    def round_rows(self) -> Iterator[None]:
+        """The appends of one round, all or none: when one fails (a full disk), every record file is cut back to
+        where it was before the round, so the rounds the files hold are whole in every one of them."""
+        marks = {name: (len(table.rows), table.size()) for name, table in self._tables.items()}
+        try:
+            yield
+        except RunWriteError:
+            for name, (num_rows, size) in marks.items():
+                self._tables[name].cut_back(num_rows, size)
+            raise
+
     def sizes(self, sync: bool = False) -> dict[str, int]:
         """Bytes of every record file so far, by table name (what a checkpoint records and ``reopen`` cuts back to)."""
         return {name: table.size(sync) for name, table in self._tables.items()}
@@ -329,13 +371,32 @@ class RunWriter:
         for table in self._tables.values():
             table.write_parquet(self.run_dir)
 
-    def finish(self, summary: Mapping[str, Any]) -> None:
+    def finish(self, summary: Mapping[str, Any], failing: bool = False) -> None:
         """Parquet files and ``summary.json`` from the rows written so far: called however the run ends (finished,
-        stopped by a signal or an error), so the CSV, Parquet and summary files always hold the same rounds."""
-        self.write_parquet()
-        self.close()
+        stopped by a signal or an error), so the CSV, Parquet and summary files always hold the same rounds.
+
+        ``failing``: the run is ending on an error already, which is the one to report. A file that cannot be
+        written now either (the same full disk) is then left as it was, logged, and the next one tried."""
         clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in summary.items()}
-        _atomic_write(self.run_dir / "summary.json", json.dumps(clean, indent=2) + "\n")
+        steps: list[Callable[[], None]] = [
+            *(partial(table.write_parquet, self.run_dir) for table in self._tables.values()),
+            self.close,
+            partial(_atomic_write, self.run_dir / "summary.json", json.dumps(clean, indent=2) + "\n"),
+        ]
+        for step in steps:
+            try:
+                step()
+            except RunWriteError as err:
+                if not failing:
+                    self.close_quietly()
+                    raise
+                log.info("while ending on an error: %s", err)
+
+    def close_quietly(self) -> None:
+        """Close every record file, ignoring what cannot be written any more (a run ending on a write error)."""
+        for table in self._tables.values():
+            with contextlib.suppress(OSError):
+                table.close()
 
     def close(self) -> None:
         for table in self._tables.values():
@@ -350,5 +411,10 @@ def _yaml(data: Mapping[str, Any]) -> str:
 
 def _atomic_write(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    try:
+        with writing(path):
+            tmp.write_text(text)
+            os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

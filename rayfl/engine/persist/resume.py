@@ -21,7 +21,7 @@ from rayfl.core.errors import ConfigError
 from rayfl.core.messages import Params, ServerState
 from rayfl.engine.exec.backend import Backend, EvalResult
 from rayfl.engine.guard import NonFiniteGuard
-from rayfl.engine.persist.checkpoint import CheckpointStore, Manifest, RunSnapshot
+from rayfl.engine.persist.checkpoint import CheckpointRefused, CheckpointStore, Manifest, RunSnapshot
 from rayfl.engine.persist.records import EvalRecord, RoundRecord, RunWriter
 from rayfl.engine.phases import PhaseSchedule
 from rayfl.experiment.loader import config_to_dict
@@ -70,11 +70,14 @@ def load_resume_point(cfg: ExperimentConfig, run_dir: Path) -> ResumePoint:
         raise ConfigError("not a run directory (no config.yaml): give the directory a run wrote", file=where)
     check_same_config(cfg, run_dir)
     store = CheckpointStore(run_dir, cfg.checkpoint.keep)
-    found = store.latest()
+    try:
+        found = store.latest()
+    except CheckpointRefused as err:
+        raise ConfigError(err.reason, file=str(err.path)) from err
     if found is None:
         raise ConfigError(
-            "holds no checkpoint to resume from (the run stopped before its first one, or checkpoint.every was 0): "
-            "start the run again",
+            "holds no readable checkpoint to resume from (the run stopped before its first one, checkpoint.every "
+            "was 0, or every checkpoint is damaged): start the run again",
             file=where,
         )
     manifest, snapshot = found

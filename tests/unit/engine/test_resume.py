@@ -4,16 +4,13 @@ same records (wall-clock columns aside) and ends with the same global state as t
 from __future__ import annotations
 
 import dataclasses
-import io
+import hashlib
 import json
 import math
 import shutil
-import struct
-import zipfile
 from pathlib import Path
 
 import pytest
-import torch
 
 from rayfl.cli import main
 from rayfl.config.sections import CheckpointConfig
@@ -63,21 +60,18 @@ def test_checkpoints_do_not_change_the_records(data: FederatedDataset, tmp_path:
     assert_same_run(with_checkpoints.run_dir, without.run_dir, with_checkpoints, without)
 
 
-def _member_start(raw: bytes, name_end: str) -> int:
-    """Where the bytes of the zip member whose name ends with ``name_end`` begin in a ``torch.save`` file (stored
-    uncompressed; the local header is 30 bytes, the name and an extra field of the lengths it gives)."""
-    (info,) = [i for i in zipfile.ZipFile(io.BytesIO(raw)).infolist() if i.filename.endswith(name_end)]
-    name_len, extra_len = struct.unpack("<HH", raw[info.header_offset + 26 : info.header_offset + 30])
-    return info.header_offset + 30 + name_len + extra_len
-
-
-def _damage(path: Path, name_end: str, offset: int, flip: int) -> None:
-    """Flip the bits ``flip`` of one byte of a state file's zip member, keeping the file's size."""
+def _flip(path: Path, offset: int, flip: int) -> None:
+    """Flip the bits ``flip`` of the byte at ``offset`` (from the end where negative), keeping the file's size."""
     raw = bytearray(path.read_bytes())
-    size = len(raw)
-    raw[_member_start(bytes(raw), name_end) + offset] ^= flip
+    raw[offset] ^= flip
     path.write_bytes(bytes(raw))
-    assert path.stat().st_size == size
+
+
+def _redigest(manifest_path: Path, **changes: object) -> None:
+    """Rewrite a manifest with ``changes``, its own digest made to match (as a careful editor would)."""
+    body = {k: v for k, v in json.loads(manifest_path.read_text()).items() if k != "manifest_sha256"} | changes
+    digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+    manifest_path.write_text(json.dumps({**body, "manifest_sha256": digest}))
 
 
 def test_the_store_keeps_the_last_k_and_skips_a_damaged_or_uncommitted_checkpoint(
@@ -90,27 +84,26 @@ def test_the_store_keeps_the_last_k_and_skips_a_damaged_or_uncommitted_checkpoin
     assert result.run_dir is not None
     store = CheckpointStore(result.run_dir, keep=3)
     assert [p.name for p in store.manifests()] == ["round-000003.json", "round-000004.json", "round-000005.json"]
-    assert sorted(p.name for p in store.dir.glob("*.state")) == [f"round-00000{k}.state" for k in (3, 4, 5)]
+    assert sorted(p.name for p in store.dir.glob("*.safetensors")) == [f"round-00000{k}.safetensors" for k in (3, 4, 5)]
     assert not list(store.dir.glob("*.tmp"))
-    # Round 5: its pickle's first byte (PROTO, 0x80) made an invalid opcode (0xFF: UnpicklingError), and its manifest
-    # without a digest, as a rayfl before digests wrote it: only loading it finds the damage.
-    _damage(store.dir / "round-000005.state", "data.pkl", 0, 0x7F)
-    manifest5 = json.loads((store.dir / "round-000005.json").read_text())
-    (store.dir / "round-000005.json").write_text(json.dumps({**manifest5, "state_sha256": ""}))
+    # Round 5: the safetensors header's size (its last byte) made huge, and the manifest's digest of the state file
+    # made to match: only reading the file finds the damage.
+    state5 = store.dir / "round-000005.safetensors"
+    _flip(state5, 7, 0x7F)
+    _redigest(store.dir / "round-000005.json", state_sha256=hashlib.sha256(state5.read_bytes()).hexdigest())
     found = store.latest()
     assert found is not None and found[0].rounds_done == 4
-    assert "round-000005.json cannot be read (UnpicklingError" in caplog.text
-    # Round 4: one bit of a tensor's bytes flipped. torch.load reads it without complaint; the digest catches it.
-    _damage(store.dir / "round-000004.state", "/data/0", 3, 0x40)
-    torch.load(store.dir / "round-000004.state", weights_only=False)
-    (store.dir / "round-000006.state").write_bytes(b"no manifest")  # a stop between state file and manifest
+    assert "round-000005.safetensors: its header claims" in caplog.text
+    # Round 4: one bit of a tensor's bytes (at the end of the file) flipped. It would load; the digest catches it.
+    _flip(store.dir / "round-000004.safetensors", -3, 0x40)
+    (store.dir / "round-000006.safetensors").write_bytes(b"no manifest")  # a stop between state file and manifest
     found = store.latest()
     assert found is not None and found[0].rounds_done == 3
-    assert "round-000004.state does not match the manifest's SHA-256 digest" in caplog.text
+    assert "round-000004.safetensors does not match the manifest's SHA-256 digest" in caplog.text
     resumed = run_experiment(cfg, dataset=data, resume=result.run_dir)  # from round 3: the last two rounds again
     assert_same_run(result.run_dir, result.run_dir, result, resumed)
     assert [p.name for p in store.manifests()][-1] == "round-000005.json"
-    assert store.latest()[0].state_sha256  # type: ignore[index]  # the rewritten checkpoints have their digests
+    assert store.latest()[0].rounds_done == 5  # type: ignore[index]  # the rewritten checkpoints read back
 
 
 def test_a_resume_with_another_config_or_without_checkpoints_is_refused_in_one_line(
@@ -130,4 +123,4 @@ def test_a_resume_with_another_config_or_without_checkpoints_is_refused_in_one_l
     assert main(["run", "--resume", str(result.run_dir), "train.lr=0.1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and all(line.startswith("rayfl: error: ") for line in err)
-    assert "holds no checkpoint" in err[0] and "not a run directory" in err[1] and "train.lr" in err[2]
+    assert "holds no readable checkpoint" in err[0] and "not a run directory" in err[1] and "train.lr" in err[2]

@@ -357,3 +357,32 @@ def test_structures_and_over_budget_come_from_the_client_and_round_records(tmp_p
     names = [c.strip() for c in header.strip("|").split("|")]
     assert cells[names.index("Structures")] == "3"
     assert cells[names.index("Over budget")] == "3"
+
+
+def test_a_damaged_parquet_falls_back_to_a_whole_csv_and_is_named_in_one_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 26: a truncated rounds.parquet is named in one warning and rounds.csv is read; where the CSV is cut short
+    too, ``rayfl report`` ends in one line naming the Parquet file and the CSV."""
+    from rayfl.cli import main
+
+    run_dir = write_run(tmp_path / "run", name="cut", test_acc=[0.3, NAN, 0.5])
+    whole = load_run(run_dir).rounds
+    parquet = run_dir / "rounds.parquet"
+    parquet.write_bytes(parquet.read_bytes()[: parquet.stat().st_size // 2])
+    (run_dir / "summary.json").write_text('{"name": "cut", "final_te')  # cut by a full disk: derived instead
+    caplog.set_level("WARNING")
+    fallen_back = load_run(run_dir)
+    pd.testing.assert_frame_equal(fallen_back.rounds, whole, check_dtype=False)
+    assert fallen_back.summary["rounds"] == 3 and not fallen_back.has_summary_file
+    assert f"{parquet} is damaged or not a rayfl record file" in caplog.text and "reading" in caplog.text
+    assert main(["report", str(run_dir), "--out", str(tmp_path / "out")]) == 0
+    csv = run_dir / "rounds.csv"
+    csv.write_bytes(csv.read_bytes()[:-7])  # inside the last row
+    assert main(["report", str(run_dir), "--out", str(tmp_path / "out")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"rayfl: error: {parquet} is damaged") and f"{csv} is not whole either" in line
+    csv.write_bytes(b"\x00\xff" * 64)  # binary bytes: not a CSV at all
+    assert main(["report", str(run_dir), "--out", str(tmp_path / "out")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert f"{csv} is damaged or not a rayfl record file" in line

@@ -76,3 +76,26 @@ def test_errors_exit_2_with_file_and_line(tmp_path: Path, capsys: pytest.Capture
     assert "absent.csv" in capsys.readouterr().err
     assert main(["traces", "import", "pensieve", str(bad), str(tmp_path / "o.csv"), "--window-s", "1"]) == 2
     assert not (tmp_path / "o.csv").exists()
+
+
+GARBAGE = {
+    "binary": bytes(range(256)) * 4,  # not UTF-8
+    "nul bytes": b"Timestamp,DL_bitrate\n\x00\x00,\x00\n",
+    "a png": PNG + b"\x00\x00\x00\rIHDR" + bytes(40),
+    "a broken zip": b"PK\x03\x04" + bytes(60),
+}
+
+
+@pytest.mark.parametrize("fmt", ["mahimahi", "pensieve", "ucc"])
+@pytest.mark.parametrize("kind", sorted(GARBAGE))
+def test_import_of_garbage_is_one_line_naming_the_file_and_the_format(
+    fmt: str, kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 26: whatever the file holds, one line that names it and says what the format expects."""
+    src = tmp_path / ("trace.zip" if kind == "a broken zip" else "trace.csv")
+    src.write_bytes(GARBAGE[kind])
+    out = tmp_path / "o.csv"
+    assert main(["traces", "import", fmt, str(src), str(out)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert str(src) in line and "(expected a" in line, line
+    assert not out.exists()
