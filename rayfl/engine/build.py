@@ -30,6 +30,7 @@ from rayfl.data.federated import FederatedDataset
 from rayfl.engine.backend import Backend, LocalBackend
 from rayfl.engine.client_state import initial_weights
 from rayfl.engine.phases import build_run_algorithm
+from rayfl.engine.preflight import check_custom_model
 from rayfl.models import InputSpec
 from rayfl.rng import derive_seed
 from rayfl.system.clock import SimClock
@@ -72,6 +73,7 @@ def build_setup(cfg: ExperimentConfig, dataset: FederatedDataset | None = None, 
     if dataset.num_clients < 1:
         raise ValueError(f"data: {cfg.data.name!r} produced no clients")
     check_model_input(cfg, dataset.input_kind)
+    check_custom_model(cfg, dataset.input_kind)  # custom data: its kind of input is known only now
     spec = InputSpec.of(dataset.input_kind, dataset.num_classes, dataset.x, dataset.meta)
     return Setup(
         dataset=dataset,

@@ -25,6 +25,7 @@ import ray
 
 from rayfl.config import BackendConfig, ExperimentConfig
 from rayfl.config_loader import ConfigError
+from rayfl.engine.stop import keep_sigterm_handler
 
 if TYPE_CHECKING:
     from rayfl.data.federated import FederatedDataset
@@ -92,7 +93,8 @@ def ensure_ray(cfg: BackendConfig) -> bool:
             "ray.init() does); backend.num_cpus and object_store_mb apply to a Ray rayfl starts",
             joining,
         )
-    ray.init(**init_kwargs(cfg, joining=bool(joining)))
+    with keep_sigterm_handler():  # a run's own handler, if one is installed, stops it cleanly (engine/stop.py)
+        ray.init(**init_kwargs(cfg, joining=bool(joining)))
     _started_gcs = None if joining else gcs_address()
     return True
 
