@@ -2,7 +2,7 @@
 
 rayfl run [FILE] [key=value ...]      run an experiment (no FILE: the embedded default)
 rayfl run --resume RUN_DIR [k=v ...]  continue a stopped run from its newest checkpoint
-rayfl validate FILE [key=value ...]   check a config without running it
+rayfl validate [--explain] FILE [k=v]  check a config without running it (--explain: each value and its origin)
 rayfl search FILE [key=value ...]     search-only run: assign models to budgets for the rounds, no training
 rayfl sweep [--check] FILE [key=value]  a Ray Tune sweep (key=value: sweep fields; base.KEY=V: the base experiment)
 rayfl sweep --resume SWEEP_DIR        continue an interrupted sweep (finished trials kept, others resumed)
@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from rayfl.engine.stop import StopRequests
     from rayfl.experiment.schema import ExperimentConfig
 
 __all__ = ["DEFAULT_CONFIG", "main"]
@@ -44,8 +45,32 @@ def _load(path: str | None, overrides: list[str]):  # type: ignore[no-untyped-de
 
     if path is None:
         with resources.as_file(resources.files("rayfl.configs") / DEFAULT_CONFIG) as default:
-            return load_config(default, overrides)
-    return load_config(path, overrides)
+            return _name_follows_method(load_config(default, overrides), default, overrides)
+    return _name_follows_method(load_config(path, overrides), path, overrides)
+
+
+def _name_follows_method(cfg: ExperimentConfig, path: str | Path, overrides: list[str]) -> ExperimentConfig:
+    """A run's name from its file follows a method given by override: ``setting3.yaml algorithm.name=fedavg`` runs as
+    ``setting3-fedavg`` (the file's method in the name replaced, else the method appended), not under the name of
+    the method the file names. A name given by override is kept as it is."""
+    import dataclasses
+
+    import yaml
+
+    keys = [text.partition("=")[0].strip() for text in overrides]
+    if "name" in keys or not {"algorithm.name", "algorithm"} & set(keys):
+        return cfg
+    try:
+        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        before = str(raw["algorithm"]["name"]) if isinstance(raw.get("algorithm"), dict) else "fedavg"
+    except (OSError, yaml.YAMLError, AttributeError, KeyError, TypeError):
+        return cfg
+    method = cfg.algorithm.name
+    if method == before:
+        return cfg
+    parts = cfg.name.split("-")
+    name = "-".join(method if p == before else p for p in parts) if before in parts else f"{cfg.name}-{method}"
+    return dataclasses.replace(cfg, name=name)
 
 
 @contextlib.contextmanager
@@ -82,14 +107,21 @@ _RUN_MODULES = ("rayfl.engine.driver", "rayfl.report")
 
 
 def _cmd_run(ns: argparse.Namespace) -> int:
-    resume = Path(ns.resume) if ns.resume else None
-    cfg = _load_resumed(resume, ns.args) if resume is not None else _load(*_split(ns.args))
-    path, overrides = _split(ns.args)
-    with _located(str(resume / "config.yaml") if resume is not None else path, overrides):
-        return _run_loaded(cfg, resume)
+    from rayfl.engine.stop import StopRequests
+
+    # from the first moment, SIGINT/SIGTERM stop the start-up at once (it has written nothing), even where the process
+    # inherited SIGINT ignored (a job put in the background by a script); the run's own handlers take over from it
+    with StopRequests(setup=True) as startup:
+        resume = Path(ns.resume) if ns.resume else None
+        cfg = _load_resumed(resume, ns.args) if resume is not None else _load(*_split(ns.args))
+        path, overrides = _split(ns.args)
+        with _located(str(resume / "config.yaml") if resume is not None else path, overrides):
+            return _run_loaded(cfg, resume, startup)
 
 
-def _run_loaded(cfg: ExperimentConfig, resume: Path | None) -> int:
+def _run_loaded(cfg: ExperimentConfig, resume: Path | None, startup: StopRequests) -> int:
+    if resume is not None and _nothing_to_resume(cfg, resume):
+        return 0
     print(
         f"rayfl: {'resuming' if resume else 'running'} {cfg.name!r}: {cfg.algorithm_label} on {cfg.data.name}, "
         f"{cfg.rounds} rounds, {cfg.clients_per_round} clients per round, backend {cfg.backend.kind}",
@@ -97,10 +129,7 @@ def _run_loaded(cfg: ExperimentConfig, resume: Path | None) -> int:
     )
     data = []
     if resume is None:
-        from rayfl.experiment.loader import check_factories, check_output_dir
-
-        check_output_dir(cfg.output_dir)  # before Ray starts and the data loads
-        check_factories(cfg)
+        _check_before_start(cfg)  # before Ray starts and the data loads
     if cfg.backend.kind == "ray" and resume is None:  # a resume is checked before anything starts
         from rayfl.engine.ray.session import prestart
 
@@ -119,9 +148,14 @@ def _run_loaded(cfg: ExperimentConfig, resume: Path | None) -> int:
             resume=resume,
             dataset=data.pop() if data else None,  # popped: the run keeps only the object store's view of it
         )
+        startup.release()  # the report below: Python's own Ctrl-C (its files are written whole, report/atomic.py)
     except RunInterrupted as stop:
         print(f"rayfl: {stop}", file=sys.stderr)
-        print(f"results: {stop.run_dir} (records complete up to round {stop.rounds_done})")
+        print(f"results: {stop.run_dir} (records complete through round {stop.rounds_done - 1})")
+        if stop.run_dir is not None:  # the report of the rounds done (a resumed run's end rewrites it)
+            _, pngs = report([stop.run_dir], stop.run_dir)
+            for png in pngs:
+                print(f"plot: {png}")
         return 128 + stop.signum
     except NonFiniteError as err:
         print(f"rayfl: error: {err}", file=sys.stderr)
@@ -149,6 +183,30 @@ def _run_loaded(cfg: ExperimentConfig, resume: Path | None) -> int:
     return 0
 
 
+def _nothing_to_resume(cfg: ExperimentConfig, run_dir: Path) -> bool:
+    """Before anything starts: refuse a config that differs from the run's (``--resume RUN rounds=12``), and say so
+    when the run finished all its rounds already (True: nothing to do, Ray is not started)."""
+    import json
+
+    from rayfl.engine.persist.checkpoint import CheckpointStore
+    from rayfl.engine.persist.resume import check_same_config, load_resume_point
+
+    check_same_config(cfg, run_dir)
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        summary = {}  # no summary (the process was killed): the checkpoint decides
+    if summary.get("status") != "finished" or summary.get("rounds") != cfg.rounds:
+        if not CheckpointStore(run_dir, cfg.checkpoint.keep).manifests():
+            load_resume_point(cfg, run_dir)  # no checkpoint: its refusal, at once (the run loads the one there is)
+        return False
+    print(
+        f"rayfl: {run_dir} finished all {cfg.rounds} rounds already: nothing to resume (its report: "
+        f"{run_dir / 'report.md'}; to train longer, start a new run with more rounds)"
+    )
+    return True
+
+
 def _load_resumed(run_dir: Path, args: list[str]):  # type: ignore[no-untyped-def]
     """A run directory's own config with ``key=value`` overrides (checked against it when the run starts)."""
     from rayfl.core.errors import ConfigError
@@ -166,19 +224,39 @@ def _load_resumed(run_dir: Path, args: list[str]):  # type: ignore[no-untyped-de
     return _load(str(config), overrides)
 
 
+def _check_before_start(cfg: ExperimentConfig) -> None:
+    """What ``validate`` and ``run`` check without the data: a run directory can be made, the factories import, and a
+    custom model suits the method and the training set-up (``engine/preflight.py``)."""
+    from rayfl.experiment.loader import check_factories, check_output_dir
+
+    check_output_dir(cfg.output_dir)
+    check_factories(cfg)
+    if cfg.model.name == "custom":  # torch and the methods are imported for custom models only
+        from rayfl.engine.preflight import check_custom_model
+
+        check_custom_model(cfg)
+
+
 def _cmd_validate(ns: argparse.Namespace) -> int:
     path, overrides = _split(ns.args)
     cfg = _load(path, overrides)
-    from rayfl.experiment.loader import check_factories, check_output_dir
 
     with _located(path, overrides):
-        check_output_dir(cfg.output_dir)
-        check_factories(cfg)
+        _check_before_start(cfg)
+    if ns.explain:
+        from rayfl.experiment.explain import explain
+
+        if path is None:
+            with resources.as_file(resources.files("rayfl.configs") / DEFAULT_CONFIG) as default:
+                print(explain(default, overrides), end="")
+        else:
+            print(explain(path, overrides), end="")
     print(f"{path or DEFAULT_CONFIG}: OK ({cfg.name}: {cfg.algorithm_label}, {cfg.model.name}, {cfg.data.name})")
     return 0
 
 
 def _cmd_search(ns: argparse.Namespace) -> int:
+    from rayfl.core.units import format_sim_time
     from rayfl.engine.search_only import run_search_only
 
     path, overrides = _split(ns.args)
@@ -189,11 +267,11 @@ def _cmd_search(ns: argparse.Namespace) -> int:
         flush=True,
     )
     result = run_search_only(cfg)
-    hours = result.records[-1].sim_time_s / 3600 if result.records else 0.0
+    sim_s = result.records[-1].sim_time_s if result.records else 0.0
     print(
         f"memory util {_percent(result.mean('memory_util'))} | bandwidth util {_percent(result.mean('bandwidth_util'))}"
         f" | hit rate {_percent(result.mean('hit_rate'))} | clients fitting "
-        f"{_percent(result.mean('clients_run') / max(cfg.clients_per_round, 1))} | sim {hours:.3f} h"
+        f"{_percent(result.mean('clients_run') / max(cfg.clients_per_round, 1))} | sim {format_sim_time(sim_s)}"
     )
     if result.run_dir is not None:
         print(f"results: {result.run_dir}")
@@ -283,6 +361,11 @@ def _parser() -> argparse.ArgumentParser:
     run.set_defaults(func=_cmd_run)
     val = sub.add_parser("validate", help="check a config without running it")
     val.add_argument("args", nargs="+", metavar="FILE | key=value")
+    val.add_argument(
+        "--explain",
+        action="store_true",
+        help="print every resolved value and where it came from (FILE:LINE, override, default)",
+    )
     val.set_defaults(func=_cmd_validate)
     search = sub.add_parser("search", help="search-only run: model assignment over the budgets, no training")
     search.add_argument("args", nargs="+", metavar="FILE | key=value")
@@ -377,9 +460,12 @@ def main(argv: list[str] | None = None) -> int:
     except RunWriteError as err:  # a full disk or a read-only directory (engine/persist/write_errors.py): one line
         print(f"rayfl: error: {' '.join(str(err).split())}", file=sys.stderr)
         return EXIT_WRITE_FAILED
-    except KeyboardInterrupt:  # a second Ctrl-C: stopped at once (a run's records are completed all the same)
-        print("rayfl: interrupted", file=sys.stderr)
-        return 128 + signal.SIGINT
+    except KeyboardInterrupt as err:
+        # a signal before a run's first round (SetupInterrupted: nothing written), or a second one: stopped at once (a
+        # run's records are completed all the same)
+        signum = getattr(err, "signum", signal.SIGINT)
+        print(f"rayfl: {err or 'interrupted'}", file=sys.stderr)
+        return 128 + int(signum)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from rayfl.data.federated import FederatedDataset
 from rayfl.engine.exec.backend import Backend, LocalBackend
 from rayfl.engine.exec.client_state import initial_weights
 from rayfl.engine.phases import build_run_algorithm
+from rayfl.engine.preflight import check_custom_model
 from rayfl.experiment.loader import check_model_input
 from rayfl.experiment.schema import ExperimentConfig
 from rayfl.fl.api.algorithm import Algorithm, ServerContext
@@ -73,6 +74,7 @@ def build_setup(cfg: ExperimentConfig, dataset: FederatedDataset | None = None, 
     if dataset.num_clients < 1:
         raise ValueError(f"data: {cfg.data.name!r} produced no clients")
     check_model_input(cfg, dataset.input_kind)
+    check_custom_model(cfg, dataset.input_kind)  # custom data: its kind of input is known only now
     spec = InputSpec.of(dataset.input_kind, dataset.num_classes, dataset.x, dataset.meta)
     return Setup(
         dataset=dataset,

@@ -38,6 +38,7 @@ from rayfl.engine.persist.checkpoint import CheckpointStore
 from rayfl.engine.persist.records import ClientAccRecord, ClientRecord, EvalRecord, RoundRecord, RunWriter, make_run_dir
 from rayfl.engine.persist.resume import RunProgress, load_resume_point, resume_progress, take_snapshot
 from rayfl.engine.phases import PhaseSchedule
+from rayfl.engine.preflight import check_someone_can_train
 from rayfl.engine.sampling import sample_clients
 from rayfl.engine.stop import RunInterrupted, StopRequests
 from rayfl.experiment.loader import check_clients_per_round, check_output_dir
@@ -97,8 +98,10 @@ def run_experiment(
     del dataset
     threads = torch.get_num_threads()
     torch.set_num_threads(cfg.backend.server_threads)
+    # a signal before the first round stops at once (nothing written yet), afterwards after the round in progress
     try:
-        return _run(cfg, write, callbacks, given, cache_dir, resume)
+        with StopRequests(enabled=write, setup=True) as stop:
+            return _run(cfg, write, callbacks, given, cache_dir, resume, stop)
     finally:
         torch.set_num_threads(threads)
 
@@ -110,6 +113,7 @@ def _run(
     given: list[FederatedDataset | None],
     cache_dir: Path | None,
     resume: Path | None,
+    stop: StopRequests,
 ) -> RunResult:
     start = time.perf_counter()
     point = load_resume_point(cfg, resume) if resume is not None else None  # refused before anything starts
@@ -122,6 +126,8 @@ def _run(
         check_clients_per_round(cfg, ds.num_clients)
         clock = build_clock(cfg, setup)
         bind_algorithm(cfg, setup, clock)
+        if point is None:
+            check_someone_can_train(cfg, setup, clock)  # refused now, not after every round failed all its clients
         backend_start = time.perf_counter()
         backend = build_backend(cfg, setup)
     except BaseException:
@@ -131,15 +137,19 @@ def _run(
     startup_s = {**setup.startup_s, "backend_s": time.perf_counter() - backend_start}
     schedule = PhaseSchedule(algorithm, cfg.rounds)  # one phase unless cfg.phases (engine/phases.py)
     pool = build_task_pool(cfg.backend)
-    # The run directory appears only once data, traces and backend are ready: bad input leaves nothing behind.
+    # The run directory appears only once data, traces and backend are ready: bad input leaves nothing behind. A
+    # signal while it is made (or a resumed run's records are cut back) takes effect once that is done.
     try:
-        if point is not None:
-            run = resume_progress(cfg, point, clock, backend, schedule)
-        else:
-            writer = open_run_writer(cfg) if write else None
-            store = CheckpointStore(writer.run_dir, cfg.checkpoint.keep) if writer and cfg.checkpoint.every else None
-            guard = NonFiniteGuard(cfg.max_nonfinite_rounds)
-            run = RunProgress(0, algorithm.init_state(setup.params), guard, writer, store)
+        with stop.critical():
+            if point is not None:
+                run = resume_progress(cfg, point, clock, backend, schedule)
+            else:
+                writer = open_run_writer(cfg) if write else None
+                keep = cfg.checkpoint.keep
+                store = CheckpointStore(writer.run_dir, keep) if writer and cfg.checkpoint.every else None
+                guard = NonFiniteGuard(cfg.max_nonfinite_rounds)
+                run = RunProgress(0, algorithm.init_state(setup.params), guard, writer, store)
+            stop.begin_rounds()  # from here a signal stops after the round in progress, with a checkpoint
     except BaseException:
         backend.close()
         raise
@@ -147,7 +157,7 @@ def _run(
     baseline = most_frequent_label_accuracy(ds)
     status = "finished"
     commit_s: dict[int, float] = {}
-    with StopRequests(enabled=writer is not None) as stop:
+    with stop.rounds():
         try:
             for round_idx in range(run.next_round, cfg.rounds):
                 round_start = time.perf_counter()

@@ -5,14 +5,17 @@ from __future__ import annotations
 import math
 from typing import TextIO
 
+from rayfl.core.units import format_sim_time
 from rayfl.engine.persist.records import RoundRecord
 
 __all__ = ["ProgressLine"]
 
 
 class ProgressLine:
-    """Prints ``round 7/20 | acc 31.2% | loss 2.41 | 1.9 s/round | ETA 0:25`` for each finished round, flagging a
-    round in which every sampled client failed and a round rolled back because its server step was not finite."""
+    """Prints ``round    7/19 | train loss  2.410 | acc 31.20% | ... | sim 21.74 s | 1.90 s/round | ETA 0:25`` for
+    each finished round, flagging a round in which every sampled client failed and a round rolled back because its
+    server step was not finite. Rounds are numbered from 0 up to ``total - 1``, as in ``rounds.csv``, ``report.md``
+    and the plots; simulated time is in s, min or h (``rayfl/core/units.py``)."""
 
     def __init__(self, stream: TextIO, total_rounds: int) -> None:
         self.stream = stream
@@ -28,9 +31,10 @@ class ProgressLine:
         eta = int(per_round * (self.total - done))
         acc = "" if math.isnan(record.test_acc) else f" | acc {100 * record.test_acc:5.2f}%"
         line = (
-            f"round {done:>4}/{self.total} | train loss {record.train_loss:6.3f}{acc}"
+            f"round {record.round_idx:>4}/{self.total - 1} | train loss {record.train_loss:6.3f}{acc}"
             f" | clients {record.clients_sampled - record.clients_failed}/{record.clients_sampled} ok"
-            f" | sim {record.sim_time_s / 3600:6.3f} h | {per_round:5.2f} s/round | ETA {eta // 60}:{eta % 60:02d}"
+            f" | sim {format_sim_time(record.sim_time_s):>10} | {per_round:5.2f} s/round"
+            f" | ETA {eta // 60}:{eta % 60:02d}"
         )
         if record.clients_sampled > 0 and record.clients_failed == record.clients_sampled:
             line += " | ALL CLIENTS FAILED: model unchanged"

@@ -7,6 +7,11 @@ The first signal asks the driver to stop *after the round in progress*: the roun
 ``critical()`` is active (records being appended, a checkpoint being written) the second signal waits for it to end,
 so no file is left half written.
 
+Before the rounds begin (``setup=True`` until ``begin_rounds``: loading, Ray's start, the actors) nothing has been
+written, so the first signal stops at once with ``SetupInterrupted`` (a ``KeyboardInterrupt``): the run is cleanly
+absent, or a resumed run is left as it was. The handlers are installed whatever the process inherited: a job started
+in the background of a script inherits SIGINT *ignored*, and Python then never turns it into ``KeyboardInterrupt``.
+
 Handlers can only be installed from the main thread; elsewhere (a Tune trial's thread) ``StopRequests`` does nothing
 and the process's own handling applies. The previous handlers are restored on exit.
 """
@@ -22,7 +27,7 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
-__all__ = ["RunInterrupted", "StopRequests"]
+__all__ = ["RunInterrupted", "SetupInterrupted", "StopRequests", "keep_sigterm_handler"]
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -33,18 +38,28 @@ class RunInterrupted(Exception):
     def __init__(self, signum: int, rounds_done: int, run_dir: Path | None, checkpoint: Path | None) -> None:
         name = signal.Signals(signum).name
         where = f"; resume with: rayfl run --resume {run_dir}" if checkpoint is not None else ""
-        super().__init__(f"{name}: stopped after round {rounds_done}{where}")
+        # rounds are numbered from 0, as in the records: the last round done is rounds_done - 1
+        super().__init__(f"{name}: stopped after round {rounds_done - 1} ({rounds_done} rounds done){where}")
         self.signum = signum
         self.rounds_done = rounds_done
         self.run_dir = run_dir
         self.checkpoint = checkpoint
 
 
+class SetupInterrupted(KeyboardInterrupt):
+    """A signal arrived before the first round began: the run stopped at once, having written nothing."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"{signal.Signals(signum).name}: stopped before the first round began (nothing was written)")
+        self.signum = signum
+
+
 class StopRequests:
     """Signal handlers for the duration of a run (see module docstring)."""
 
-    def __init__(self, enabled: bool = True) -> None:
+    def __init__(self, enabled: bool = True, *, setup: bool = False) -> None:
         self.enabled = enabled  # False: a run that writes nothing keeps Python's own Ctrl-C behaviour
+        self.in_setup = setup  # True until ``begin_rounds``: the first signal stops at once
         self.signum: int | None = None
         self._previous: dict[int, Any] = {}
         self._critical = 0
@@ -61,9 +76,29 @@ class StopRequests:
         return self
 
     def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None) -> None:
+        self.release()
+
+    def release(self) -> None:
+        """Put the previous handlers back (at most once; ``__exit__`` calls it)."""
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous.clear()
+
+    def begin_rounds(self) -> None:
+        """From now on the run has files to keep consistent: the first signal stops after the round in progress. A
+        signal that arrived inside the ``critical`` section calling this becomes such a request."""
+        if self.in_setup and self._abort_pending and self.signum is not None:
+            note = f"rayfl: {signal.Signals(self.signum).name}: stopping after the first round (again: at once)\n"
+            os.write(2, note.encode())
+        self.in_setup = False
+        self._abort_pending = False
+
+    @contextlib.contextmanager
+    def rounds(self) -> Iterator[StopRequests]:
+        """The round loop: ``begin_rounds`` if not yet called; the handlers stay until the ``with`` of the whole run
+        ends (the record files are completed after the loop, under ``critical``)."""
+        self.begin_rounds()
+        yield self
 
     @contextlib.contextmanager
     def critical(self) -> Iterator[None]:
@@ -75,9 +110,17 @@ class StopRequests:
             self._critical -= 1
             if self._critical == 0 and self._abort_pending:
                 self._abort_pending = False
+                if self.in_setup and self.signum is not None:
+                    raise SetupInterrupted(self.signum)
                 raise KeyboardInterrupt
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.in_setup:
+            self.signum = signum
+            if self._critical:  # making the run directory: stops once it is whole (or stops after a round)
+                self._abort_pending = True
+                return
+            raise SetupInterrupted(signum)
         if self.signum is None:
             self.signum = signum
             # os.write, not logging: the handler may interrupt a logging call that holds the handler's lock
@@ -88,3 +131,21 @@ class StopRequests:
             self._abort_pending = True
             return
         raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def keep_sigterm_handler() -> Iterator[None]:
+    """Around ``ray.init``, which replaces the SIGTERM handler with one that exits with status 15 at once: a handler
+    installed in Python before it (``StopRequests``) is put back afterwards, so SIGTERM still stops a run cleanly, and
+    a SIGTERM that arrives while Ray's handler is in place is handed to it."""
+    main = threading.current_thread() is threading.main_thread()
+    before = signal.getsignal(signal.SIGTERM) if main else None
+    try:
+        yield
+    except SystemExit as err:
+        if callable(before) and err.code == signal.SIGTERM:  # Ray's handler ran: the signal goes to the run's own
+            before(signal.SIGTERM, None)
+        raise
+    finally:
+        if callable(before) and signal.getsignal(signal.SIGTERM) is not before:
+            signal.signal(signal.SIGTERM, before)

@@ -117,7 +117,7 @@ def build_custom_model(cfg: CustomModelConfig, spec: InputSpec) -> nn.Module:
     return model
 
 
-def check_model_factory(cfg: CustomModelConfig, input_kind: str | None) -> None:
+def check_model_factory(cfg: CustomModelConfig, input_kind: str | None) -> nn.Module:
     """What ``rayfl validate`` can check without the data: the factory imports, is callable and returns an
     ``nn.Module`` with floating-point weights, built on the meta device (no memory for weights, no initialisation)
     and given stand-ins for what the data decides (``num_classes`` 10, an ``input_shape`` of ``input_kind``, image when
@@ -126,11 +126,11 @@ def check_model_factory(cfg: CustomModelConfig, input_kind: str | None) -> None:
     offered = {"num_classes": 10, "input_shape": shape}
     try:
         with torch.device("meta"):
-            _module_of(cfg, offered)
+            return _module_of(cfg, offered)
     except ConfigError as err:
         if err.__cause__ is None or isinstance(err.__cause__, TypeError | ImportError):
             raise  # a wrong path, signature or returned type: the meta device has no part in it
-        _module_of(cfg, offered)  # the factory failed on the meta device (it reads a weight, say): once on the CPU
+        return _module_of(cfg, offered)  # the factory failed on the meta device (it reads a weight, say): on the CPU
 
 
 def _module_of(cfg: CustomModelConfig, offered: Mapping[str, Any]) -> nn.Module:

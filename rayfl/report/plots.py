@@ -17,6 +17,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from rayfl.core.units import time_unit
 from rayfl.report.atomic import replace_file
 from rayfl.report.runs import RunRecords, unique_labels
 
@@ -26,22 +27,23 @@ log = logging.getLogger(__name__)
 
 XAxis = Literal["round_idx", "sim_hours"]
 
-_X_LABELS: dict[str, str] = {"round_idx": "Round", "sim_hours": "Simulated time (hours)"}
+_X_LABELS: dict[str, str] = {"round_idx": "Round (from 0, as in rounds.csv)", "sim_hours": "Simulated time ({unit})"}
 _TITLES: dict[str, str] = {
     "round_idx": "Test accuracy vs. rounds",
     "sim_hours": "Test accuracy vs. simulated time",
 }
 
 
-def _x_values(evaluated: pd.DataFrame, x: XAxis) -> list[float] | None:
-    """The x coordinates of a run's evaluated rounds, or None if the run lacks the needed column."""
+def _x_values(evaluated: pd.DataFrame, x: XAxis, unit_s: float = 3600.0) -> list[float] | None:
+    """The x coordinates of a run's evaluated rounds (simulated time in units of ``unit_s`` seconds), or None if the
+    run lacks the needed column."""
     if x == "round_idx":
         if "round_idx" in evaluated.columns:
             return [float(v) for v in evaluated["round_idx"]]
         return [float(v) for v in evaluated.index]
     if "sim_time_s" not in evaluated.columns:
         return None
-    return [float(v) / 3600.0 for v in evaluated["sim_time_s"]]
+    return [float(v) / unit_s for v in evaluated["sim_time_s"]]
 
 
 def plot_accuracy(
@@ -62,11 +64,12 @@ def plot_accuracy(
     Args:
         runs: the loaded runs; legend labels are their names, disambiguated like the table's.
         out_png: where to write the PNG (parent directories are created).
-        x: ``"round_idx"`` for the 0-based round index, ``"sim_hours"`` for simulated time in hours.
+        x: ``"round_idx"`` for the 0-based round index, ``"sim_hours"`` for simulated time (in s, min or h, the
+            unit that suits the longest run).
         labels: legend labels, one per run, instead of the run names.
         title_prefix: text put before the title (e.g. the setting the runs belong to).
         shared_baseline: runs on the same data share one baseline: draw it once, in grey (the first known one),
-            instead of one line per run.
+            instead of one line per run (always so when every run's known baseline is the same).
 
     Returns:
         The path written.
@@ -87,12 +90,16 @@ def plot_accuracy(
 
     drawn = 0
     shared: float | None = None
+    # simulated time in the unit of the longest run (s, min or h: rayfl/core/units.py), so that short runs do not read 0
+    unit, unit_s = time_unit(max([run.sim_time_s for run in runs if run.sim_time_s > 0], default=3600.0))
+    known = {round(b, 9) for b in (run.baseline_acc for run in runs) if b is not None}
+    shared_baseline = shared_baseline or (len(runs) > 1 and len(known) == 1)  # one data set: one baseline line
     for label, run in zip(unique_labels(runs) if labels is None else labels, runs, strict=True):
         if x == "sim_hours" and run.sim_time_s <= 0:
             log.warning("run %s has no simulated time; left out of the sim_hours plot", run.path)
             continue
         evaluated = run.evaluated()
-        xs = _x_values(evaluated, x)
+        xs = _x_values(evaluated, x, unit_s)
         if xs is None:
             log.warning("run %s has no sim_time_s column; left out of the %s plot", run.path, x)
             continue
@@ -117,7 +124,7 @@ def plot_accuracy(
 
     if shared is not None:
         axes.axhline(100.0 * shared, linestyle="--", linewidth=1.0, color="grey", label="most-frequent-label baseline")
-    axes.set_xlabel(_X_LABELS[x])
+    axes.set_xlabel(_X_LABELS[x].format(unit=unit))
     if x == "round_idx":
         axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.set_ylabel("Test accuracy (%)")

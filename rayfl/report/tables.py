@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rayfl.core.units import format_sim_time
 from rayfl.report.runs import RunRecords, unique_labels
 
 __all__ = [
+    "BASELINE_FLAG",
     "COST_COLUMNS",
     "MISSING",
     "SYSTEM_COLUMNS",
@@ -30,7 +32,7 @@ TABLE_COLUMNS: tuple[str, ...] = (
     "Best acc",
     "Baseline acc",
     "Final loss",
-    "Sim hours",
+    "Sim time",
     "Wall time (s)",
     "MB moved",
     "Mem util",
@@ -45,8 +47,8 @@ _RIGHT_ALIGNED = frozenset(TABLE_COLUMNS[4:])
 SYSTEM_COLUMNS: tuple[tuple[str, str, str], ...] = (
     # (header, rounds column, format)
     ("Round", "round_idx", "d"),
-    ("Sim time (h)", "sim_time_s", "h"),
-    ("Duration (s)", "sim_duration_s", ".1f"),
+    ("Sim time", "sim_time_s", "t"),
+    ("Duration", "sim_duration_s", "t"),
     ("Sampled", "clients_sampled", "d"),
     ("Run", "clients_run", "d"),
     ("Failed: memory", "failed_memory", "d"),
@@ -83,11 +85,11 @@ def _row(label: str, run: RunRecords) -> list[str]:
         _cell(run.model_name),
         _cell(run.data_name),
         str(run.rounds_run),
-        format_percent(run.final_test_acc),
+        format_percent(run.final_test_acc) + _flag(run.final_test_acc, run.baseline_acc),
         format_percent(run.best_test_acc),
         format_percent(run.baseline_acc),
         _number(run.final_test_loss, ".4f"),
-        f"{run.sim_time_s / 3600.0:.2f}",
+        format_sim_time(run.sim_time_s),
         _number(run.wall_time_s, ".1f"),
         _number(None if total_bytes is None else total_bytes / 1e6, ".2f"),
         format_percent(_mean(run, "memory_util")),
@@ -96,6 +98,15 @@ def _row(label: str, run: RunRecords) -> list[str]:
         _number(run.over_budget, "d"),
         _number(run.distinct_structures, "d"),
     ]
+
+
+BASELINE_FLAG = " (<= baseline)"
+
+
+def _flag(accuracy: float | None, baseline: float | None) -> str:
+    """``BASELINE_FLAG`` when ``accuracy`` is known and at most the most-frequent-label ``baseline``."""
+    at_most = accuracy is not None and baseline is not None and accuracy <= baseline + 1e-12
+    return BASELINE_FLAG if at_most else ""
 
 
 def _mean(run: RunRecords, column: str) -> float | None:
@@ -118,8 +129,8 @@ def _format(value: object, spec: str) -> str:
         return MISSING
     if spec == "%":
         return format_percent(float(value))  # type: ignore[arg-type]
-    if spec == "h":
-        return f"{float(value) / 3600.0:.3f}"  # type: ignore[arg-type]
+    if spec == "t":
+        return format_sim_time(float(value))  # type: ignore[arg-type]
     if spec == "d":
         return str(int(value))  # type: ignore[call-overload]
     return format(float(value), spec)  # type: ignore[arg-type]
@@ -149,7 +160,9 @@ def markdown_table(runs: Sequence[RunRecords]) -> str:
     """A GitHub-flavoured Markdown table comparing ``runs``, one row each, in the order given.
 
     Accuracies are percentages with two decimals; "Final acc" is the last evaluated round, "Best acc" the best
-    one. "Sim hours" is simulated time (0.00 while the simulated clock is off), "MB moved" is bytes down plus
+    one, and a final accuracy at or below the most-frequent-label baseline is flagged ``(<= baseline)``: such a run
+    learned nothing a constant guess does not. "Sim time" is simulated time in s, min or h (``0.000 s`` while the
+    simulated clock is off), "MB moved" is bytes down plus
     bytes up over all rounds in units of 10^6 bytes. Unknown values show as ``—``. Runs that share a name are
     told apart by their directory name. The text ends with a newline.
     """

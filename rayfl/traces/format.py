@@ -177,12 +177,23 @@ def write_trace(path: str | os.PathLike[str], trace: Trace) -> Path:
     return out
 
 
+def _hint(first: str) -> str:
+    """What to do with a file that is not a rayfl trace: most are published logs read by their own format."""
+    guess = " (its lines look like a mahimahi log: one delivery time in ms per line)" if first.isdigit() else ""
+    return (
+        f"; a published network log{guess} is read by naming its format in the config (format: mahimahi, pensieve "
+        "or ucc) or converted once with: rayfl traces import FORMAT SRC OUT"
+    )
+
+
 def _parse_header(path: str | os.PathLike[str], lines: list[str]) -> tuple[dict[str, str], dict[str, int], int]:
     """The ``# key: value`` lines before the header row: (meta with kind and unit, line number of each key, index of
     the header row)."""
     if not lines or lines[0].strip() != f"# {MAGIC}":
         first = lines[0].strip() if lines else "<empty file>"
-        raise TraceError(f"{_where(path, 1)}: missing header: expected '# {MAGIC}' as the first line, got {first!r}")
+        raise TraceError(
+            f"{_where(path, 1)}: missing header: expected '# {MAGIC}' as the first line, got {first!r}{_hint(first)}"
+        )
     meta: dict[str, str] = {}
     key_lines: dict[str, int] = {}
     for i in range(1, len(lines)):

@@ -46,6 +46,7 @@ REPORTED_METRICS: tuple[str, ...] = (
 TABLE_METRICS: tuple[str, ...] = (
     "test_acc",  # at the last evaluated round
     "best_test_acc",
+    "baseline_acc",  # the most-frequent-label accuracy of the trial's data (a result at or below it learned nothing)
     "test_loss",  # at the last round that recorded one
     "sim_hours",
     "memory_util",  # means over the rounds

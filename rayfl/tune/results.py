@@ -2,11 +2,11 @@
 
 Each row holds the trial's swept values, its status (``completed``; ``stopped`` when the scheduler ended it early;
 ``error``), and figures read back from its run directory with ``rayfl.report.load_run`` (the same reader as
-``rayfl report``): final and best test accuracy, final test loss, simulated hours, memory and bandwidth utilisation
-(means over rounds), failed clients, distinct structures, hit rate and search time (model search), rounds done, wall
-time, the average client accuracy, training GMACs, network MB and global models (paper 002), and the run directory.
-Reading the run directories rather than Tune's last report keeps a stopped or failed trial's rows as complete as its
-records.
+``rayfl report``): final and best test accuracy, the most-frequent-label baseline (a final accuracy at or below it is
+flagged), final test loss, simulated hours, memory and bandwidth utilisation (means over rounds), failed clients,
+distinct structures, hit rate and search time (model search), rounds done, wall time, the average client accuracy,
+training GMACs, network MB and global models (paper 002), and the run directory. Reading the run directories rather
+than Tune's last report keeps a stopped or failed trial's rows as complete as its records.
 """
 
 from __future__ import annotations
@@ -24,9 +24,11 @@ from rayfl.tune.metrics import TABLE_METRICS
 from rayfl.tune.space import plain
 
 __all__ = [
+    "BASELINE_FLAG",
     "COLUMN_HEADERS",
     "PERCENT_COLUMNS",
     "TrialOutcome",
+    "at_or_below_baseline",
     "best_trial",
     "markdown_table",
     "results_table",
@@ -81,6 +83,7 @@ def _figures(run_dir: Path) -> tuple[dict[str, float], int | None]:
     figures = {
         "test_acc": _none_nan(run.final_test_acc),
         "best_test_acc": _none_nan(run.best_test_acc),
+        "baseline_acc": _none_nan(run.baseline_acc),
         "test_loss": _none_nan(run.final_test_loss),
         "sim_hours": run.sim_time_s / 3600.0,
         "memory_util": _mean(run.column("memory_util")),
@@ -164,6 +167,7 @@ def best_trial(table: pd.DataFrame, metric: str, mode: Literal["max", "min"]) ->
 PERCENT_COLUMNS = {
     "test_acc",
     "best_test_acc",
+    "baseline_acc",
     "memory_util",
     "bandwidth_util",
     "failure_rate",
@@ -173,6 +177,7 @@ PERCENT_COLUMNS = {
 COLUMN_HEADERS = {
     "test_acc": "Final acc",
     "best_test_acc": "Best acc",
+    "baseline_acc": "Baseline",
     "test_loss": "Final loss",
     "sim_hours": "Sim hours",
     "memory_util": "Mem util",
@@ -214,8 +219,23 @@ def markdown_table(table: pd.DataFrame, param_keys: Sequence[str]) -> str:
     head = ["Trial", *param_keys, "Status", *(COLUMN_HEADERS[c] for c in figures)]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     for _, row in table.iterrows():
-        lines.append("| " + " | ".join(_cell(c, row[c]) for c in columns) + " |")
+        cells = [
+            _cell(c, row[c]) + (BASELINE_FLAG if c == "test_acc" and at_or_below_baseline(row) else "") for c in columns
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+BASELINE_FLAG = " (<= baseline)"
+
+
+def at_or_below_baseline(row: Mapping[str, Any], metric: str = "test_acc") -> bool:
+    """Whether a trial's accuracy ``metric`` is known and at most its most-frequent-label baseline: such a trial
+    learned nothing a constant guess does not (the sweep's summary and table flag it)."""
+    value, baseline = row.get(metric), row.get("baseline_acc")
+    if not (_finite(value) and _finite(baseline)):
+        return False
+    return float(value) <= float(baseline) + 1e-12  # type: ignore[arg-type]
 
 
 def _finite(value: Any) -> bool:

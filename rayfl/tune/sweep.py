@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -31,7 +32,14 @@ import yaml
 
 from rayfl.engine.persist.records import make_run_dir
 from rayfl.tune.plots import plot_sweep
-from rayfl.tune.results import TrialOutcome, best_trial, markdown_table, results_table, write_table
+from rayfl.tune.results import (
+    TrialOutcome,
+    at_or_below_baseline,
+    best_trial,
+    markdown_table,
+    results_table,
+    write_table,
+)
 from rayfl.tune.space import point_label, tune_space
 from rayfl.tune.spec import Sweep
 from rayfl.tune.trainable import run_trial
@@ -225,6 +233,11 @@ def _best_line(best: Mapping[str, Any] | None, keys: Sequence[str], metric: str,
         return f"Best trial: none (no trial has a finite {metric}).\n"
     values = ", ".join(f"{k}={best[k]}" for k in keys)
     score = f"{metric} = {best[metric]:.4g}"
+    baseline = best.get("baseline_acc")
+    if metric.endswith("acc") and isinstance(baseline, float) and math.isfinite(baseline):
+        below = at_or_below_baseline(best, metric)
+        score += f" ({'AT OR BELOW' if below else 'above'} its most-frequent-label baseline {baseline:.4g}"
+        score += ": it learned nothing a constant guess does not)" if below else ")"
     run_dir = os.path.relpath(best["run_dir"], sweep_dir)
     return f"Best trial by {metric}: {best['trial']} ({values}): {score}; run dir {run_dir}\n"
 

@@ -83,7 +83,7 @@ def load_resume_point(cfg: ExperimentConfig, run_dir: Path) -> ResumePoint:
     manifest, snapshot = found
     if snapshot.rounds_done > cfg.rounds:
         raise ConfigError(
-            f"its checkpoint is after round {snapshot.rounds_done}, beyond rounds={cfg.rounds}", file=where
+            f"its checkpoint is after round {snapshot.rounds_done - 1}, beyond rounds={cfg.rounds}", file=where
         )
     return ResumePoint(run_dir, store, manifest, snapshot)
 

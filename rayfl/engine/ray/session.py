@@ -25,6 +25,7 @@ import ray
 
 from rayfl.config.sections import BackendConfig
 from rayfl.core.errors import ConfigError
+from rayfl.engine.stop import keep_sigterm_handler
 from rayfl.experiment.schema import ExperimentConfig
 
 if TYPE_CHECKING:
@@ -93,7 +94,8 @@ def ensure_ray(cfg: BackendConfig) -> bool:
             "ray.init() does); backend.num_cpus and object_store_mb apply to a Ray rayfl starts",
             joining,
         )
-    ray.init(**init_kwargs(cfg, joining=bool(joining)))
+    with keep_sigterm_handler():  # a run's own handler, if one is installed, stops it cleanly (engine/stop.py)
+        ray.init(**init_kwargs(cfg, joining=bool(joining)))
     _started_gcs = None if joining else gcs_address()
     return True
 

@@ -130,6 +130,11 @@ class Algorithm:
             raise RuntimeError(f"{type(self).__name__}: server-side hook called before bind_server")
         return self._server
 
+    def needs_family(self) -> bool:
+        """Whether this method, as configured, cuts sub-models out of an elastic family (so a fixed model, such as
+        ``model.name: custom``, cannot serve it); checked before a run starts (``engine/preflight.py``)."""
+        return False
+
     def require_family(self) -> ElasticFamily:
         if self.family is None:
             raise ValueError(

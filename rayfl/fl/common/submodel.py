@@ -83,6 +83,9 @@ class SubModelAlgorithm(Algorithm):
         super().__init__(config, train)
         self._server_train_s = math.nan
 
+    def needs_family(self) -> bool:
+        return True
+
     # ------------------------------------------------------------------------------------------ budgets
     @property
     def cost(self) -> CostModel:

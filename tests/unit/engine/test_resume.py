@@ -117,10 +117,20 @@ def test_a_resume_with_another_config_or_without_checkpoints_is_refused_in_one_l
         run_experiment(changed, resume=result.run_dir)
     moved = dataclasses.replace(cfg, backend=dataclasses.replace(cfg.backend, num_hosts=1))  # backend.* may change
     assert len(run_experiment(moved, resume=result.run_dir).records) == 2
-    no_checkpoints = run_experiment(dataclasses.replace(cfg, name="bare", checkpoint=CheckpointConfig(every=0)))
-    assert main(["run", "--resume", str(no_checkpoints.run_dir)]) == 2
+    with pytest.raises(RuntimeError):  # a run that stopped in its first round, with no checkpoint to resume from
+        run_experiment(dataclasses.replace(cfg, name="bare", checkpoint=CheckpointConfig(every=0)), callbacks=[_stop])
+    assert main(["run", "--resume", str(tmp_path / "bare")]) == 2
     assert main(["run", "--resume", str(tmp_path / "nowhere")]) == 2
     assert main(["run", "--resume", str(result.run_dir), "train.lr=0.1"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
     assert len(err) == 3 and all(line.startswith("rayfl: error: ") for line in err)
     assert "holds no readable checkpoint" in err[0] and "not a run directory" in err[1] and "train.lr" in err[2]
+    assert "resuming" not in captured.out  # refused before it says it resumes
+    # a finished run: nothing to do, said without starting anything
+    assert main(["run", "--resume", str(result.run_dir)]) == 0
+    assert "finished all 2 rounds already: nothing to resume" in capsys.readouterr().out
+
+
+def _stop(record: object) -> None:
+    raise RuntimeError("stopped in the first round")

@@ -212,7 +212,7 @@ def test_markdown_table_has_header_and_one_row_per_run(two_runs: list[Path]) -> 
     assert by_col[0]["Best acc"] == "55.12%"
     assert by_col[0]["Baseline acc"] == "10.00%"
     assert by_col[0]["Final loss"] == "1.4966"
-    assert by_col[0]["Sim hours"] == "0.00"
+    assert by_col[0]["Sim time"] == "0.000 s"
     assert by_col[0]["Wall time (s)"] == "10.0"
     assert by_col[0]["MB moved"] == "7.50"
 
@@ -329,7 +329,7 @@ def test_report_with_sim_time_adds_the_sim_hours_plot(two_runs: list[Path], tmp_
         assert_png(png)
     assert (out_dir / REPORT_MD).is_file()
     rows = {row[0]: row for row in table_rows(markdown)}
-    assert rows["timed"][9] == "1.50"  # 3 rounds x 1800 s
+    assert rows["timed"][9] == "1.500 h"  # 3 rounds x 1800 s
     assert not (two_runs[0] / REPORT_MD).exists()
 
 

@@ -43,6 +43,9 @@ class FedAvg(Algorithm):
     def client_weight(self, num_examples: int) -> float:
         return float(num_examples) if self.config.weighting == "samples" else 1.0
 
+    def needs_family(self) -> bool:
+        return self.config.model != "full"  # 'smallest' cuts the smallest sub-model out of the family
+
     def smallest_units(self) -> tuple[int, ...]:
         """Units of the smallest structure with ratios ``config.ratios`` (see the module docstring)."""
         space = self.require_family().space

@@ -1,0 +1,175 @@
+"""What a run checks before it starts anything that writes, beyond the config's own rules: that the method can use
+the model it is given (a user's fixed model cannot serve a method that cuts sub-models), and that the training set-up
+asks of the model only what it can do (a loss over every sequence position needs a forward that returns them).
+
+``rayfl validate`` and ``rayfl run`` call ``check_custom_model`` before Ray starts or a run directory exists, so each
+fault is one located line (exit 2) and leaves nothing behind; the run calls it again once the data says what input it
+gives (a custom data set's kind is known only then). Imports torch, for custom models only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import math
+from collections import Counter
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+
+from rayfl.config.model import CustomModelConfig
+from rayfl.core.errors import ConfigError, KeyPath, Problem
+from rayfl.experiment.loader import format_key_path
+from rayfl.experiment.rules import DATA_INPUTS
+from rayfl.experiment.schema import ExperimentConfig
+from rayfl.fl.registry import build_algorithm
+
+if TYPE_CHECKING:
+    from rayfl.core.messages import Params
+    from rayfl.data.federated import FederatedDataset
+    from rayfl.fl.api.algorithm import Algorithm
+    from rayfl.system.clock import SimClock
+
+__all__ = [
+    "check_custom_model",
+    "check_someone_can_train",
+    "fixed_model_problem",
+    "nobody_can_train_problem",
+    "takes_all_positions",
+]
+
+_MIB, _MB = 2.0**20, 1e6
+# the methods that train one whole model, for the error's advice
+_FULL_MODEL_HINT = "fedavg (model: full), independent"
+
+
+
+class Setup(Protocol):
+    """What the check reads of a prepared run (``engine/build.py``'s ``Setup``)."""
+
+    @property
+    def algorithm(self) -> Algorithm: ...
+
+    @property
+    def dataset(self) -> FederatedDataset: ...
+
+    @property
+    def params(self) -> Params: ...
+
+
+def fixed_model_problem(cfg: ExperimentConfig) -> Problem | None:
+    """The first algorithm of the run (its own, or a phase's) that cuts sub-models out of an elastic family, which a
+    ``model.name: custom`` model does not have; ``None`` when every one trains the whole model."""
+    sections: list[tuple[KeyPath, object]] = [(("algorithm",), cfg.algorithm)]
+    sections += [(("phases", i, "algorithm"), p.algorithm) for i, p in enumerate(cfg.phases)]
+    for at, config in sections:
+        if build_algorithm(config, cfg.train).needs_family():
+            name = getattr(config, "name", "?")
+            return (*at, "name"), (
+                f"{name!r} cuts sub-models out of an elastic family, but model.name: custom is a fixed model: use a "
+                f"method that trains the whole model ({_FULL_MODEL_HINT}), or write an ElasticFamily for your "
+                "architecture (README: 'Your own model with sub-model methods')"
+            )
+    return None
+
+
+def takes_all_positions(model: object) -> bool:
+    """Whether ``model``'s forward accepts ``all_positions=True`` (``train.sequence_loss: all`` calls it so)."""
+    try:
+        params = inspect.signature(model.forward).parameters  # type: ignore[attr-defined]
+    except (AttributeError, TypeError, ValueError):
+        return False
+    return "all_positions" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+def check_custom_model(cfg: ExperimentConfig, input_kind: str | None = None) -> None:
+    """Raise a ``ConfigError`` at the key to change when a custom model cannot serve the run's method, or cannot give
+    the per-position logits ``train.sequence_loss: all`` trains on (token data; ``input_kind`` ``None``: as the data
+    set's name says, unknown for custom data)."""
+    if not isinstance(cfg.model, CustomModelConfig):
+        return
+    problem = fixed_model_problem(cfg)
+    if problem is not None:
+        raise ConfigError(problem[1], format_key_path(problem[0]))
+    kind = input_kind or DATA_INPUTS.get(cfg.data.name)
+    if kind != "tokens" or cfg.train.sequence_loss != "all":
+        return
+    from rayfl.models.custom import check_model_factory
+
+    if not takes_all_positions(check_model_factory(cfg.model, kind)):
+        raise ConfigError(
+            f"'all' trains every position of a sequence, calling forward(x, all_positions=True), which "
+            f"{cfg.model.factory!r}'s forward does not take: set train.sequence_loss=last (the last position's "
+            "logits [batch, num_classes], what forward(x) returns), or give forward an all_positions argument that "
+            "returns [batch, seq_len, num_classes]",
+            "train.sequence_loss",
+        )
+
+
+# round starts at which a run's budgets are looked at before it starts (spread over its rounds)
+_CENSUS_ROUNDS = 16
+_CHUNK = 512  # clients planned at once
+_FIT_CAUSES = {"memory": "memory", "bandwidth": "bandwidth", "compute": "compute", "memory_dip": "memory"}
+
+
+def nobody_can_train_problem(cfg: ExperimentConfig, setup: Setup, clock: SimClock) -> str:
+    """Why no client of the run could ever train the model its method gives everyone ("" when some client can): a
+    method that trains one fixed model and enforces budgets (FedAvg's ``budgets: enforce``) would otherwise fail
+    every sampled client in every round, and leave the model as it started, without an error.
+
+    "Ever" is checked on every client's budgets at ``_CENSUS_ROUNDS`` round starts spread over the run, each at the
+    simulated time it would have if every round lasted ``system.comm_limit_s`` (round-seeded budgets and traces are
+    looked at over that span). Methods that pick a sub-model per client, and phased runs, are not checked here."""
+    algorithm = setup.algorithm
+    if cfg.phases or algorithm.needs_family():
+        return ""
+    everyone = np.arange(setup.dataset.num_clients)
+    chunks = np.array_split(everyone, -(-len(everyone) // _CHUNK))  # a run where clients fit stops at the first
+    state = algorithm.init_state(setup.params)
+    rounds = sorted({int(r) for r in np.linspace(0, max(cfg.rounds - 1, 0), min(cfg.rounds, _CENSUS_ROUNDS))})
+    now, causes = clock.now, Counter[str]()
+    largest = {"memory": 0.0, "bandwidth": 0.0}
+    need = (math.inf, math.inf)
+    try:
+        for round_idx in rounds:
+            clock.now = round_idx * cfg.system.comm_limit_s
+            for chunk in chunks:
+                views = clock.check_in(round_idx, chunk, [setup.dataset.num_examples(int(c)) for c in chunk])
+                given = algorithm.assign(state, round_idx, views)
+                if not all(a.enforce_budgets for a in given.values()):
+                    return ""  # budgets ignored: everyone trains
+                free = {c: dataclasses.replace(a, enforce_budgets=False) for c, a in given.items()}
+                plan = clock.plan(round_idx, views, free, state.models)
+                if any(not exceeded for exceeded in plan.over_budget):
+                    return ""
+                causes.update(_FIT_CAUSES.get(e, e) for e in plan.over_budget)
+                largest["memory"] = max(largest["memory"], float(np.max(plan.memory_budget)))
+                largest["bandwidth"] = max(largest["bandwidth"], float(np.max(plan.bandwidth_budget)))
+                need = (min(need[0], float(np.min(plan.memory_need))), min(need[1], float(np.min(plan.bandwidth_need))))
+    finally:
+        clock.now = now
+    cause = causes.most_common(1)[0][0]
+    if cause == "memory":
+        detail = (
+            f"it needs {need[0] / _MIB:.1f} MiB of memory, the largest budget is {largest['memory'] / _MIB:.1f} MiB"
+        )
+    elif cause == "bandwidth":
+        detail = (
+            f"it moves {need[1] / _MB:.2f} MB per round, the most any client moves within system.comm_limit_s="
+            f"{cfg.system.comm_limit_s:g} s is {largest['bandwidth'] / _MB:.2f} MB"
+        )
+    else:
+        detail = "its training FLOPs exceed every client's compute budget (system.compute_limit_s)"
+    return (
+        f"no client can ever train: the model {algorithm.name!r} gives every client exceeds every client's {cause} "
+        f"budget at every round start looked at ({detail}), so every round would fail all its clients and leave the "
+        f"model unchanged: set algorithm.budgets=ignore to train every sampled client regardless of its budgets, use "
+        f"a method that gives each client a sub-model that fits (heterofl, fedrolex, fjord, ...), or a smaller model"
+    )
+
+
+def check_someone_can_train(cfg: ExperimentConfig, setup: Setup, clock: SimClock) -> None:
+    """``nobody_can_train_problem`` as a ``ConfigError`` on ``algorithm.budgets`` (before the run directory exists)."""
+    reason = nobody_can_train_problem(cfg, setup, clock)
+    if reason:
+        raise ConfigError(reason, "algorithm.budgets")

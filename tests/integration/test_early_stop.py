@@ -1,0 +1,79 @@
+"""A signal in the first seconds of ``rayfl run`` (loading, Ray's start) stops it at once: exit 128 + signal, one
+line, and no run directory (nothing had been written). The process is started as a script's background job is, with
+SIGINT inherited *ignored*, which is how the signal used to go unnoticed until the rounds began."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+TINY = """\
+name: early-stop
+rounds: 50
+clients_per_round: 4
+output_dir: {out}
+data: {{name: synthetic, partition: iid, num_clients: 8, synthetic_samples: 16}}
+model: {{name: cnn, channels: [4, 8]}}
+train: {{lr: 0.05, batch_size: 8}}
+backend: {{kind: {kind}, num_hosts: 1, num_cpus: 1}}
+"""
+
+
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # what `cmd &` in a non-interactive shell does
+
+
+def _start(tmp_path: Path, kind: str) -> subprocess.Popen[str]:
+    path = tmp_path / "run.yaml"
+    path.write_text(TINY.format(out=tmp_path / "runs", kind=kind))
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "OMP_NUM_THREADS": "1"}
+    env.pop("RAY_ADDRESS", None)
+    return subprocess.Popen(
+        [sys.executable, "-m", "rayfl.cli", "run", str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        preexec_fn=_ignore_sigint,
+    )
+
+
+def _signal_after(proc: subprocess.Popen[str], marker: str, sig: int, delay_s: float = 0.0) -> str:
+    """Read the output until a line holds ``marker``, then send ``sig``; returns all the output."""
+    assert proc.stdout is not None
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if marker in line:
+            time.sleep(delay_s)
+            proc.send_signal(sig)
+            break
+    out, _ = proc.communicate(timeout=120)
+    return "".join(lines) + out
+
+
+def test_sigint_during_start_up_stops_at_once_and_leaves_no_run_directory(tmp_path: Path) -> None:
+    proc = _start(tmp_path, "local")
+    out = _signal_after(proc, "rayfl: running", signal.SIGINT, delay_s=0.2)  # data, model and imports still ahead
+    assert proc.returncode == 130, out
+    assert "SIGINT: stopped before the first round began (nothing was written)" in out
+    assert "Traceback" not in out and "round    1/" not in out
+    assert not (tmp_path / "runs" / "early-stop").exists()
+
+
+def test_sigint_after_a_round_stops_resumably_with_a_report(tmp_path: Path) -> None:
+    proc = _start(tmp_path, "local")
+    out = _signal_after(proc, "round    0/", signal.SIGINT)
+    assert proc.returncode == 130, out
+    run_dir = tmp_path / "runs" / "early-stop"
+    assert f"resume with: rayfl run --resume {run_dir}" in out
+    assert (run_dir / "report.md").is_file() and (run_dir / "accuracy_vs_rounds.png").is_file()  # the rounds done
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "interrupted"
