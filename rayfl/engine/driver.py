@@ -24,9 +24,11 @@ from rayfl.config import ExperimentConfig
 from rayfl.config_loader import check_clients_per_round, check_output_dir
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine.backend import Backend, EvalResult
+from rayfl.engine.backend_choice import BackendChoice, resolve_backend
 from rayfl.engine.build import bind_algorithm, build_backend, build_clock, prepare_run
 from rayfl.engine.checkpoint import CheckpointStore
 from rayfl.engine.client_state import first_values, pads
+from rayfl.engine.export import ModelExporter
 from rayfl.engine.guard import NonFiniteError, NonFiniteGuard, all_finite
 from rayfl.engine.multieval import (
     client_accuracies,
@@ -43,6 +45,7 @@ from rayfl.engine.resume import RunProgress, load_resume_point, resume_progress,
 from rayfl.engine.sampling import sample_clients
 from rayfl.engine.server_tasks import build_task_pool
 from rayfl.engine.stop import RunInterrupted, StopRequests
+from rayfl.engine.tracking import open_trackers
 from rayfl.system.clock import ClientPlan, SimClock
 
 __all__ = ["RunResult", "client_records", "mean_finite", "open_run_writer", "run_experiment"]
@@ -82,6 +85,7 @@ def run_experiment(
     dataset: FederatedDataset | None = None,
     cache_dir: Path | None = None,
     resume: Path | None = None,
+    backend_choice: BackendChoice | None = None,
 ) -> RunResult:
     """Run one simulation end to end; with ``write`` the records go to a fresh directory under ``output_dir``; with
     ``resume`` (a run directory) the run continues there from its newest checkpoint (``engine/resume.py``).
@@ -92,13 +96,19 @@ def run_experiment(
 
     The driver's own torch work (server updates, distillation, static BN, search, in-process evaluation) runs at
     ``backend.server_threads`` intra-op threads, restored afterwards: a float sum's order depends on the thread
-    count, and the records must not depend on the machine or on ``OMP_NUM_THREADS``."""
+    count, and the records must not depend on the machine or on ``OMP_NUM_THREADS``.
+
+    ``backend.kind: auto`` is resolved first (``engine/backend_choice.py``; ``backend_choice``: a caller's own
+    resolution of it, which ``summary.json`` then records)."""
+    if backend_choice is None or cfg.backend.kind == "auto":
+        cfg, backend_choice = resolve_backend(cfg)
+    log.info("backend: %s", backend_choice.describe())
     given = [dataset]  # handed over, not held here: _run drops the loaded data once the object store has it
     del dataset
     threads = torch.get_num_threads()
     torch.set_num_threads(cfg.backend.server_threads)
     try:
-        return _run(cfg, write, callbacks, given, cache_dir, resume)
+        return _run(cfg, write, callbacks, given, cache_dir, resume, backend_choice)
     finally:
         torch.set_num_threads(threads)
 
@@ -110,6 +120,7 @@ def _run(
     given: list[FederatedDataset | None],
     cache_dir: Path | None,
     resume: Path | None,
+    backend_choice: BackendChoice,
 ) -> RunResult:
     start = time.perf_counter()
     point = load_resume_point(cfg, resume) if resume is not None else None  # refused before anything starts
@@ -144,6 +155,8 @@ def _run(
         backend.close()
         raise
     writer, records, eval_records = run.writer, run.records, run.eval_records
+    exporter = ModelExporter(cfg, setup.input_spec, writer.run_dir) if writer is not None else None
+    trackers = open_trackers(cfg, writer.run_dir) if writer is not None else None  # TensorBoard, MLflow
     baseline = most_frequent_label_accuracy(ds)
     status = "finished"
     commit_s: dict[int, float] = {}
@@ -205,6 +218,8 @@ def _run(
                     run.last_eval, evals, structure_evals, device_fields, client_accs = evaluate_round(
                         cfg, backend, algorithm, state, clock, ds, round_idx
                     )
+                    if exporter is not None:  # the models written at the end (engine/export.py)
+                        exporter.observe(round_idx, state, algorithm, [e.accuracy for e in evals])
                 now = time.perf_counter()
                 # 7. Records, and a checkpoint when one is due (its state file first, so its size and time are in the
                 # round's record; its manifest after the record files, which it measures).
@@ -262,6 +277,8 @@ def _run(
                             commit_s[round_idx] = time.perf_counter() - began
                 for callback in callbacks:
                     callback(record)
+                if trackers is not None:
+                    trackers.log_round(record, structure_evals)
                 run.guard.raise_if_exhausted(round_idx)
                 if stopping and run.next_round < cfg.rounds:  # a stop asked for in the last round changes nothing
                     status = "interrupted"
@@ -279,7 +296,13 @@ def _run(
             backend.close()
             if writer is not None:
                 with stop.critical():  # the Parquet files and summary.json are written whole, whatever arrives
-                    writer.finish(_summary(cfg, schedule, records, run, baseline, status))
+                    summary = _summary(cfg, schedule, records, run, baseline, status)
+                    summary["backend"] = backend_choice.as_dict()
+                    writer.finish(summary)
+                if trackers is not None:
+                    trackers.close(summary)
+    if exporter is not None and status in ("finished", "interrupted"):
+        exporter.write()
     if stop.signum is not None and status == "interrupted":
         saved = run.store.manifests()[-1] if run.store is not None and run.store.manifests() else None
         raise RunInterrupted(stop.signum, run.next_round, writer.run_dir if writer else None, saved)

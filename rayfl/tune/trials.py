@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from rayfl.config import ExperimentConfig
 from rayfl.config_loader import ConfigError, KeyPath, YamlSource, experiment_config
+from rayfl.engine.backend_choice import resolve_backend
 from rayfl.tune.resources import TrialResources, driver_bundles, trial_backend, trial_bundles
 from rayfl.tune.space import Param, point_label, trial_overrides, validation_points
 
@@ -46,7 +47,7 @@ class TrialPlan:
         source = dataclasses.replace(self.base.part(()), override_dir=self.override_dir)
         for text in [*self.overrides, *trial_overrides(point)]:
             source.apply_override(text)
-        cfg = experiment_config(source)
+        cfg = resolve_backend(experiment_config(source))[0]  # backend.kind: auto decided per trial
         return dataclasses.replace(
             cfg,
             name=name or point_label(point),
