@@ -75,9 +75,12 @@ def run_point(
     began = time.perf_counter()
     sampler = PssSampler()
     sampler.start()
+    from rayfl.engine.backend_choice import resolve_backend
     from rayfl.engine.ray.session import prestart, shutdown_ray
 
-    cfg = workload(n, k, noop, backend, rounds, hosts, keep_warm=repeat > 1)
+    # ``auto``: the backend the run's config resolves to, measured as that backend (``engine/backend_choice.py``)
+    cfg, choice = resolve_backend(workload(n, k, noop, backend, rounds, hosts, keep_warm=repeat > 1))
+    asked, backend = backend, cfg.backend.kind
     early: dict[str, float] = {}
     data = []
     if backend == "ray":  # as ``rayfl run``: Ray starts while the driver's modules are imported and the data loaded
@@ -132,7 +135,8 @@ def run_point(
         "n": n,
         "k": k,
         "mode": "noop" if noop else "train",
-        "backend": backend,
+        "backend": backend if asked == backend else f"{asked}: {backend}",
+        "backend_reason": choice.reason,
         "hosts": hosts,
         "rounds": rounds,
         "imports_s": imports_s,
@@ -430,7 +434,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, nargs="+", default=[100, 1000, 10_000])
     parser.add_argument("--k", type=int, nargs="+", default=[10, 100, 1000])
     parser.add_argument("--mode", choices=["train", "noop"], nargs="+", default=["train", "noop"])
-    parser.add_argument("--backend", choices=["ray", "local"], nargs="+", default=["ray"])
+    parser.add_argument("--backend", choices=["ray", "local", "auto"], nargs="+", default=["ray"])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--hosts", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=1, help="runs per point in one process (2: Ray reused)")

@@ -122,9 +122,12 @@ def _cmd_run(ns: argparse.Namespace) -> int:
 def _run_loaded(cfg: ExperimentConfig, resume: Path | None, startup: StopRequests) -> int:
     if resume is not None and _nothing_to_resume(cfg, resume):
         return 0
+    from rayfl.engine.backend_choice import resolve_backend
+
+    cfg, choice = resolve_backend(cfg)
     print(
         f"rayfl: {'resuming' if resume else 'running'} {cfg.name!r}: {cfg.algorithm_label} on {cfg.data.name}, "
-        f"{cfg.rounds} rounds, {cfg.clients_per_round} clients per round, backend {cfg.backend.kind}",
+        f"{cfg.rounds} rounds, {cfg.clients_per_round} clients per round, backend {choice.describe()}",
         flush=True,
     )
     data = []
@@ -146,6 +149,7 @@ def _run_loaded(cfg: ExperimentConfig, resume: Path | None, startup: StopRequest
             cfg,
             callbacks=[ProgressLine(sys.stdout, cfg.rounds)],
             resume=resume,
+            backend_choice=choice,
             dataset=data.pop() if data else None,  # popped: the run keeps only the object store's view of it
         )
         startup.release()  # the report below: Python's own Ctrl-C (its files are written whole, report/atomic.py)
@@ -345,12 +349,14 @@ def _cmd_report(ns: argparse.Namespace) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from rayfl.cli_help import OVERVIEW
+
     parser = argparse.ArgumentParser(
-        prog="rayfl", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="rayfl", description=OVERVIEW, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="run an experiment")
+    run = _command(sub, "run")
     run.add_argument("args", nargs="*", metavar="FILE | key=value")
     run.add_argument(
         "--resume",
@@ -359,7 +365,7 @@ def _parser() -> argparse.ArgumentParser:
         help="continue a stopped run in its directory from its newest checkpoint (key=value: backend.*, checkpoint.*)",
     )
     run.set_defaults(func=_cmd_run)
-    val = sub.add_parser("validate", help="check a config without running it")
+    val = _command(sub, "validate")
     val.add_argument("args", nargs="+", metavar="FILE | key=value")
     val.add_argument(
         "--explain",
@@ -367,10 +373,10 @@ def _parser() -> argparse.ArgumentParser:
         help="print every resolved value and where it came from (FILE:LINE, override, default)",
     )
     val.set_defaults(func=_cmd_validate)
-    search = sub.add_parser("search", help="search-only run: model assignment over the budgets, no training")
+    search = _command(sub, "search")
     search.add_argument("args", nargs="+", metavar="FILE | key=value")
     search.set_defaults(func=_cmd_search)
-    sweep = sub.add_parser("sweep", help="run a Ray Tune sweep file")
+    sweep = _command(sub, "sweep")
     sweep.add_argument("file", metavar="FILE", nargs="?")
     sweep.add_argument("overrides", nargs="*", metavar="key=value", help="sweep fields; base.KEY=V for the base")
     sweep.add_argument("--check", action="store_true", help="check the sweep file and every trial's config, then stop")
@@ -381,7 +387,7 @@ def _parser() -> argparse.ArgumentParser:
         help="continue an interrupted sweep in its folder (Tune's restore; trials continue from their checkpoints)",
     )
     sweep.set_defaults(func=_cmd_sweep)
-    data = sub.add_parser("data", help="data sets")
+    data = _command(sub, "data")
     data_sub = data.add_subparsers(dest="data_command", required=True)
     prep = data_sub.add_parser("prepare", help="build a data set into the cache")
     prep.add_argument("dataset", choices=["shakespeare"])
@@ -389,7 +395,7 @@ def _parser() -> argparse.ArgumentParser:
     prep.add_argument("--seq-len", type=int, default=80)
     prep.add_argument("--cache-dir", default=None)
     prep.set_defaults(func=_cmd_data)
-    rep = sub.add_parser("report", help="tables and plots of finished runs")
+    rep = _command(sub, "report")
     rep.add_argument("run_dirs", nargs="+")
     rep.add_argument("--out", default=None, help="directory for report.md and PNGs (default: the first run)")
     rep.add_argument(
@@ -403,6 +409,22 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _command(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str) -> argparse.ArgumentParser:
+    """A sub-command with the words of ``cli_help``: its summary, what it does and examples."""
+    import textwrap
+
+    from rayfl.cli_help import COMMANDS
+
+    words = COMMANDS[name]
+    return sub.add_parser(
+        name,
+        help=words.summary,
+        description=textwrap.fill(words.description, 100),
+        epilog=words.epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
 def _add_traces_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``rayfl traces ...``; the handlers are in ``rayfl.traces.commands`` (imported only when one runs)."""
 
@@ -411,7 +433,7 @@ def _add_traces_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser
 
         return run_traces_command(ns)
 
-    traces = sub.add_parser("traces", help="record, inspect, import and generate resource traces")
+    traces = _command(sub, "traces")
     tsub = traces.add_subparsers(dest="traces_command", required=True)
     rec = tsub.add_parser("record", help="sample this machine's free memory and network throughput")
     rec.add_argument("out", metavar="OUT", help="writes OUT.memory.csv, OUT.bandwidth_down.csv, ...")

@@ -14,9 +14,11 @@ __all__ = [
     "CheckpointConfig",
     "CompressionConfig",
     "DataConfig",
+    "ExportConfig",
     "LinkConfig",
     "ResourceConfig",
     "SystemConfig",
+    "TrackingConfig",
     "TrainConfig",
 ]
 
@@ -217,9 +219,10 @@ class SystemConfig:
 # ---------------------------------------------------------------------------------------------------- backend
 @dataclass(frozen=True, kw_only=True)
 class BackendConfig:
-    """Where clients run: in this process, or on a pool of Ray ``ClientHost`` actors with sharded aggregation."""
+    """Where clients run: in this process, or on a pool of Ray ``ClientHost`` actors with sharded aggregation;
+    ``auto`` picks one per run (``rayfl/engine/backend_choice.py``: Ray for large runs, clusters and GPUs)."""
 
-    kind: Literal["local", "ray"] = "ray"
+    kind: Literal["auto", "local", "ray"] = "auto"
     num_hosts: int = bounded(2, ge=1)  # ClientHost actors (the in-process backend emulates the same partition)
     num_shards: int = bounded(1, ge=1)  # parameter-server shard actors
     cpus_per_host: float = bounded(0.0, ge=0.0)  # 0 = the cluster's CPUs split evenly over the hosts (at most 1)
@@ -255,3 +258,26 @@ class CheckpointConfig:
 
     every: int = bounded(10, ge=0)
     keep: int = bounded(2, ge=1)
+
+
+# -------------------------------------------------------------------------------------------- model export
+@dataclass(frozen=True, kw_only=True)
+class ExportConfig:
+    """The trained global models a written run leaves in ``RUN_DIR/models/`` (``rayfl/engine/persist/export.py``),
+    loaded with ``rayfl.load_model``: with ``final`` every global model as it ended, with ``best`` also the evaluated
+    state whose main test accuracy was the highest (``best-*.safetensors``)."""
+
+    final: bool = True
+    best: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrackingConfig:
+    """Where a written run's metrics go besides its record files (``rayfl/engine/persist/tracking.py``): TensorBoard
+    event files in the run directory (``None``: when the ``tensorboard`` package is installed) and an MLflow run
+    (``mlflow_uri``: a tracking server or store; "" is a file store ``mlruns/`` under ``output_dir``)."""
+
+    tensorboard: bool | None = None
+    mlflow: bool = False
+    mlflow_uri: str = ""
+    mlflow_experiment: str = ""  # "": the run's setting, or "rayfl"

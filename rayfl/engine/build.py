@@ -25,6 +25,7 @@ from rayfl.config.sections import BackendConfig
 from rayfl.core.messages import Params
 from rayfl.core.rng import derive_seed
 from rayfl.data.federated import FederatedDataset
+from rayfl.engine.backend_choice import resolve_backend
 from rayfl.engine.exec.backend import Backend, LocalBackend
 from rayfl.engine.exec.client_state import initial_weights
 from rayfl.engine.phases import build_run_algorithm
@@ -87,6 +88,7 @@ def build_setup(cfg: ExperimentConfig, dataset: FederatedDataset | None = None, 
 def prepare_run(cfg: ExperimentConfig, dataset: FederatedDataset | None = None, cache_dir: Path | None = None) -> Setup:
     """``build_setup``, and for ``backend.kind: ray`` Ray started (or reused) meanwhile and the data set placed in the
     object store, the driver keeping only the store's view of it (see the module docstring)."""
+    cfg = resolve_backend(cfg)[0]
     if cfg.backend.kind != "ray":
         began = time.perf_counter()
         setup = build_setup(cfg, dataset, cache_dir)
@@ -172,7 +174,8 @@ _BACKENDS: dict[str, Callable[..., Backend]] = {"local": _local_backend, "ray": 
 
 
 def build_backend(cfg: ExperimentConfig, setup: Setup) -> Backend:
-    """The backend named by ``backend.kind``."""
+    """The backend named by ``backend.kind`` (``auto`` resolved, ``engine/backend_choice.py``)."""
+    cfg = resolve_backend(cfg)[0]
     return _BACKENDS[cfg.backend.kind](
         setup,
         dataset=setup.dataset,

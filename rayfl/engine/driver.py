@@ -20,6 +20,7 @@ import torch
 
 from rayfl.core.messages import Aggregate, Assignment, ClientOutcome, LinkDraw, ServerState, TrainTask
 from rayfl.data.federated import FederatedDataset, LazyRows
+from rayfl.engine.backend_choice import BackendChoice, resolve_backend
 from rayfl.engine.build import bind_algorithm, build_backend, build_clock, build_task_pool, prepare_run
 from rayfl.engine.exec.backend import Backend, EvalResult
 from rayfl.engine.exec.client_state import first_values, pads
@@ -35,8 +36,10 @@ from rayfl.engine.multieval import (
     width_structures,
 )
 from rayfl.engine.persist.checkpoint import CheckpointStore
+from rayfl.engine.persist.export import ModelExporter
 from rayfl.engine.persist.records import ClientAccRecord, ClientRecord, EvalRecord, RoundRecord, RunWriter, make_run_dir
 from rayfl.engine.persist.resume import RunProgress, load_resume_point, resume_progress, take_snapshot
+from rayfl.engine.persist.tracking import open_trackers
 from rayfl.engine.phases import PhaseSchedule
 from rayfl.engine.preflight import check_someone_can_train
 from rayfl.engine.sampling import sample_clients
@@ -83,6 +86,7 @@ def run_experiment(
     dataset: FederatedDataset | None = None,
     cache_dir: Path | None = None,
     resume: Path | None = None,
+    backend_choice: BackendChoice | None = None,
 ) -> RunResult:
     """Run one simulation end to end; with ``write`` the records go to a fresh directory under ``output_dir``; with
     ``resume`` (a run directory) the run continues there from its newest checkpoint (``engine/persist/resume.py``).
@@ -93,7 +97,13 @@ def run_experiment(
 
     The driver's own torch work (server updates, distillation, static BN, search, in-process evaluation) runs at
     ``backend.server_threads`` intra-op threads, restored afterwards: a float sum's order depends on the thread
-    count, and the records must not depend on the machine or on ``OMP_NUM_THREADS``."""
+    count, and the records must not depend on the machine or on ``OMP_NUM_THREADS``.
+
+    ``backend.kind: auto`` is resolved first (``engine/backend_choice.py``; ``backend_choice``: a caller's own
+    resolution of it, which ``summary.json`` then records)."""
+    if backend_choice is None or cfg.backend.kind == "auto":
+        cfg, backend_choice = resolve_backend(cfg)
+    log.info("backend: %s", backend_choice.describe())
     given = [dataset]  # handed over, not held here: _run drops the loaded data once the object store has it
     del dataset
     threads = torch.get_num_threads()
@@ -101,7 +111,7 @@ def run_experiment(
     # a signal before the first round stops at once (nothing written yet), afterwards after the round in progress
     try:
         with StopRequests(enabled=write, setup=True) as stop:
-            return _run(cfg, write, callbacks, given, cache_dir, resume, stop)
+            return _run(cfg, write, callbacks, given, cache_dir, resume, stop, backend_choice)
     finally:
         torch.set_num_threads(threads)
 
@@ -114,6 +124,7 @@ def _run(
     cache_dir: Path | None,
     resume: Path | None,
     stop: StopRequests,
+    backend_choice: BackendChoice,
 ) -> RunResult:
     start = time.perf_counter()
     point = load_resume_point(cfg, resume) if resume is not None else None  # refused before anything starts
@@ -154,6 +165,8 @@ def _run(
         backend.close()
         raise
     writer, records, eval_records = run.writer, run.records, run.eval_records
+    exporter = ModelExporter(cfg, setup.input_spec, writer.run_dir) if writer is not None else None
+    trackers = open_trackers(cfg, writer.run_dir) if writer is not None else None  # TensorBoard, MLflow
     baseline = most_frequent_label_accuracy(ds)
     status = "finished"
     commit_s: dict[int, float] = {}
@@ -215,6 +228,8 @@ def _run(
                     run.last_eval, evals, structure_evals, device_fields, client_accs = evaluate_round(
                         cfg, backend, algorithm, state, clock, ds, round_idx
                     )
+                    if exporter is not None:  # the models written at the end (engine/persist/export.py)
+                        exporter.observe(round_idx, state, algorithm, [e.accuracy for e in evals])
                 now = time.perf_counter()
                 # 7. Records, and a checkpoint when one is due (its state file first, so its size and time are in the
                 # round's record; its manifest after the record files, which it measures).
@@ -273,6 +288,8 @@ def _run(
                             commit_s[round_idx] = time.perf_counter() - began
                 for callback in callbacks:
                     callback(record)
+                if trackers is not None:
+                    trackers.log_round(record, structure_evals)
                 run.guard.raise_if_exhausted(round_idx)
                 if stopping and run.next_round < cfg.rounds:  # a stop asked for in the last round changes nothing
                     status = "interrupted"
@@ -291,7 +308,12 @@ def _run(
             if writer is not None:
                 with stop.critical():  # the Parquet files and summary.json are written whole, whatever arrives
                     summary = _summary(cfg, schedule, records, run, baseline, status)
+                    summary["backend"] = backend_choice.as_dict()
                     writer.finish(summary, failing=status.startswith("error"))
+                if trackers is not None:
+                    trackers.close(summary)
+    if exporter is not None and status in ("finished", "interrupted"):
+        exporter.write()
     if stop.signum is not None and status == "interrupted":
         saved = run.store.manifests()[-1] if run.store is not None and run.store.manifests() else None
         raise RunInterrupted(stop.signum, run.next_round, writer.run_dir if writer else None, saved)

@@ -17,7 +17,9 @@ from rayfl.config.sections import (
     CheckpointConfig,
     CompressionConfig,
     DataConfig,
+    ExportConfig,
     SystemConfig,
+    TrackingConfig,
     TrainConfig,
 )
 from rayfl.fl.registry import ALGORITHM_CONFIGS, AlgorithmConfig, default_algorithm_config
@@ -75,6 +77,10 @@ class ExperimentConfig:
     # a round whose aggregate or server step is not finite is rolled back (the global model stays); this many such
     # rounds in a row stop the run with an error (engine/guard.py)
     max_nonfinite_rounds: int = bounded(3, ge=1)
+    # the trained models a written run leaves in models/ (engine/persist/export.py) and where its metrics go besides its
+    # record files (engine/persist/tracking.py)
+    export: ExportConfig = field(default_factory=ExportConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
 
     def __post_init__(self) -> None:
         # ``algorithm.act: official`` (HeteroFL, FedRolex) sets the model's activation. It is resolved here, once,

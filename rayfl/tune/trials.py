@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rayfl.core.errors import ConfigError, KeyPath
+from rayfl.engine.backend_choice import resolve_backend
 from rayfl.experiment.loader import YamlSource, experiment_config
 from rayfl.experiment.schema import ExperimentConfig
 from rayfl.tune.resources import TrialResources, driver_bundles, trial_backend, trial_bundles
@@ -47,7 +48,7 @@ class TrialPlan:
         source = dataclasses.replace(self.base.part(()), override_dir=self.override_dir)
         for text in [*self.overrides, *trial_overrides(point)]:
             source.apply_override(text)
-        cfg = experiment_config(source)
+        cfg = resolve_backend(experiment_config(source))[0]  # backend.kind: auto decided per trial
         return dataclasses.replace(
             cfg,
             name=name or point_label(point),

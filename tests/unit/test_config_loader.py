@@ -172,6 +172,8 @@ def test_full_yaml_round_trips_through_dump_config(tmp_path: Path) -> None:
         "phases",
         "checkpoint",
         "max_nonfinite_rounds",
+        "export",
+        "tracking",
     ]
     assert list(dumped["train"])[:3] == ["epochs", "max_steps", "batch_size"]
 

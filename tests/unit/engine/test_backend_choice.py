@@ -1,0 +1,92 @@
+"""``backend.kind: auto`` (``rayfl/engine/backend_choice.py``): in-process below the measured cross-over, Ray from it
+on and whenever a cluster, GPUs or warm hosts are asked for; the choice and its reason in the run's first line and in
+``summary.json``, and ``config.yaml`` holding the kind taken."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from rayfl.cli import main
+from rayfl.config.sections import BackendConfig, TrainConfig
+from rayfl.engine.backend_choice import CROSSOVER_UPDATES, choose_backend, client_epochs, resolve_backend
+from rayfl.experiment.schema import ExperimentConfig, PhaseConfig
+
+
+def _cfg(rounds: int = 3, clients: int = 10, epochs: int = 1, **backend: object) -> ExperimentConfig:
+    return ExperimentConfig(
+        rounds=rounds,
+        clients_per_round=clients,
+        train=TrainConfig(epochs=epochs),
+        backend=BackendConfig(**backend),  # type: ignore[arg-type]
+    )
+
+
+def test_auto_is_the_default_and_small_runs_stay_in_process() -> None:
+    assert BackendConfig().kind == "auto"
+    choice = choose_backend(_cfg())
+    assert (choice.kind, choice.asked) == ("local", "auto")
+    assert choice.describe() == "local (auto: 30 client-epochs, below the 1,000 where Ray's start pays off)"
+
+
+def test_the_cross_over_counts_client_epochs_over_phases() -> None:
+    assert client_epochs(_cfg(rounds=10, clients=10, epochs=10)) == CROSSOVER_UPDATES
+    assert choose_backend(_cfg(rounds=10, clients=10, epochs=10)).kind == "ray"
+    assert choose_backend(_cfg(rounds=10, clients=10, epochs=9)).kind == "local"
+    phased = dataclasses.replace(
+        _cfg(rounds=30, clients=10),
+        phases=(PhaseConfig(rounds=10), PhaseConfig(rounds=20, clients_per_round=40, epochs=2)),
+    )
+    assert client_epochs(phased) == 10 * 10 * 1 + 20 * 40 * 2
+
+
+@pytest.mark.parametrize(
+    ("backend", "reason"),
+    [
+        ({"address": "auto"}, "backend.address is 'auto' (a Ray cluster)"),
+        ({"gpus_per_host": 0.5}, "backend.gpus_per_host is 0.5 (GPUs reserved on Ray)"),
+        ({"keep_warm": True}, "backend.keep_warm keeps Ray's hosts for the next run"),
+    ],
+)
+def test_clusters_gpus_and_warm_hosts_take_ray_whatever_the_size(backend: dict[str, object], reason: str) -> None:
+    choice = choose_backend(_cfg(rounds=1, clients=1, **backend))
+    assert (choice.kind, choice.reason) == ("ray", reason)
+
+
+def test_a_named_kind_is_kept() -> None:
+    for kind in ("local", "ray"):
+        cfg = _cfg(rounds=1000, kind=kind) if kind == "local" else _cfg(rounds=1, kind=kind)
+        resolved, choice = resolve_backend(cfg)
+        assert resolved is cfg and (choice.kind, choice.asked, choice.describe()) == (kind, kind, kind)
+    resolved, _ = resolve_backend(_cfg())
+    assert resolved.backend == dataclasses.replace(BackendConfig(), kind="local")
+
+
+TINY = """\
+name: auto-tiny
+rounds: 2
+clients_per_round: 4
+output_dir: {out}
+data: {{name: synthetic, partition: iid, num_clients: 8, synthetic_samples: 16}}
+model: {{name: cnn, channels: [4, 8]}}
+train: {{lr: 0.05, batch_size: 8}}
+"""
+
+
+def test_the_choice_is_in_the_first_line_and_the_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "tiny.yaml"
+    path.write_text(TINY.format(out=tmp_path / "runs"))
+    assert main(["run", str(path)]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.endswith("backend local (auto: 8 client-epochs, below the 1,000 where Ray's start pays off)")
+    run_dir = tmp_path / "runs" / "auto-tiny"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["backend"] == {
+        "kind": "local",
+        "asked": "auto",
+        "reason": "8 client-epochs, below the 1,000 where Ray's start pays off",
+    }
+    assert "kind: local" in (run_dir / "config.yaml").read_text()
