@@ -5,7 +5,7 @@
 nothing but numpy, so this module imports nothing else: a parameter-server shard that only reduces never loads torch
 (about 400 MiB less per shard process, and a faster start). The arithmetic is the torch half's, operation for
 operation (float64 additions in host order, one division, the cast back to the tensor's dtype), so results are bit for
-bit the same as ``MaskedWeightedMean.merge`` and ``finalize``; ``tests/unit/algorithms/test_reducers.py`` checks it.
+bit the same as ``MaskedWeightedMean.merge`` and ``finalize``; ``tests/unit/core/test_reducers.py`` checks it.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from rayfl.fl.methods.fedavg.config import FedAvgConfig
 from rayfl.fl.methods.fedrescue.config import FedResCuEConfig
 from rayfl.models.inputs import InputSpec
 from tests.helpers import tiny_config, tiny_image_dataset
-from tests.unit.algorithms.test_fedrescue import CAPACITY_MEMORY, _cfg
+from tests.unit.fl.test_fedrescue import CAPACITY_MEMORY, _cfg
 
 ROUNDS = ((0, 1, 2, 3), (1, 2, 4), (0, 1, 5, 6), (1, 3, 6))  # clients per round; client 1 trains every round
 

@@ -15,7 +15,7 @@ from rayfl.fl.common.distill.config import DistillConfig
 from rayfl.fl.common.distill.server import OPT_KEYS
 from rayfl.fl.methods.model_search.config import ModelSearchConfig
 from tests.helpers import tiny_config, tiny_image_dataset
-from tests.unit.algorithms.test_model_search_algorithm import RESNET
+from tests.unit.fl.test_model_search_algorithm import RESNET
 
 DISTILL = DistillConfig(enabled=True, iterations=2, batch_size=8, optimizer_state="run")
 

@@ -12,7 +12,7 @@ import torch
 
 from rayfl.engine.driver import RunResult, run_experiment
 from tests.helpers import tiny_image_dataset
-from tests.unit.algorithms.test_fedhen import NUM_CLIENTS, fedhen_config
+from tests.unit.fl.test_fedhen import NUM_CLIENTS, fedhen_config
 
 
 def _run(kind: str, hosts: int, shards: int) -> RunResult:

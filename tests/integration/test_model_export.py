@@ -29,7 +29,7 @@ from rayfl.fl.methods.fedhen.config import DecoupleConfig
 from rayfl.fl.methods.heterofl.config import HeteroFLConfig
 from rayfl.models import InputSpec, to_input
 from tests.helpers import tiny_config, tiny_image_dataset
-from tests.unit.algorithms.test_fedhen import NUM_CLIENTS, fedhen_config
+from tests.unit.fl.test_fedhen import NUM_CLIENTS, fedhen_config
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -5,7 +5,7 @@ with it the inductor) on its first call: measured here 82 MiB more memory in eve
 its first round. A client host only needs ``zero_grad`` and ``step`` of a fresh optimizer per client and round, so
 these classes do exactly what ``torch.optim.SGD`` and ``torch.optim.Adam`` do on CPU tensors (their single-tensor
 code path, torch's default there: the same tensor operations in the same order, and Adam's step count as a float32
-tensor read back as a Python float), bit for bit (``tests/unit/algorithms/test_optim.py`` checks it against torch.optim
+tensor read back as a Python float), bit for bit (``tests/unit/fl/test_optim.py`` checks it against torch.optim
 step by step). On other devices torch.optim picks its multi-tensor kernels, so ``client_optimizer`` returns torch.optim
 itself there.
 """

@@ -23,7 +23,7 @@ from rayfl.fl.methods.fedhen.config import DecoupleConfig, FedHeNConfig
 from rayfl.models import InputSpec, build_model
 from rayfl.models.elastic.spec import first_k
 from tests.helpers import tiny_image_dataset
-from tests.unit.algorithms.test_fedhen import MODEL, NUM_CLIENTS, constant_update, family, fedhen_config, nan_dataset
+from tests.unit.fl.test_fedhen import MODEL, NUM_CLIENTS, constant_update, family, fedhen_config, nan_dataset
 
 SPEC = InputSpec("image", 4, (3, 8, 8))
 

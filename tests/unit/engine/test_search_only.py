@@ -19,7 +19,7 @@ from rayfl.fl.methods.model_search.algorithm import ModelSearchAlgorithm
 from rayfl.fl.methods.model_search.config import ModelSearchConfig
 from rayfl.models import InputSpec
 from rayfl.report import load_run
-from tests.unit.algorithms.test_model_search_algorithm import (
+from tests.unit.fl.test_model_search_algorithm import (
     RESNET,
     bound,
     budgets_between_smallest_and_largest,

@@ -32,7 +32,7 @@ from rayfl.fl.registry import build_algorithm
 from rayfl.models import InputSpec, build_model
 from rayfl.models.families import build_family
 from tests.helpers import tiny_image_dataset
-from tests.unit.algorithms.test_fedhen import MODEL, NUM_CLIENTS, TRAIN, family, fedhen_config
+from tests.unit.fl.test_fedhen import MODEL, NUM_CLIENTS, TRAIN, family, fedhen_config
 
 SPEC = InputSpec("image", 4, (3, 8, 8))
 SIMPLE = dataclasses.replace(MODEL, exit_only=True)
