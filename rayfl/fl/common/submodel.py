@@ -31,6 +31,7 @@ from torch import nn
 from rayfl.config.sections import TrainConfig
 from rayfl.core.messages import Aggregate, Assignment, ClientView, ServerState, TensorSlice
 from rayfl.fl.api.algorithm import Algorithm, RoundStats
+from rayfl.fl.common.distill.server import OPT_KEYS, inplace_distill
 from rayfl.models.elastic.spec import Selection, SubModelSpec, first_k
 from rayfl.system.work import TRAIN_FLOPS_PER_FORWARD, samples_per_round
 
@@ -163,8 +164,6 @@ class SubModelAlgorithm(Algorithm):
         if distill is None or not distill.enabled:
             self._server_train_s = math.nan
             return new
-        from rayfl.fl.common.distill.server import OPT_KEYS, inplace_distill
-
         began = time.perf_counter()
         ctx = self.server
         result = inplace_distill(

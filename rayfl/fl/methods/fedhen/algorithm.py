@@ -63,6 +63,7 @@ from rayfl.core.messages import Assignment, ClientView, Params, ServerState, Tra
 from rayfl.fl.api.algorithm import MAIN_EVAL
 from rayfl.fl.common.multimodel import add_model, initial_model_params
 from rayfl.fl.common.submodel import SubModelAlgorithm
+from rayfl.models.elastic.family import MultiExit
 from rayfl.models.elastic.spec import first_k
 
 __all__ = ["Decouple", "FedHeN", "NoSide", "exits_loss"]
@@ -72,8 +73,6 @@ SIMPLE = "simple"  # the name the simple model's accuracy is recorded under (eva
 
 def exits_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """The sum of the cross-entropy losses of every exit of ``model`` on one batch (one forward pass)."""
-    from rayfl.models.elastic.family import MultiExit  # the models package imports rayfl.algorithms
-
     if not isinstance(model, MultiExit):
         raise ValueError(f"the side objective needs a model with early exits, got {type(model).__name__}")
     return torch.stack([nn.functional.cross_entropy(logits, y) for logits in model.forward_exits(x)]).sum()

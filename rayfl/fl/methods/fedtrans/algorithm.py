@@ -95,6 +95,7 @@ from rayfl.fl.methods.fedtrans.equations import (
     update_utilities,
 )
 from rayfl.models.cellnet.graph import CLASSES, Graph
+from rayfl.models.cellnet.module import CellNet
 from rayfl.models.cellnet.transform import RESET, build_graph, deepen_step, transform_params, widen_step
 from rayfl.models.inputs import InputSpec
 from rayfl.system.work import samples_per_round
@@ -208,8 +209,6 @@ class FedTrans(Algorithm):
         self, model: nn.Module, x: np.ndarray, y: np.ndarray, task: TrainTask, input_spec: InputSpec
     ) -> ClientUpdate:
         """The default local training, reporting each cell's ``|mean gradient| / |weight|`` (the weight as received)."""
-        from rayfl.models.cellnet.module import CellNet  # the elastic families import this package
-
         if not isinstance(model, CellNet):
             return super().local_train(model, x, y, task, input_spec)
         weights = {op.name: cast(nn.Parameter, model.layers[op.name].weight) for op in model.graph.cells}
