@@ -39,6 +39,12 @@ the way ``rayfl run`` starts, and reports
   descendant: Ray's GCS, raylet, agents, workers, client hosts, shards), its peak over samples (at most 15% of a
   core's worth) and at the end of the last round, and ``peak_pss_total_mib`` the tree's peak.
 
+Issue 30 (``--issue30``, with ``--backend ray`` or ``local``): N = 10,000, 100,000 and 1,000,000 clients, K = 100,
+R = 3, labels made per image (``--labels image``: ``data.synthetic_labels: image``), reporting ``first_update_s``
+(from the point's start to the first round's record: imports, Ray, data, put, actors, the first round),
+``store_bytes_per_client`` (the data set pickled as the object store holds it, over N) and the driver's and each
+host's PSS at the end over N (upper bounds per client: each process's fixed cost is in them).
+
 With ``--backend ray local`` each point runs on both, and the table ends with the measured cross-over: the number of
 client updates beyond which Ray's faster rounds repay its slower start, ``(start_ray - start_local) / (1 / rate_local
 - 1 / rate_ray)``, where a backend's start is its end-to-end wall minus its rounds.
@@ -66,7 +72,15 @@ from process_roles import PssSampler, host_thread_cpu  # this folder is on sys.p
 
 
 def run_point(
-    n: int, k: int, noop: bool, backend: str, rounds: int, hosts: int, repeat: int = 1, reference: bool = False
+    n: int,
+    k: int,
+    noop: bool,
+    backend: str,
+    rounds: int,
+    hosts: int,
+    repeat: int = 1,
+    reference: bool = False,
+    labels: str = "pool",
 ) -> dict[str, Any]:
     """One point, in this process, started the way ``rayfl run`` starts (Ray's start overlapping the driver's
     imports); with ``repeat`` > 1 the same run again in the same process, on the first run's warm actors
@@ -79,7 +93,7 @@ def run_point(
     from rayfl.engine.ray.session import prestart, shutdown_ray
 
     # ``auto``: the backend the run's config resolves to, measured as that backend (``engine/backend_choice.py``)
-    cfg, choice = resolve_backend(workload(n, k, noop, backend, rounds, hosts, keep_warm=repeat > 1))
+    cfg, choice = resolve_backend(workload(n, k, noop, backend, rounds, hosts, keep_warm=repeat > 1, labels=labels))
     asked, backend = backend, cfg.backend.kind
     early: dict[str, float] = {}
     data = []
@@ -97,10 +111,12 @@ def run_point(
     startup_cpu: dict[str, float] = {}
     end_pss: dict[str, float] = {}
     sampled_s = [0.0]  # the callback's own samples, left out of end_to_end_s
+    first_update: list[float] = []
 
     def mark(record: Any) -> None:
         t0 = time.perf_counter()
         if record.round_idx == 0:  # every process's CPU seconds since it started: the cold start's CPU by role
+            first_update.append(t0 - began - sampled_s[0])
             startup_cpu.update(sampler.cpu_by_role())
             sampler.sample()  # the memory at the window's start; none inside it
             if last_steady > 0:
@@ -115,6 +131,11 @@ def run_point(
             end_pss.update(sampler.last_by_role)
         sampled_s[0] += time.perf_counter() - t0
 
+    data_bytes = pickled_bytes(data[0]) if data else float("nan")
+    if not data and labels == "image":  # in-process: what the data set would be in a store (cheap to remake)
+        from rayfl.data import build_federated_dataset
+
+        data_bytes = pickled_bytes(build_federated_dataset(cfg.data, cfg.seed))
     calls: list[tuple[float, list[float]]] = []
     with host_busy_log(calls if backend == "ray" else None):
         result = run_experiment(cfg, write=False, callbacks=[mark], dataset=data.pop() if data else None)
@@ -146,6 +167,8 @@ def run_point(
         **loops,
         **steady,
         "end_to_end_s": end_to_end_s,
+        "first_update_s": first_update[0] if first_update else float("nan"),
+        **bytes_per_client(data_bytes, n, end_pss, hosts),
         "start_s": end_to_end_s - sum(walls),  # everything but the rounds: imports, Ray, data, actors, close
         "again": again,
         "startup_cpu_s": {role: round(v, 2) for role, v in sorted(startup_cpu.items())},
@@ -156,8 +179,30 @@ def run_point(
     }
 
 
-def workload(n: int, k: int, noop: bool, backend: str, rounds: int, hosts: int, keep_warm: bool = False) -> Any:
-    """The issue's FedAvg workload as an ``ExperimentConfig``."""
+def pickled_bytes(obj: Any) -> float:
+    """Bytes of ``obj`` pickled as Ray's object store holds it (protocol 5, out-of-band buffers counted)."""
+    import pickle
+
+    buffers: list[pickle.PickleBuffer] = []
+    blob = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
+    return float(len(blob) + sum(memoryview(b).nbytes for b in buffers))
+
+
+def bytes_per_client(data_bytes: float, n: int, end_pss: dict[str, float], hosts: int) -> dict[str, float]:
+    """What a client costs: the data set in the object store per client (its pickle, as put), and the driver's and
+    each host's PSS at the end of the run over the population (upper bounds: a process's fixed cost is in them)."""
+    mib = 2.0**20
+    return {
+        "store_bytes_per_client": data_bytes / n,
+        "driver_pss_bytes_per_client": end_pss.get("driver", float("nan")) * mib / n,
+        "host_pss_bytes_per_client": end_pss.get("client_host", float("nan")) * mib / max(1, hosts) / n,
+    }
+
+
+def workload(
+    n: int, k: int, noop: bool, backend: str, rounds: int, hosts: int, keep_warm: bool = False, labels: str = "pool"
+) -> Any:
+    """The issue's FedAvg workload as an ``ExperimentConfig``; ``labels``: ``data.synthetic_labels``."""
     from rayfl.config.model import CNNConfig
     from rayfl.config.sections import BackendConfig, DataConfig, TrainConfig
     from rayfl.experiment.schema import ExperimentConfig
@@ -168,7 +213,9 @@ def workload(n: int, k: int, noop: bool, backend: str, rounds: int, hosts: int, 
         rounds=rounds,
         clients_per_round=k,
         eval_every=10_000,  # only the last round is evaluated
-        data=DataConfig(name="synthetic", partition="iid", num_clients=n, synthetic_samples=64),
+        data=DataConfig(
+            name="synthetic", partition="iid", num_clients=n, synthetic_samples=64, synthetic_labels=labels
+        ),  # type: ignore[arg-type]
         model=CNNConfig(channels=(16, 32)),
         algorithm=FedAvgConfig(),
         train=TrainConfig(epochs=1, batch_size=32, lr=0.05, optimizer="sgd", noop=noop),
@@ -407,10 +454,41 @@ def issue13_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+# Issue 30's populations (K = 100, R = 3, data.synthetic_labels: image): ``--issue30 --backend ray`` (or ``local``)
+ISSUE30_N = (10_000, 100_000, 1_000_000)
+
+
+def issue30_table(rows: list[dict[str, Any]]) -> str:
+    """Issue 30's table: time to first update (target <= 15 s at 1M) and its parts, end to end, peak PSS (target
+    <= 2.5 GB at 1M) with its largest roles, steady updates/s (no lower than at 10k) and bytes per client."""
+    lines = [
+        "| N | backend | first update s (imports, Ray, data set-up, put, actors ready, first round) | end to end s | "
+        "peak PSS MiB (GB) | largest roles at the end MiB | steady updates/s | bytes per client: store, driver PSS, "
+        "host PSS |",
+        "|" + " --- |" * 8,
+    ]
+    for r in rows:
+        ray_s = r.get("prestart_ray_start_s", r.get("ray_start_s", 0.0))
+        data_s = r.get("prestart_load_s", 0.0) + r.get("setup_s", 0.0)  # on Ray the data loads beside Ray's start
+        parts = ", ".join(f"{v:.2f}" for v in (r["imports_s"], ray_s, data_s, r["put_s"], r["backend_s"]))
+        roles = sorted(r["end_pss_mib"].items(), key=lambda kv: -kv[1])[:3]
+        lines.append(
+            f"| {r['n']:,} | {r['backend']} | {r['first_update_s']:.1f} ({parts}, {r['first_round_s']:.2f}) | "
+            f"{r['end_to_end_s']:.1f} | {r['peak_pss_total_mib']:,.0f} ({r['peak_pss_total_mib'] / GB_MIB:.2f}) | "
+            f"{', '.join(f'{k} {v:.0f}' for k, v in roles)} | {r['steady_updates_per_s']:.1f} | "
+            f"{r['store_bytes_per_client']:.1f}, {r['driver_pss_bytes_per_client']:.0f}, "
+            f"{r['host_pss_bytes_per_client']:.0f} |"
+        )
+    return "\n".join(lines)
+
+
 def point_commands(args: argparse.Namespace) -> list[tuple[int, int, str, str, int, int, bool, tuple[int, int]]]:
     """The points to run, each with the (N, K) of the issue's table it stands for: ``ISSUE13``'s (shrunk by
     ``--shrink``: N and K divided, at most 3 rounds, for a quick check that the command works) or the cross product
     of ``--n``, ``--k``, ``--mode``, ``--backend``."""
+    if args.issue30:
+        ns = args.n or ISSUE30_N
+        return [(n, 100, "train", backend, 3, 1, False, (n, 100)) for n in ns for backend in args.backend]
     if args.issue13:
         out = []
         for n, k, mode, backends, rounds, repeat, reference in ISSUE13:
@@ -421,7 +499,7 @@ def point_commands(args: argparse.Namespace) -> list[tuple[int, int, str, str, i
         return out
     return [
         (n, k, mode, backend, args.rounds, args.repeat, args.reference, (n, k))
-        for n in args.n
+        for n in args.n or (100, 1000, 10_000)
         for k in args.k
         if k <= n
         for mode in args.mode
@@ -431,7 +509,7 @@ def point_commands(args: argparse.Namespace) -> list[tuple[int, int, str, str, i
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--n", type=int, nargs="+", default=[100, 1000, 10_000])
+    parser.add_argument("--n", type=int, nargs="+", default=None, help="default: 100 1000 10000 (issue 30: its N)")
     parser.add_argument("--k", type=int, nargs="+", default=[10, 100, 1000])
     parser.add_argument("--mode", choices=["train", "noop"], nargs="+", default=["train", "noop"])
     parser.add_argument("--backend", choices=["ray", "local", "auto"], nargs="+", default=["ray"])
@@ -440,6 +518,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1, help="runs per point in one process (2: Ray reused)")
     parser.add_argument("--reference", action="store_true", help="time the bare training loop too (see run_point)")
     parser.add_argument("--issue13", action="store_true", help="the points of issue 13's table (ISSUE13), and it")
+    parser.add_argument("--issue30", action="store_true", help="the points of issue 30's table (ISSUE30), and it")
+    parser.add_argument("--labels", choices=["pool", "image"], default="pool", help="data.synthetic_labels")
     parser.add_argument("--shrink", type=int, default=1, help="with --issue13: N and K divided by this (a check)")
     parser.add_argument("--out", type=Path, default=None, help="JSON file for the rows (default: print only)")
     parser.add_argument("--point", action="store_true", help=argparse.SUPPRESS)  # internal: one point, JSON out
@@ -448,7 +528,15 @@ def main() -> None:
     if args.point:
         noop = args.mode[0] == "noop"
         row = run_point(
-            args.n[0], args.k[0], noop, args.backend[0], args.rounds, args.hosts, args.repeat, args.reference
+            (args.n or [100])[0],
+            args.k[0],
+            noop,
+            args.backend[0],
+            args.rounds,
+            args.hosts,
+            args.repeat,
+            args.reference,
+            args.labels,
         )
         print("SCALE-ROW " + json.dumps(row))
         return
@@ -457,6 +545,7 @@ def main() -> None:
         cmd = [sys.executable, __file__, "--point", "--n", str(n), "--k", str(k), "--mode", mode]
         cmd += ["--backend", backend, "--rounds", str(rounds), "--hosts", str(args.hosts)]
         cmd += ["--repeat", str(repeat)] + (["--reference"] if reference else [])
+        cmd += ["--labels", "image" if args.issue30 else args.labels]
         load = os.getloadavg()[0]
         out = subprocess.run(cmd, capture_output=True, text=True, check=False)
         found = [ln for ln in out.stdout.splitlines() if ln.startswith("SCALE-ROW ")]
@@ -467,6 +556,7 @@ def main() -> None:
         rows.append({**row, "issue13_point": issue_point, "load_average_1min_before": load})
         sys.stderr.write(f"done N={n} K={k} {mode} {backend}: {rows[-1]['steady_updates_per_s']:.1f} updates/s\n")
     table = markdown(rows) + ("\n\nIssue 13's table:\n\n" + issue13_table(rows) if args.issue13 else "")
+    table += "\n\nIssue 30's table:\n\n" + issue30_table(rows) if args.issue30 else ""
     if args.out is not None:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False)
         report = {
