@@ -8,7 +8,6 @@ them in one flat dict: model 0 under its own names, model ``k > 0`` under ``m{k}
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -111,10 +110,6 @@ class TrainTask:
     model_config: ModelConfig | None = None  # the architecture of model ``assignment.model_id``; None = the run's
     # keep the update that reaches the server in the client's memory (``eval_all_devices``: the all-device model)
     keep_upload: bool = False
-
-    def keeping_upload(self, keep: bool) -> TrainTask:
-        """The task, asking the host to keep the client's upload when ``keep``."""
-        return dataclasses.replace(self, keep_upload=True) if keep else self
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,10 @@
-"""The round loop. Reading ``run_experiment`` top to bottom explains the simulator.
+"""The round loop. Reading ``_run`` and ``_round`` top to bottom explains the simulator.
 
-The engine owns the loop and never names an algorithm: sampling, assignment, training, reduction, server update,
-evaluation and records are each one call into a collaborator.
+The engine owns the loop and never names an algorithm. ``_round`` is one round as numbered steps (phase, check-in,
+assignment, plan, training and reduction, server update, evaluation, records), each one call into a collaborator:
+``engine/steps.py`` holds the steps, ``engine/round_record.py`` builds the round's rows (for search-only runs too).
+``_keep_round`` (step 8) writes the rows and a checkpoint when one is due; ``_run`` around them handles start-up,
+stop signals and how the run ends.
 """
 
 from __future__ import annotations
@@ -10,46 +13,46 @@ import dataclasses
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 
-from rayfl.core.messages import Aggregate, Assignment, ClientOutcome, LinkDraw, ServerState, TrainTask
+from rayfl.core.messages import ServerState
 from rayfl.data.federated import FederatedDataset, LazyRows
 from rayfl.engine.backend_choice import BackendChoice, resolve_backend
 from rayfl.engine.build import bind_algorithm, build_backend, build_clock, build_task_pool, prepare_run
 from rayfl.engine.exec.backend import Backend, EvalResult
 from rayfl.engine.exec.client_state import first_values, pads
 from rayfl.engine.guard import NonFiniteError, NonFiniteGuard, all_finite
-from rayfl.engine.multieval import (
-    client_accuracies,
-    device_accuracy,
-    evaluate_all_devices,
-    evaluate_models,
-    model_fields,
-    named_evaluations,
-    uniform_device_eval,
-    width_structures,
-)
 from rayfl.engine.persist.checkpoint import CheckpointStore
 from rayfl.engine.persist.export import ModelExporter
-from rayfl.engine.persist.records import ClientAccRecord, ClientRecord, EvalRecord, RoundRecord, RunWriter, make_run_dir
+from rayfl.engine.persist.records import ClientRecord, EvalRecord, RoundRecord, RunWriter, make_run_dir
 from rayfl.engine.persist.resume import RunProgress, load_resume_point, resume_progress, take_snapshot
 from rayfl.engine.persist.tracking import open_trackers
 from rayfl.engine.phases import PhaseSchedule
 from rayfl.engine.preflight import check_someone_can_train
-from rayfl.engine.sampling import sample_clients
+from rayfl.engine.round_record import RoundEvaluation, WallTimes, client_records, round_record, trained
+from rayfl.engine.steps import (
+    check_in,
+    evaluate_round,
+    evaluation_due,
+    plan_clients,
+    train_clients,
+    train_tasks,
+    update_server,
+    write_round,
+)
 from rayfl.engine.stop import RunInterrupted, StopRequests
 from rayfl.experiment.loader import check_clients_per_round, check_output_dir
 from rayfl.experiment.schema import ExperimentConfig
-from rayfl.fl.api.algorithm import Algorithm, RoundStats
-from rayfl.system.clock import ClientPlan, SimClock
+from rayfl.fl.api.tasks import TaskPool
+from rayfl.models.inputs import InputSpec
+from rayfl.system.clock import SimClock
 
-__all__ = ["RunResult", "client_records", "mean_finite", "open_run_writer", "run_experiment"]
+__all__ = ["RunResult", "most_frequent_label_accuracy", "open_run_writer", "run_experiment"]
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +119,21 @@ def run_experiment(
         torch.set_num_threads(threads)
 
 
+@dataclass(frozen=True)
+class _Parts:
+    """The run's fixed parts, built once before its first round."""
+
+    cfg: ExperimentConfig
+    dataset: FederatedDataset
+    clock: SimClock
+    backend: Backend
+    schedule: PhaseSchedule
+    pool: TaskPool
+    start: float  # ``time.perf_counter()`` when the run began (its records' wall time counts from it)
+    startup_s: dict[str, float]
+    input_spec: InputSpec
+
+
 def _run(
     cfg: ExperimentConfig,
     write: bool,
@@ -126,6 +144,69 @@ def _run(
     stop: StopRequests,
     backend_choice: BackendChoice,
 ) -> RunResult:
+    parts, run = _start(cfg, write, given, cache_dir, resume, stop)
+    writer, records = run.writer, run.records
+    exporter = ModelExporter(cfg, parts.input_spec, writer.run_dir) if writer is not None else None
+    trackers = open_trackers(cfg, writer.run_dir) if writer is not None else None  # TensorBoard, MLflow
+    baseline = most_frequent_label_accuracy(parts.dataset)
+    status = "finished"
+    commit_s: dict[int, float] = {}
+    with stop.rounds():
+        try:
+            for round_idx in range(run.next_round, cfg.rounds):
+                record, clients, evaluation = _round(parts, run, round_idx)
+                if exporter is not None and evaluation is not None:  # the models written at the end (persist/export)
+                    algorithm = parts.schedule.algorithm_at(round_idx)
+                    exporter.observe(round_idx, run.state, algorithm, [e.accuracy for e in evaluation.models])
+                run.next_round = round_idx + 1
+                stopping = stop.requested  # decided here, so that a stopping round always writes its checkpoint
+                with stop.critical():
+                    record = _keep_round(parts, run, record, clients, evaluation, stopping, commit_s)
+                for callback in callbacks:
+                    callback(record)
+                if trackers is not None:
+                    trackers.log_round(record, evaluation.structures if evaluation is not None else [])
+                run.guard.raise_if_exhausted(round_idx)
+                if stopping and run.next_round < cfg.rounds:  # a stop asked for in the last round changes nothing
+                    status = "interrupted"
+                    break
+        except NonFiniteError:
+            status = "stopped: non-finite model"
+            raise
+        except KeyboardInterrupt:
+            status = "interrupted"  # a second signal, or Ctrl-C where no handler could be installed
+            raise
+        except BaseException as err:
+            status = f"error: {type(err).__name__}"
+            raise
+        finally:
+            parts.backend.close()
+            if writer is not None:
+                with stop.critical():  # the Parquet files and summary.json are written whole, whatever arrives
+                    summary = _summary(cfg, parts.schedule, records, run, baseline, status)
+                    summary["backend"] = backend_choice.as_dict()
+                    writer.finish(summary, failing=status.startswith("error"))
+                if trackers is not None:
+                    trackers.close(summary)
+    if exporter is not None and status in ("finished", "interrupted"):
+        exporter.write()
+    if stop.signum is not None and status == "interrupted":
+        saved = run.store.manifests()[-1] if run.store is not None and run.store.manifests() else None
+        raise RunInterrupted(stop.signum, run.next_round, writer.run_dir if writer else None, saved)
+    run_dir = writer.run_dir if writer else None
+    return RunResult(records, run.state, run_dir, run.last_eval, baseline, run.eval_records, parts.startup_s, commit_s)
+
+
+def _start(
+    cfg: ExperimentConfig,
+    write: bool,
+    given: list[FederatedDataset | None],
+    cache_dir: Path | None,
+    resume: Path | None,
+    stop: StopRequests,
+) -> tuple[_Parts, RunProgress]:
+    """The run's parts and where it starts: round 0 with the algorithm's initial state, or a checkpoint's progress.
+    The run directory appears only once data, traces and backend are ready: bad input leaves nothing behind."""
     start = time.perf_counter()
     point = load_resume_point(cfg, resume) if resume is not None else None  # refused before anything starts
     if write and point is None:
@@ -148,8 +229,9 @@ def _run(
     startup_s = {**setup.startup_s, "backend_s": time.perf_counter() - backend_start}
     schedule = PhaseSchedule(algorithm, cfg.rounds)  # one phase unless cfg.phases (engine/phases.py)
     pool = build_task_pool(cfg.backend)
-    # The run directory appears only once data, traces and backend are ready: bad input leaves nothing behind. A
-    # signal while it is made (or a resumed run's records are cut back) takes effect once that is done.
+    parts = _Parts(cfg, ds, clock, backend, schedule, pool, start, startup_s, setup.input_spec)
+    # A signal while the run directory is made (or a resumed run's records are cut back) takes effect once that is
+    # done; from then on a signal stops after the round in progress, with a checkpoint.
     try:
         with stop.critical():
             if point is not None:
@@ -160,293 +242,107 @@ def _run(
                 store = CheckpointStore(writer.run_dir, keep) if writer and cfg.checkpoint.every else None
                 guard = NonFiniteGuard(cfg.max_nonfinite_rounds)
                 run = RunProgress(0, algorithm.init_state(setup.params), guard, writer, store)
-            stop.begin_rounds()  # from here a signal stops after the round in progress, with a checkpoint
+            stop.begin_rounds()
+        return parts, run
     except BaseException:
         backend.close()
         raise
-    writer, records, eval_records = run.writer, run.records, run.eval_records
-    exporter = ModelExporter(cfg, setup.input_spec, writer.run_dir) if writer is not None else None
-    trackers = open_trackers(cfg, writer.run_dir) if writer is not None else None  # TensorBoard, MLflow
-    baseline = most_frequent_label_accuracy(ds)
-    status = "finished"
-    commit_s: dict[int, float] = {}
-    with stop.rounds():
-        try:
-            for round_idx in range(run.next_round, cfg.rounds):
-                round_start = time.perf_counter()
-                backend.begin_round(round_idx)
-                # 0. The phase's algorithm; hand-over at a phase's start; a server phase's work (search).
-                algorithm, state, phase_server_s = schedule.begin_round(round_idx, run.state, pool)
-                # 1. Check-in: who is sampled, their data sizes and their budgets at the round's simulated start.
-                per_round = schedule.clients_per_round(round_idx, cfg.clients_per_round)
-                client_ids = sample_clients(cfg.seed, round_idx, ds.num_clients, per_round)
-                views = clock.check_in(round_idx, client_ids, [ds.num_examples(int(c)) for c in client_ids])
-                # 2. Assignment: which (sub-)model each client trains (and state it grows, e.g. a search pool).
-                assignments, state = algorithm.assign_with_state(state, round_idx, views)
-                server_s = time.perf_counter() - round_start
-                # 3. Plan: who fits, who fails, how long each takes; only clients that can finish are run.
-                work = algorithm.train_flops(round_idx, views, assignments)  # None: the model's FLOPs x samples
-                train = schedule.train(cfg.train, round_idx)  # a phase may train with its own epochs
-                plan = clock.plan(round_idx, views, assignments, state.models, train, work)
-                lr = schedule.lr(cfg.train, round_idx)
-                tasks = [
-                    train_task(
-                        v.client_id, round_idx, cfg.seed, lr, assignments[v.client_id], state, plan.link(i)
-                    ).keeping_upload(cfg.eval_all_devices)
-                    for i, (v, runs) in enumerate(zip(views, plan.runs, strict=True))
-                    if runs
-                ]
-                # 4. Local training on the hosts and sharded reduction. Clients that pad what their links lost fall
-                # back, where they remember nothing, to each global tensor's value when it was first broadcast.
-                if pads(tasks):
-                    run.initial_params = first_values(run.initial_params, state.params)
-                aggregate, outcomes = (
-                    backend.train_and_reduce(tasks, state.params, run.initial_params) if tasks else (_NOTHING, [])
-                )
-                train_done = time.perf_counter()
-                plan = clock.measured_compute(plan, {o.client_id: o.train_wall_s for o in outcomes})
-                # 5. Server update (skipped when every client failed: the global model stays), refused when it is not
-                # finite (the round is rolled back, engine/guard.py); the clock moves on.
-                rolled_back = False
-                if aggregate.num_clients > 0:
-                    aggregate = dataclasses.replace(aggregate, outcomes=tuple(outcomes))
-                    # no server step runs on a non-finite aggregate (None: the guard rolls the round back)
-                    new = algorithm.server_update(state, round_idx, aggregate) if all_finite(aggregate.params) else None
-                    checked = run.guard.check(round_idx, state, new)
-                    rolled_back, state = checked is not new, checked
-                run.state = state
-                server_s += time.perf_counter() - train_done
-                sim_duration = clock.advance(plan, server_s, phase_server_s)
-                # 6. Evaluation of the global model (of every global model when the run holds several).
-                evaluated = (round_idx + 1) % cfg.eval_every == 0 or round_idx == cfg.rounds - 1
-                eval_start = time.perf_counter()
-                evals: list[EvalResult] | None = None
-                structure_evals: list[EvalRecord] = []
-                client_accs: list[ClientAccRecord] = []
-                device_fields: dict[str, Any] = {}  # the device averages, the all-device model's main figures
-                if evaluated:
-                    run.last_eval, evals, structure_evals, device_fields, client_accs = evaluate_round(
-                        cfg, backend, algorithm, state, clock, ds, round_idx
-                    )
-                    if exporter is not None:  # the models written at the end (engine/persist/export.py)
-                        exporter.observe(round_idx, state, algorithm, [e.accuracy for e in evals])
-                now = time.perf_counter()
-                # 7. Records, and a checkpoint when one is due (its state file first, so its size and time are in the
-                # round's record; its manifest after the record files, which it measures).
-                ok = [o for o in outcomes if o.failure is None]
-                clients = client_records(plan, outcomes, assignments)
-                stats = algorithm.round_stats()
-                weights = np.array([o.num_examples for o in ok], dtype=np.float64)
-                losses = np.array([o.train_loss for o in ok], dtype=np.float64)
-                record = RoundRecord(
-                    round_idx=round_idx,
-                    sim_time_s=clock.now,
-                    train_loss=float(weights @ losses / weights.sum()) if len(ok) else math.nan,
-                    test_acc=run.last_eval.accuracy if evaluated else math.nan,
-                    test_loss=run.last_eval.loss if evaluated else math.nan,
-                    clients_run=len(outcomes),
-                    clients_failed=len(client_ids) - len(ok),
-                    bytes_down=sum(o.bytes_down for o in outcomes),
-                    bytes_up=sum(o.bytes_up for o in outcomes if o.failure in (None, "link_up")),  # lost uploads
-                    wall_time_s=run.wall_offset_s + now - start,
-                    round_wall_s=now - round_start,
-                    train_wall_s=train_done - round_start,
-                    eval_wall_s=now - eval_start,
-                    lr=lr,
-                    sim_duration_s=sim_duration,
-                    clients_sampled=len(client_ids),
-                    **system_fields(plan.memory_util[plan.runs], plan.bandwidth_util[plan.runs], clients, stats),
-                    server_train_s=stats.server_train_s,
-                    phase=schedule.phase_at(round_idx).name,
-                    **model_fields(evals, state, outcomes, client_accs),
-                    **device_fields,
-                    train_macs=float(plan.train_flops[plan.runs].sum()) / 2.0 if len(plan.train_flops) else 0.0,
-                    faults=backend.take_faults(),
-                    rolled_back=int(rolled_back),
-                )
-                run.next_round = round_idx + 1
-                stopping = stop.requested  # decided here, so that a stopping round always writes its checkpoint
-                with stop.critical():
-                    pending = None
-                    if run.store is not None and _checkpoint_due(cfg, round_idx, stopping):
-                        began = time.perf_counter()  # gathering the snapshot (client memories) counts too
-                        snapshot = take_snapshot(run, clock, backend, schedule, record.wall_time_s)
-                        pending = run.store.write_state(snapshot)
-                        spent = time.perf_counter() - began
-                        record = dataclasses.replace(record, checkpoint_bytes=pending.state_bytes, checkpoint_s=spent)
-                    records.append(record)
-                    eval_records.extend(structure_evals)
-                    if writer is not None:
-                        with writer.round_rows():  # a write error leaves every record file without the round
-                            writer.append_evals(structure_evals)
-                            writer.append_client_accs(client_accs)
-                            writer.append_clients(clients)
-                            writer.append(record)
-                        if pending is not None and run.store is not None:
-                            began = time.perf_counter()
-                            run.store.commit(pending, writer.sizes(sync=True))
-                            commit_s[round_idx] = time.perf_counter() - began
-                for callback in callbacks:
-                    callback(record)
-                if trackers is not None:
-                    trackers.log_round(record, structure_evals)
-                run.guard.raise_if_exhausted(round_idx)
-                if stopping and run.next_round < cfg.rounds:  # a stop asked for in the last round changes nothing
-                    status = "interrupted"
-                    break
-        except NonFiniteError:
-            status = "stopped: non-finite model"
-            raise
-        except KeyboardInterrupt:
-            status = "interrupted"  # a second signal, or Ctrl-C where no handler could be installed
-            raise
-        except BaseException as err:
-            status = f"error: {type(err).__name__}"
-            raise
-        finally:
-            backend.close()
-            if writer is not None:
-                with stop.critical():  # the Parquet files and summary.json are written whole, whatever arrives
-                    summary = _summary(cfg, schedule, records, run, baseline, status)
-                    summary["backend"] = backend_choice.as_dict()
-                    writer.finish(summary, failing=status.startswith("error"))
-                if trackers is not None:
-                    trackers.close(summary)
-    if exporter is not None and status in ("finished", "interrupted"):
-        exporter.write()
-    if stop.signum is not None and status == "interrupted":
-        saved = run.store.manifests()[-1] if run.store is not None and run.store.manifests() else None
-        raise RunInterrupted(stop.signum, run.next_round, writer.run_dir if writer else None, saved)
-    run_dir = writer.run_dir if writer else None
-    return RunResult(records, run.state, run_dir, run.last_eval, baseline, eval_records, startup_s, commit_s)
+
+
+def _round(
+    parts: _Parts, run: RunProgress, round_idx: int
+) -> tuple[RoundRecord, list[ClientRecord], RoundEvaluation | None]:
+    """One round, step by step (``engine/steps.py``); ``run`` moves on to the round's state. Returns the round's
+    record, its clients' rows and its evaluation (``None`` in a round without one)."""
+    cfg, ds, clock, backend, schedule = parts.cfg, parts.dataset, parts.clock, parts.backend, parts.schedule
+    round_start = time.perf_counter()
+    backend.begin_round(round_idx)
+    # 0. The phase's algorithm; hand-over at a phase's start; a server phase's work (search).
+    algorithm, state, phase_server_s = schedule.begin_round(round_idx, run.state, parts.pool)
+    # 1. Check-in: who is sampled, their data sizes and their budgets at the round's simulated start.
+    views = check_in(cfg.seed, ds, clock, round_idx, schedule.clients_per_round(round_idx, cfg.clients_per_round))
+    # 2. Assignment: which (sub-)model each client trains (and state it grows, e.g. a search pool).
+    assignments, state = algorithm.assign_with_state(state, round_idx, views)
+    server_s = time.perf_counter() - round_start
+    # 3. Plan: who fits, who fails, how long each takes; only clients that can finish are run.
+    plan = plan_clients(clock, algorithm, state, round_idx, views, assignments, schedule.train(cfg.train, round_idx))
+    lr = schedule.lr(cfg.train, round_idx)  # a phase may train with its own schedule
+    tasks = train_tasks(plan, assignments, state, cfg.seed, lr, cfg.eval_all_devices)
+    # 4. Local training on the hosts and sharded reduction. Clients that pad what their links lost fall back, where
+    # they remember nothing, to each global tensor's value when it was first broadcast.
+    run.initial_params = first_values(run.initial_params, state.params, broadcast=pads(tasks))
+    aggregate, outcomes = train_clients(backend, tasks, state.params, run.initial_params)
+    train_done = time.perf_counter()
+    plan = clock.measured_compute(plan, {o.client_id: o.train_wall_s for o in outcomes})
+    # 5. Server update (skipped when every client failed), rolled back when not finite; the clock moves on.
+    state, rolled_back = update_server(algorithm, run.guard, state, round_idx, aggregate, outcomes)
+    run.state = state
+    server_s += time.perf_counter() - train_done
+    sim_duration_s = clock.advance(plan, server_s, phase_server_s)
+    # 6. Evaluation of the global model (of every global model when the run holds several).
+    eval_start = time.perf_counter()
+    evaluation = None
+    if evaluation_due(cfg, round_idx):
+        evaluation = evaluate_round(cfg, backend, algorithm, state, clock, ds, round_idx)
+        run.last_eval = evaluation.main
+    now = time.perf_counter()
+    # 7. Records: the round's row and its clients' rows (engine/round_record.py).
+    clients = client_records(plan, outcomes, assignments)
+    stats = algorithm.round_stats()
+    record = round_record(
+        round_idx=round_idx,
+        sim_time_s=clock.now,
+        sim_duration_s=sim_duration_s,
+        plan=plan,
+        clients=clients,
+        tally=trained(plan, outcomes),
+        stats=stats,
+        state=state,
+        wall=WallTimes(parts.start, round_start, train_done, eval_start, now, run.wall_offset_s),
+        outcomes=outcomes,
+        evaluation=evaluation,
+        lr=lr,
+        phase=schedule.phase_at(round_idx).name,
+        faults=backend.take_faults(),
+        rolled_back=rolled_back,
+    )
+    return record, clients, evaluation
+
+
+def _keep_round(
+    parts: _Parts,
+    run: RunProgress,
+    record: RoundRecord,
+    clients: list[ClientRecord],
+    evaluation: RoundEvaluation | None,
+    stopping: bool,
+    commit_s: dict[int, float],
+) -> RoundRecord:
+    """8. The round kept: a checkpoint's state file when one is due (first, so that its size and time are in the
+    round's record), the rows in ``run`` and in the record files, then the checkpoint's manifest (it measures the
+    record files; its seconds go to ``commit_s``). Returns the record as kept. Called where no signal interrupts."""
+    pending = None
+    if run.store is not None and _checkpoint_due(parts.cfg, record.round_idx, stopping):
+        began = time.perf_counter()  # gathering the snapshot (client memories) counts too
+        snapshot = take_snapshot(run, parts.clock, parts.backend, parts.schedule, record.wall_time_s)
+        pending = run.store.write_state(snapshot)
+        spent = time.perf_counter() - began
+        record = dataclasses.replace(record, checkpoint_bytes=pending.state_bytes, checkpoint_s=spent)
+    run.records.append(record)
+    if evaluation is not None:
+        run.eval_records.extend(evaluation.structures)
+    write_round(run.writer, record, clients, evaluation)
+    if pending is not None and run.store is not None and run.writer is not None:
+        began = time.perf_counter()
+        run.store.commit(pending, run.writer.sizes(sync=True))
+        commit_s[record.round_idx] = time.perf_counter() - began
+    return record
 
 
 def _checkpoint_due(cfg: ExperimentConfig, round_idx: int, stopping: bool) -> bool:
     """Every ``checkpoint.every`` rounds, after the last round, and when a signal stops the run."""
     every = cfg.checkpoint.every
     return every > 0 and ((round_idx + 1) % every == 0 or round_idx == cfg.rounds - 1 or stopping)
-
-
-def evaluate_round(
-    cfg: ExperimentConfig,
-    backend: Backend,
-    algorithm: Algorithm,
-    state: ServerState,
-    clock: SimClock,
-    ds: FederatedDataset,
-    round_idx: int,
-) -> tuple[EvalResult, list[EvalResult], list[EvalRecord], dict[str, float], list[ClientAccRecord]]:
-    """An evaluated round: the main evaluation, every global model's, the named structures' (``evals.csv`` rows),
-    the average over devices' models (``device_acc``; with ``eval_all_devices`` the all-device model's figures and
-    rows too) and, with per-client test data, each client's accuracy on its model."""
-    eval_params = algorithm.eval_params(state)
-    main = backend.evaluate(eval_params, algorithm.eval_units(state))
-    evals = evaluate_models(backend, algorithm, state, main)
-    wanted = algorithm.eval_structures(state)
-    for name, units in width_structures(clock.oracle.family, cfg.eval_widths).items():
-        if name in wanted:
-            raise ValueError(f"eval_widths: {name!r} is also a structure {algorithm.name} evaluates")
-        wanted = {**wanted, name: units}
-    structures = {name: backend.evaluate(eval_params, units) for name, units in wanted.items()}
-    named_evals = named_evaluations(algorithm, state, evals, structures)
-    accs = {name: e.accuracy for name, e in named_evals.items()}
-    named = [*structures.items(), *zip(algorithm.model_names(state)[1:], evals[1:], strict=True)]
-    structure_evals = [EvalRecord(round_idx, n, e.accuracy, e.loss) for n, e in named]
-    uniform = uniform_device_eval(algorithm, state)
-    if uniform is not None and uniform in accs and ds.test_offsets is None and not cfg.eval_all_devices:
-        # every device uses the one model: the same mean (bit for bit) without a census of the whole population
-        return main, evals, structure_evals, {"device_acc": float(np.mean(np.full(ds.num_clients, accs[uniform])))}, []
-    # every device of the run, with its budgets now, for the average over devices' models
-    everyone = np.arange(ds.num_clients)
-    census = clock.check_in(round_idx, everyone, ds.client_sizes().tolist())
-    client_accs = client_accuracies(ds, named_evals, algorithm, state, census, round_idx)
-    fields = {"device_acc": device_accuracy(accs, algorithm, state, census)}
-    if cfg.eval_all_devices:
-        all_fields, all_rows = evaluate_all_devices(backend, algorithm, state, wanted, census, round_idx)
-        fields.update(all_fields)
-        structure_evals.extend(all_rows)
-    return main, evals, structure_evals, fields, client_accs
-
-
-_NOTHING = Aggregate(params={}, coverage={}, num_clients=0)
-_MIB, _MB = 2.0**20, 1e6
-
-
-def system_fields(
-    memory_util: np.ndarray, bandwidth_util: np.ndarray, clients: Sequence[ClientRecord], stats: RoundStats
-) -> dict[str, Any]:
-    """A round record's system columns, shared by training and search-only runs: mean utilisation of the clients
-    that ran, failures by cause, over-budget clients and the algorithm's search statistics."""
-    causes = [r.failure for r in clients]
-    return {
-        "memory_util": mean_finite(memory_util),
-        "bandwidth_util": mean_finite(bandwidth_util),
-        "failed_memory": causes.count("memory"),
-        "failed_bandwidth": causes.count("bandwidth"),
-        "failed_memory_dip": causes.count("memory_dip"),
-        "failed_other": sum(1 for c in causes if c not in ("", "memory", "bandwidth", "memory_dip")),
-        "over_budget": sum(1 for r in clients if r.over_budget and not r.failure),
-        "search_s": stats.search_s,
-        "distinct_structures": stats.distinct_structures,
-        "hit_rate": stats.hit_rate,
-    }
-
-
-def mean_finite(values: np.ndarray) -> float:
-    """The mean of the finite entries (NaN when there are none): utilisation over clients with finite budgets."""
-    finite = values[np.isfinite(values)]
-    return float(finite.mean()) if len(finite) else math.nan
-
-
-def client_records(
-    plan: ClientPlan, outcomes: Sequence[ClientOutcome], assignments: Mapping[int, Assignment]
-) -> list[ClientRecord]:
-    """One row per sampled client: the plan's numbers, and the failure the plan or the training produced."""
-    trained = {o.client_id: o.failure for o in outcomes}
-    links = {o.client_id: (o.p_down, o.p_up) for o in outcomes}
-    over = plan.over_budget or ("",) * len(plan.client_id)
-    return [
-        ClientRecord(
-            round_idx=plan.round_idx,
-            client_id=int(c),
-            memory_budget_mib=float(plan.memory_budget[i] / _MIB),
-            memory_need_mib=float(plan.memory_need[i] / _MIB),
-            memory_util=float(plan.memory_util[i]),
-            bandwidth_budget_mb=float(plan.bandwidth_budget[i] / _MB),
-            bandwidth_need_mb=float(plan.bandwidth_need[i] / _MB),
-            bandwidth_util=float(plan.bandwidth_util[i]),
-            download_s=float(plan.download_s[i]),
-            compute_s=float(plan.compute_s[i]),
-            upload_s=float(plan.upload_s[i]),
-            failure=plan.failure[i] or trained.get(int(c)) or "",
-            over_budget=over[i],
-            units=_units_text(assignments[int(c)].units),
-            p_down=links.get(int(c), (math.nan, math.nan))[0],
-            p_up=links.get(int(c), (math.nan, math.nan))[1],
-            model_id=assignments[int(c)].model_id,
-            train_macs=float(plan.train_flops[i]) / 2.0 if plan.failure[i] is None and len(plan.train_flops) else 0.0,
-        )
-        for i, c in enumerate(plan.client_id)
-    ]
-
-
-def train_task(
-    client_id: int,
-    round_idx: int,
-    seed: int,
-    lr: float,
-    assignment: Assignment,
-    state: ServerState,
-    link: LinkDraw | None = None,
-) -> TrainTask:
-    """A client's task; in a multi-model run it carries the architecture of the model it was assigned, under unstable
-    links what this round's transfers deliver."""
-    config = state.models[assignment.model_id] if state.models else None
-    return TrainTask(client_id, round_idx, seed, lr, assignment, link=link, model_config=config)
-
-
-def _units_text(units: tuple[int, ...] | None) -> str:
-    return "" if units is None else " ".join(str(u) for u in units)
 
 
 _BASELINE_ROWS = 8192

@@ -4,10 +4,11 @@ Paper 000, Appendix E.1 (Figure 10) picks epsilon and T_max this way: the server
 client under its memory and bandwidth budgets for R rounds and measures how well the assigned models use the budgets
 (utilisation = need / budget) and how often the search runs up to T_max draws (the hit rate); nothing is trained.
 
-A round here is the first half of ``run_experiment``'s round, built from the same pieces: ``sample_clients``, the
-clock's check-in (budgets at the simulated time), ``algorithm.assign`` and ``clock.plan``; then the clock advances by
-the planned round (slowest client that fits: its download, modelled compute and upload). The records are the
-engine's ``RoundRecord``/``ClientRecord`` rows, so ``rayfl report`` reads a search-only run directory like any other.
+A round here is the first half of ``run_experiment``'s round, built from the same steps (``engine/steps.py``):
+check-in (budgets at the simulated time), the algorithm's ``assign_with_state`` and the clock's plan; then the clock
+advances by the planned round (slowest client that fits: its download, modelled compute and upload) and the round's
+rows are built by ``round_record`` as in training runs, so ``rayfl report`` reads a search-only run directory like
+any other.
 
 Choices:
 
@@ -18,8 +19,7 @@ Choices:
 * ``clients_run`` counts the clients whose plan lets them train (their model fits and they finish), and the
   utilisation of a round is the mean over those clients, as in training runs; ``clients_failed`` counts the rest.
   Accuracy and loss columns are NaN, bytes are the planned transfers.
-* The algorithm's server update never runs, so its state stays the initial one (the search pool still grows: it
-  lives in the search, not in the state).
+* The algorithm's server update never runs; the state changes only by what assignment grows (model search's pool).
 """
 
 from __future__ import annotations
@@ -37,9 +37,11 @@ import torch
 from rayfl.core.messages import Params
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine.build import Setup, bind_algorithm, build_clock
-from rayfl.engine.driver import client_records, mean_finite, open_run_writer, system_fields
+from rayfl.engine.driver import open_run_writer
 from rayfl.engine.persist.records import RoundRecord
-from rayfl.engine.sampling import sample_clients
+from rayfl.engine.round_record import WallTimes, client_records, mean_finite, planned, round_record
+from rayfl.engine.steps import check_in, plan_clients, write_round
+from rayfl.experiment.loader import check_clients_per_round
 from rayfl.experiment.schema import ExperimentConfig
 from rayfl.fl.registry import build_algorithm
 from rayfl.models import InputSpec, build_model
@@ -86,10 +88,7 @@ def run_search_only(
         from rayfl.data import build_federated_dataset
 
         dataset = build_federated_dataset(cfg.data, cfg.seed, cache_dir)
-    if cfg.clients_per_round > dataset.num_clients:
-        raise ValueError(
-            f"clients_per_round={cfg.clients_per_round} exceeds the {dataset.num_clients} clients of the data"
-        )
+    check_clients_per_round(cfg, dataset.num_clients)
     spec = InputSpec.of(dataset.input_kind, dataset.num_classes, dataset.x, dataset.meta)
     params = meta_params(cfg, spec)
     setup = Setup(dataset=dataset, input_spec=spec, algorithm=build_algorithm(cfg.algorithm, cfg.train), params=params)
@@ -102,45 +101,37 @@ def run_search_only(
     try:
         for round_idx in range(cfg.rounds):
             round_start = time.perf_counter()
-            client_ids = sample_clients(cfg.seed, round_idx, dataset.num_clients, cfg.clients_per_round)
-            views = clock.check_in(round_idx, client_ids, [dataset.num_examples(int(c)) for c in client_ids])
+            # 1. Check-in.
+            views = check_in(cfg.seed, dataset, clock, round_idx, cfg.clients_per_round)
+            # 2. Assignment, on a model without weights.
             try:
-                assignments = algorithm.assign(state, round_idx, views)
+                assignments, state = algorithm.assign_with_state(state, round_idx, views)
             except (NotImplementedError, RuntimeError, TypeError) as err:  # e.g. a meta tensor read as numbers
                 raise ValueError(
                     f"search-only: algorithm {cfg.algorithm.name!r} could not assign sub-models without weights (the "
                     f"global model lives on the meta device and is never trained): {err}"
                 ) from err
             assign_s = time.perf_counter() - round_start
-            plan = clock.plan(round_idx, views, assignments)
-            sim_duration = clock.advance(plan, assign_s)
+            # 3. Plan; the clock moves on by the planned round (steps 4 to 6 train, update and evaluate: none here).
+            plan = plan_clients(clock, algorithm, state, round_idx, views, assignments, cfg.train)
+            sim_duration_s = clock.advance(plan, assign_s)
+            # 7. Records.
             clients = client_records(plan, [], assignments)
-            runs = plan.runs
             stats = algorithm.round_stats()
             now = time.perf_counter()
-            record = RoundRecord(
+            record = round_record(
                 round_idx=round_idx,
                 sim_time_s=clock.now,
-                train_loss=math.nan,
-                test_acc=math.nan,
-                test_loss=math.nan,
-                clients_run=int(runs.sum()),
-                clients_failed=int((~runs).sum()),
-                bytes_down=int(plan.bytes_down[runs].sum()),
-                bytes_up=int(plan.bytes_up[runs].sum()),
-                wall_time_s=now - start,
-                round_wall_s=now - round_start,
-                train_wall_s=0.0,
-                eval_wall_s=0.0,
-                lr=math.nan,
-                sim_duration_s=sim_duration,
-                clients_sampled=len(client_ids),
-                **system_fields(plan.memory_util[runs], plan.bandwidth_util[runs], clients, stats),
+                sim_duration_s=sim_duration_s,
+                plan=plan,
+                clients=clients,
+                tally=planned(plan),
+                stats=stats,
+                state=state,
+                wall=WallTimes(start, round_start, round_start, now, now),
             )
             records.append(record)
-            if writer is not None:
-                writer.append_clients(clients)
-                writer.append(record)
+            write_round(writer, record, clients)
             for callback in callbacks:
                 callback(record)
     finally:

@@ -206,10 +206,10 @@ class LocalBackend:
         """One round's training and reduction; ``initial`` (the run's initial global tensors,
         ``client_state.first_values``) is what padding clients fall back to."""
         arrays = self._plan(params)
-        per_shard: list[list[ArrayPartial]] = [[] for _ in range(self.num_shards)]
         outcomes: list[ClientOutcome] = []
         keep = keeps_state(self.algorithm, tasks)
         first = to_numpy(initial) if initial is not None and pads(tasks) else None
+        outs: list[tuple[object, ...]] = []
         for host, host_tasks in zip(self.hosts, tasks_by_host(tasks, self.sizes, self.num_hosts), strict=True):
             if not host_tasks:
                 continue
@@ -217,33 +217,36 @@ class LocalBackend:
             out = host.run_round(
                 host_tasks, arrays, self.shard_of, self.num_shards, first, *cast(list[ClientMemory | None], held)
             )
-            for s, p in enumerate(out[: self.num_shards]):
-                per_shard[s].append(cast(ArrayPartial, p))
+            outs.append(out)
             outcomes.extend(cast(list[ClientOutcome], out[self.num_shards]))
             if keep:
                 self.memories.update(host_tasks, out[self.num_shards + 1 :])
-        torch.set_num_threads(self._threads)
-        results = [shard.reduce(arrays, *per_shard[s]) for s, shard in enumerate(self.shards)]
         outcomes.sort(key=lambda o: o.client_id)
-        return assemble_aggregate(results, outcomes), outcomes
+        return assemble_aggregate(self._reduce(arrays, outs), outcomes), outcomes
 
     def reduce_uploads(self, params: Params) -> Aggregate:
         """The all-device model: the algorithm's reducer over every client's kept upload (``eval_all_devices``,
         ``engine/exec/client_state.py``), elements no upload covers keeping ``params``' values; ``num_clients``
         counts the uploads."""
         arrays = self._plan(params)
-        per_shard: list[list[ArrayPartial]] = [[] for _ in range(self.num_shards)]
-        count = 0
-        for host, held in zip(self.hosts, uploads_by_host(self.memories.handles(), self.num_hosts), strict=True):
-            if not held:
-                continue
-            out = host.reduce_uploads(arrays, self.shard_of, self.num_shards, *cast(list[ClientMemory | None], held))
-            for s, p in enumerate(out[: self.num_shards]):
-                per_shard[s].append(cast(ArrayPartial, p))
-            count += cast(int, out[self.num_shards])
+        outs = [
+            host.reduce_uploads(arrays, self.shard_of, self.num_shards, *cast(list[ClientMemory | None], held))
+            for host, held in zip(self.hosts, uploads_by_host(self.memories.handles(), self.num_hosts), strict=True)
+            if held
+        ]
+        count = sum(cast(int, out[self.num_shards]) for out in outs)
+        return dataclasses.replace(assemble_aggregate(self._reduce(arrays, outs), []), num_clients=count)
+
+    def _reduce(
+        self, arrays: NumpyParams, outs: Sequence[Sequence[object]]
+    ) -> list[tuple[NumpyParams, dict[str, float]]]:
+        """Each shard's reduction of the hosts' partial sums for it (the first ``num_shards`` entries of each host's
+        result, ``ClientHost.run_round``), in host-id order, at the driver's thread count (a host call sets its
+        own)."""
         torch.set_num_threads(self._threads)
-        results = [shard.reduce(arrays, *per_shard[s]) for s, shard in enumerate(self.shards)]
-        return dataclasses.replace(assemble_aggregate(results, []), num_clients=count)
+        return [
+            shard.reduce(arrays, *(cast(ArrayPartial, out[s]) for out in outs)) for s, shard in enumerate(self.shards)
+        ]
 
     def evaluate(
         self, params: Params, units: tuple[int, ...] | None = None, model_config: ModelConfig | None = None

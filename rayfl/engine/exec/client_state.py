@@ -102,13 +102,17 @@ def pads(tasks: Sequence[TrainTask]) -> bool:
     return any(t.link is not None and t.link.padding for t in tasks)
 
 
-def first_values(known: Params, params: Params) -> Params:
-    """``known`` plus a copy of every tensor of ``params`` it lacks: kept from the first round a tensor is broadcast,
-    this is the run's initial value of every global tensor (``known`` itself, not a copy, when nothing is new)."""
-    new = [k for k in params if k not in known]
-    if not new:
+def first_values(known: Params, params: Params, broadcast: bool = True) -> Params:
+    """The run's initial value of every global tensor that padding clients may need: ``known`` less the tensors
+    ``params`` no longer holds (a global model the run dropped: no client can pad it again, and checkpoints need not
+    keep it), plus, when ``broadcast`` (this round's clients pad), a copy of every tensor of ``params`` it lacks, kept
+    from the first round that broadcasts it. ``known`` itself, not a copy, when nothing changes (the Ray backend puts
+    a new dict in the object store)."""
+    new = [k for k in params if k not in known] if broadcast else []
+    if not new and all(k in params for k in known):
         return known
-    return {**known, **{k: params[k].detach().clone() for k in new}}
+    kept = {k: v for k, v in known.items() if k in params}
+    return {**kept, **{k: params[k].detach().clone() for k in new}}
 
 
 def memory_bytes(memory: ClientMemory | None) -> int:
@@ -169,15 +173,17 @@ def own_global(
 ) -> dict[str, torch.Tensor]:
     """Global-shaped tensors of what the client itself holds of model ``model_id`` (``initial`` is that model's
     initial tensors): its remembered parameters where it has them, the initial global model elsewhere. A memory of
-    another model is not used."""
-    own = {k: v.clone() for k, v in initial.items()}
+    another model is not used. Only the tensors the memory writes into are copies; the others are ``initial``'s own,
+    which callers only read (padding reads them, ``padded_tensor``)."""
+    own = dict(initial)
     if memory is None or memory.params is None or getattr(memory, "model_id", 0) != model_id:
         return own
     slices = memory.slices or {}
     for name, value in memory.params.items():
-        target = own.get(name)
-        if target is None:
+        start = own.get(name)
+        if start is None:
             continue
+        target = own[name] = start.clone()
         tslice = slices.get(name)
         tensor = torch.from_numpy(np.array(value)).to(target.dtype)
         if tslice is None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any, cast
 
@@ -127,40 +127,20 @@ class RayBackend:
         """One round's training and reduction; ``initial`` (the run's initial global tensors,
         ``client_state.first_values``) is what padding clients fall back to: put in the object store once, again only
         when the driver hands a new dict (a model was added)."""
-        self.shard_of, names = shard_plan(self.shard_of, params, self.num_shards, self.shards)
-        if names is not None:  # every reduce call names its shard's tensors (a restarted shard knows only the first)
-            self._names = names
-        params_ref = ray.put(to_numpy(params))
+        params_ref = self._put(params)
         if initial is not None and pads(tasks) and initial is not self._initial[0]:
             self._initial = (initial, ray.put(to_numpy(initial)))
         initial_ref = self._initial[1] if initial is not None and pads(tasks) else None
         keep = keeps_state(self.algorithm, tasks)
         groups = {h: g for h, g in enumerate(tasks_by_host(tasks, self.sizes, self.num_hosts)) if g}
         # the driver fetches each host's outcomes (return ``num_shards``); its partial sums go straight to the shards
-        steps = {
-            h: Step(
-                f"client host {h}",
-                partial(self._run_round, h, g, params_ref, initial_ref, keep),
-                _ready_call(self.hosts[h], self._run_arg),
-                probe=self.num_shards,
-            )
-            for h, g in groups.items()
-        }
-        while True:
-            # Shards are called once every host's call has finished (its outcomes fetched): a shard never waits on
-            # the partial sums of a host that died, and a host's re-run is all that a host's death costs.
-            ran: dict[int, list[Any]] = {}
-            outcome_lists = self.recovery.gather(steps, ran)
-            try:
-                results = self.recovery.gather(self._reduce_steps(params_ref, ran))
-            except InputsLost:  # finished partial sums lost with their node: the round's hosts run again
-                continue
-            break
+        submits = {h: partial(self._run_round, h, g, params_ref, initial_ref, keep) for h, g in groups.items()}
+        outcome_lists, results, ran = self._run_and_reduce(submits, params_ref)
         if keep:  # each client's next memory stays in the object store, referenced from here
             for h, host_tasks in groups.items():
                 self.memories.update(host_tasks, ran[h][self.num_shards + 1 :])
         outcomes = sorted((o for h in sorted(outcome_lists) for o in outcome_lists[h]), key=lambda o: o.client_id)
-        return assemble_aggregate([results[s] for s in range(self.num_shards)], outcomes), outcomes
+        return assemble_aggregate(results, outcomes), outcomes
 
     def _run_round(self, h: int, tasks: list[TrainTask], params_ref: Any, initial_ref: Any, keep: bool) -> list[Any]:
         """Submit host ``h``'s share of a round (again, after a death: the same tasks and the same memories, which
@@ -171,6 +151,39 @@ class RayBackend:
             .run_round_on.options(num_returns=self.num_shards + 1 + len(held))
             .remote(self._run_arg, tasks, params_ref, self.shard_of, self.num_shards, initial_ref, *held)
         )
+
+    def _put(self, params: Params) -> Any:
+        """The round's global tensors in the object store (the shard plan first re-dealt when they changed: a model
+        was added or dropped; every reduce call names its shard's tensors, since a restarted shard knows only the
+        first plan)."""
+        self.shard_of, names = shard_plan(self.shard_of, params, self.num_shards, self.shards)
+        if names is not None:
+            self._names = names
+        return ray.put(to_numpy(params))
+
+    def _run_and_reduce(
+        self, submits: Mapping[int, Callable[[], Sequence[Any]]], params_ref: Any
+    ) -> tuple[dict[int, Any], list[Any], dict[int, list[Any]]]:
+        """Run the hosts' calls (``submits``: by host id, a function that submits the call and returns its
+        references, the first ``num_shards`` partial sums for the shards) and the shards' reduction of their partial
+        sums: returns each host's fetched result (its return ``num_shards``), each shard's reduced tensors, and each
+        host's returned references.
+
+        Shards are called once every host's call has finished (its result fetched): a shard never waits on the
+        partial sums of a host that died, and a host's re-run is all that a host's death costs. Finished partial sums
+        lost with their node make the hosts run again."""
+        steps = {
+            h: Step(f"client host {h}", submit, _ready_call(self.hosts[h], self._run_arg), probe=self.num_shards)
+            for h, submit in submits.items()
+        }
+        while True:
+            ran: dict[int, list[Any]] = {}
+            fetched = self.recovery.gather(steps, ran)
+            try:
+                results = self.recovery.gather(self._reduce_steps(params_ref, ran))
+            except InputsLost:
+                continue
+            return fetched, [results[s] for s in range(self.num_shards)], ran
 
     def _reduce_steps(self, params_ref: Any, ran: dict[int, list[Any]]) -> dict[int, Step]:
         """Shard ``s`` reduces the hosts' partials for it, in host-id order."""
@@ -188,34 +201,15 @@ class RayBackend:
         """``LocalBackend.reduce_uploads`` on the actors: each host reduces its share of the kept uploads (the
         memories' object-store references resolve on the host, never passing through the driver), the shards merge
         the partials in host order."""
-        self.shard_of, names = shard_plan(self.shard_of, params, self.num_shards, self.shards)
-        if names is not None:
-            self._names = names
-        params_ref = ray.put(to_numpy(params))
+        params_ref = self._put(params)
         groups = {h: g for h, g in enumerate(uploads_by_host(self.memories.handles(), self.num_hosts)) if g}
 
         def submit(h: int, held: list[Any]) -> list[Any]:
             call = self.hosts[h].reduce_uploads_on.options(num_returns=self.num_shards + 1)
             return list(call.remote(self._run_arg, params_ref, self.shard_of, self.num_shards, *held))
 
-        steps = {
-            h: Step(
-                f"client host {h}",
-                partial(submit, h, g),
-                _ready_call(self.hosts[h], self._run_arg),
-                probe=self.num_shards,
-            )
-            for h, g in groups.items()
-        }
-        while True:
-            ran: dict[int, list[Any]] = {}
-            counts = self.recovery.gather(steps, ran)
-            try:
-                results = self.recovery.gather(self._reduce_steps(params_ref, ran))
-            except InputsLost:
-                continue
-            break
-        aggregate = assemble_aggregate([results[s] for s in range(self.num_shards)], [])
+        counts, results, _ = self._run_and_reduce({h: partial(submit, h, g) for h, g in groups.items()}, params_ref)
+        aggregate = assemble_aggregate(results, [])
         return dataclasses.replace(aggregate, num_clients=sum(cast(int, c) for c in counts.values()))
 
     def evaluate(

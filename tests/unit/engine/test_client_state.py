@@ -14,7 +14,7 @@ from rayfl.config.sections import BackendConfig, LinkConfig, ResourceConfig
 from rayfl.core.messages import ClientOutcome, LinkDraw, TrainTask
 from rayfl.engine.build import bind_algorithm, build_clock, build_setup
 from rayfl.engine.driver import run_experiment
-from rayfl.engine.exec.client_state import ClientMemory, ClientStateStore, memory_bytes
+from rayfl.engine.exec.client_state import ClientMemory, ClientStateStore, first_values, memory_bytes, own_global
 from rayfl.engine.exec.host import ClientHost
 from rayfl.fl.methods.fedavg.config import FedAvgConfig
 from rayfl.fl.methods.heterofl.config import HeteroFLConfig
@@ -132,6 +132,34 @@ def test_a_half_precision_memory_takes_half_the_bytes_and_pads_with_its_rounded_
         assert torch.equal(got[arrived], torch.ones_like(got[arrived])), name
         assert torch.equal(got[~arrived], torch.full_like(got[~arrived], rounded)), name
         assert np.array_equal(half.params[name], value.astype(np.float16)), name
+
+
+def test_first_values_keeps_a_tensor_from_its_first_padding_round_and_drops_what_the_run_no_longer_holds() -> None:
+    """The initial values padding falls back to: a tensor's value from the first round that broadcast it to padding
+    clients (later values do not replace it, rounds without padding add nothing), and a tensor of a model the run
+    dropped is dropped too (checkpoints keep ``first_values``); an unchanged dict is returned as it is."""
+    a0, b0 = torch.zeros(2), torch.ones(3)
+    known = first_values({}, {"a": a0}, broadcast=True)
+    assert known.keys() == {"a"} and torch.equal(known["a"], a0) and known["a"] is not a0  # a copy
+    assert first_values(known, {"a": a0 + 5}, broadcast=True) is known  # nothing new: the same dict
+    assert first_values(known, {"a": a0, "b": b0}, broadcast=False) is known  # no padding this round: nothing added
+    grown = first_values(known, {"a": a0 + 5, "b": b0}, broadcast=True)
+    assert torch.equal(grown["a"], a0) and torch.equal(grown["b"], b0)  # "a" keeps its first value
+    dropped = first_values(grown, {"b": b0 + 1}, broadcast=False)
+    assert dropped.keys() == {"b"} and torch.equal(dropped["b"], b0)
+
+
+def test_own_global_copies_only_the_tensors_the_memory_writes_into() -> None:
+    """A padding client's own global-shaped tensors: its memory's values over the initial ones, in copies; tensors
+    its memory does not hold are the initial tensors themselves (read, never written), not a clone of the model per
+    client. The initial tensors are never changed."""
+    initial = {"w": torch.zeros(2, 3), "b": torch.zeros(3)}
+    memory = ClientMemory(params={"w": np.ones((2, 3), dtype=np.float32)}, slices={})
+    own = own_global(initial, memory)
+    assert torch.equal(own["w"], torch.ones(2, 3)) and own["w"] is not initial["w"]
+    assert own["b"] is initial["b"]
+    assert torch.equal(initial["w"], torch.zeros(2, 3))
+    assert all(own_global(initial, None)[k] is initial[k] for k in initial)
 
 
 def test_store_round_trips_and_follows_clients() -> None:

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from rayfl.data.federated import FederatedDataset
+from rayfl.engine.driver import run_experiment
 from rayfl.engine.search_only import meta_params, run_search_only
 from rayfl.experiment.schema import ExperimentConfig
 from rayfl.fl.methods.anycostfl.config import AnyCostFLConfig
@@ -114,3 +115,28 @@ def test_other_sub_model_methods_run_and_weight_ranking_methods_say_why_they_can
     assert all(0.0 < r.memory_util <= 1.0 and math.isnan(r.hit_rate) for r in heterofl.records)
     with pytest.raises(ValueError, match="without weights"):
         run_search_only(dataclasses.replace(base, algorithm=AnyCostFLConfig()), write=False, dataset=data)
+
+
+def test_a_search_only_round_plans_exactly_as_a_training_round(data: FederatedDataset, tmp_path: Path) -> None:
+    """Search-only runs are built from the training round's steps (check-in, ``assign_with_state``, the clock's
+    plan, the record builder), so with the clock's modelled server time both kinds of run see the same budgets, assign
+    the same sub-models and plan the same transfers and compute, round after round: their ``clients.csv`` agree in
+    every planned column (training's failures can only add to the plan's)."""
+    cfg = dataclasses.replace(search_config(data, epsilon=0.4), rounds=2)  # round 1 plans after round 0's clock
+    cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, noop=True))
+    search = run_search_only(dataclasses.replace(cfg, output_dir=str(tmp_path / "search")), dataset=data)
+    training = run_experiment(dataclasses.replace(cfg, output_dir=str(tmp_path / "train")), dataset=data)
+    assert search.run_dir is not None and training.run_dir is not None
+    planned = pd.read_csv(search.run_dir / "clients.csv", dtype={"units": str}, keep_default_na=False)
+    trained = pd.read_csv(training.run_dir / "clients.csv", dtype={"units": str}, keep_default_na=False)
+    columns = [c for c in planned.columns if c not in ("failure", "p_down", "p_up", "train_macs")]
+    pd.testing.assert_frame_equal(planned[columns], trained[columns])
+    assert (planned["failure"] == trained["failure"]).all()  # noop clients fail only where the plan says
+    for s, t in zip(search.records, training.records, strict=True):
+        assert (s.sim_time_s, s.memory_util, s.bandwidth_util, s.distinct_structures, s.clients_run) == (
+            t.sim_time_s,
+            t.memory_util,
+            t.bandwidth_util,
+            t.distinct_structures,
+            t.clients_run,
+        )

@@ -18,8 +18,9 @@ from rayfl.config.sections import SystemConfig
 from rayfl.core.messages import ClientUpdate, ClientView, ServerState
 from rayfl.core.reducers import MaskedWeightedMean
 from rayfl.engine.build import bind_algorithm, build_backend, build_clock, build_setup
-from rayfl.engine.driver import RunResult, run_experiment, train_task
+from rayfl.engine.driver import RunResult, run_experiment
 from rayfl.engine.multieval import device_accuracy
+from rayfl.engine.steps import train_task
 from rayfl.fl.api.algorithm import Algorithm
 from rayfl.fl.common.multimodel import model_key, model_params
 from rayfl.fl.methods.fedavg.algorithm import FedAvg
