@@ -8,7 +8,7 @@ rayfl sweep [--check] FILE [key=value]  a Ray Tune sweep (key=value: sweep field
 rayfl sweep --resume SWEEP_DIR        continue an interrupted sweep (finished trials kept, others resumed)
 rayfl data prepare shakespeare        build the embedded default data set into the cache
 rayfl report RUN_DIR [RUN_DIR ...]    markdown table and accuracy plot of finished runs (--paper: paper 000's layouts)
-rayfl traces record|show|import|synth resource traces: record this machine, inspect, convert, generate
+rayfl traces record|show|import|synth|fetch  resource traces: record, inspect, convert, generate, fetch a named set
 """
 
 from __future__ import annotations
@@ -456,7 +456,11 @@ def _add_traces_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser
     syn.add_argument("--seed", type=int, default=0)
     syn.add_argument("--duration", type=float, default=600.0, help="seconds (default 600)")
     syn.add_argument("--interval", type=float, default=1.0, help="seconds between samples (default 1)")
-    for parser in (rec, show, imp, syn):
+    fetch = tsub.add_parser("fetch", help="download a named real trace set into the cache (checksums pinned)")
+    fetch.add_argument("name", metavar="NAME", help="mahimahi-cellular, mobilebandwidth-sigcomm22 (list: show them)")
+    fetch.add_argument("--mirror", default=None, help="a URL or folder laid out as the source (no internet)")
+    fetch.add_argument("--cache-dir", default=None, help="default: $RAYFL_CACHE/traces or ~/.cache/rayfl/traces")
+    for parser in (rec, show, imp, syn, fetch):
         parser.set_defaults(func=run)
 
 

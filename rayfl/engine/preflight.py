@@ -67,8 +67,8 @@ def fixed_model_problem(cfg: ExperimentConfig) -> Problem | None:
             name = getattr(config, "name", "?")
             return (*at, "name"), (
                 f"{name!r} cuts sub-models out of an elastic family, but model.name: custom is a fixed model: use a "
-                f"method that trains the whole model ({_FULL_MODEL_HINT}), or write an ElasticFamily for your "
-                "architecture (README: 'Your own model with sub-model methods')"
+                f"method that trains the whole model ({_FULL_MODEL_HINT}), or write an ElasticFamily (README: 'Your "
+                "own model with sub-model methods') for your architecture"
             )
     return None
 
@@ -140,7 +140,9 @@ def nobody_can_train_problem(cfg: ExperimentConfig, setup: Setup, clock: SimCloc
                     return ""  # budgets ignored: everyone trains
                 free = {c: dataclasses.replace(a, enforce_budgets=False) for c, a in given.items()}
                 plan = clock.plan(round_idx, views, free, state.models)
-                if any(not exceeded for exceeded in plan.over_budget):
+                # a client offline at check-in (no network, or not available) is not a budget too small: its failure
+                # is "unavailable" whatever the model, so such runs are left to run (and say so per round)
+                if any(not e or f == "unavailable" for e, f in zip(plan.over_budget, plan.failure, strict=True)):
                     return ""
                 causes.update(_FIT_CAUSES.get(e, e) for e in plan.over_budget)
                 largest["memory"] = max(largest["memory"], float(np.max(plan.memory_budget)))

@@ -485,6 +485,14 @@ def _check_bounds(f: dataclasses.Field[Any], value: Any, path: KeyPath, ctx: _Co
 
 
 def _check_path(value: str, kind: str, path: KeyPath, ctx: _Context) -> str:
+    if value.startswith("trace-set:"):  # a named real trace set, in the cache or beside the checkout
+        from rayfl.traces.format import TraceError
+        from rayfl.traces.sets import resolve_trace_path
+
+        try:
+            return str(resolve_trace_path(value))
+        except TraceError as err:
+            raise ctx.error(path, str(err)) from None
     given = Path(value).expanduser()
     resolved = (given if given.is_absolute() else ctx.base_for(path) / given).resolve()
     if kind == "dir" and not resolved.is_dir():

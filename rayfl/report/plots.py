@@ -146,7 +146,7 @@ def plot_client_accuracy(runs: Sequence[RunRecords], out_png: str | Path, labels
     002's Figure 6), with each run's mean (the average client accuracy) as a marker. Runs without per-client
     accuracies (``client_accs.csv``) are left out with a warning; the figure is written regardless."""
     out_path = Path(out_png)
-    figure = Figure(figsize=(max(4.0, 1.6 * len(runs) + 2.0), 4.5), dpi=100)
+    figure = Figure(figsize=(max(6.0, 1.6 * len(runs) + 2.0), 4.5), dpi=100)  # 6 in: the title fits one run too
     FigureCanvasAgg(figure)
     axes = figure.add_subplot(1, 1, 1)
     data: list[list[float]] = []

@@ -108,11 +108,24 @@ def _synth(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _fetch(ns: argparse.Namespace) -> int:
+    from rayfl.traces.sets import TRACE_SETS, fetch_trace_set
+
+    if ns.name == "list":
+        for name, trace_set in TRACE_SETS.items():
+            print(f"{name}: {trace_set.about}")
+        return 0
+    folder = fetch_trace_set(ns.name, Path(ns.cache_dir) if ns.cache_dir else None, ns.mirror)
+    print(f"trace set {ns.name} ready: {folder} (configs name it as trace-set:{ns.name})")
+    return 0
+
+
 _HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {
     "record": _record,
     "show": _show,
     "import": _import,
     "synth": _synth,
+    "fetch": _fetch,
 }
 
 

@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 TINY = """\
@@ -66,6 +68,16 @@ def test_sigint_during_start_up_stops_at_once_and_leaves_no_run_directory(tmp_pa
     assert proc.returncode == 130, out
     assert "SIGINT: stopped before the first round began (nothing was written)" in out
     assert "Traceback" not in out and "round    1/" not in out
+    assert not (tmp_path / "runs" / "early-stop").exists()
+
+
+@pytest.mark.ray
+def test_sigterm_once_ray_is_up_still_stops_cleanly(tmp_path: Path) -> None:
+    # ray.init installs a SIGTERM handler that exits with status 15; the run's own is put back over it
+    proc = _start(tmp_path, "ray")
+    out = _signal_after(proc, "Started a local Ray instance", signal.SIGTERM)
+    assert proc.returncode == 143, out
+    assert "SIGTERM: stopped before the first round began" in out
     assert not (tmp_path / "runs" / "early-stop").exists()
 
 

@@ -71,7 +71,7 @@ def test_sigint_at_a_round_then_resume_equals_the_uninterrupted_run(name: str, t
     cfg = _config(name, tmp_path)
     path = tmp_path / f"{name}.yaml"
     dump_config(cfg, path)
-    code, out, err = _run_cli(["run", str(path)], [signal.SIGINT], at_round=1)
+    code, out, err = _run_cli(["run", str(path)], [signal.SIGINT], at_round=0)
     assert code == 130, out + err
     run_dir = Path(cfg.output_dir) / name
     summary = assert_records_agree(run_dir)
@@ -93,12 +93,12 @@ def test_sigterm_and_a_second_signal_keep_records_consistent_and_the_cli_resumes
     cfg = _config("fedavg", tmp_path)
     path = tmp_path / "fedavg.yaml"
     dump_config(cfg, path)
-    code, out, err = _run_cli(["run", str(path)], [signal.SIGTERM], at_round=2)
+    code, out, err = _run_cli(["run", str(path)], [signal.SIGTERM], at_round=1)
     assert code == 143, out + err
     run_dir = Path(cfg.output_dir) / "fedavg"
     assert assert_records_agree(run_dir)["status"] == "interrupted"
     # twice at once: no round is finished, the records still agree, and the last checkpoint is where it resumes
-    code, out, err = _run_cli(["run", "--resume", str(run_dir)], [signal.SIGINT, signal.SIGINT], at_round=4)
+    code, out, err = _run_cli(["run", "--resume", str(run_dir)], [signal.SIGINT, signal.SIGINT], at_round=3)
     assert code == 130, out + err
     assert assert_records_agree(run_dir)["status"] == "interrupted"
     assert main(["run", "--resume", str(run_dir)]) == 0  # the command line's resume, in this process

@@ -1,8 +1,8 @@
 """Every shipped experiment config loads with the real loader, and the paper's CPU-sized settings mirror the full ones.
 
 Configs: every ``*.yaml`` under ``experiments/`` (but ``experiments/sweeps/``, which holds sweep files, not experiment
-configs) and under ``rayfl/configs/``. A config may point at trace files outside the repository (the real device
-traces in ``../shared/traces-real``); where such a file is absent the test is skipped and says so, while a missing
+configs) and under ``rayfl/configs/``. A config may name a real trace set (``trace-set:NAME``: fetched into the cache,
+or the copy in ``../shared/traces-real``); where it is absent the test is skipped and says so, while a missing
 path inside the repository, or any other problem, fails and names the file.
 """
 
@@ -45,6 +45,11 @@ CONFIGS = shipped_configs()
 def _missing_outside_repo(err: ConfigError) -> Path | None:
     """The absent path an error is about, when that path lies outside the repository."""
     match = re.search(r"does not exist \(resolved to (.+)\)$", err.reason)
+    fetchable = re.search(
+        r"is not on this machine: fetch it once with: rayfl traces fetch \S+ \(into (.+)\)$", err.reason
+    )
+    if fetchable is not None:  # a named trace set neither fetched nor beside the checkout
+        return Path(fetchable.group(1))
     if match is None:
         return None
     path = Path(match.group(1))
