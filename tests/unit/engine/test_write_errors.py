@@ -87,7 +87,7 @@ def _after_round(round_idx: int, act: Callable[[], None]) -> Callable[[RoundReco
 
 
 def _config(output_dir: Path) -> ExperimentConfig:
-    cfg = dataclasses.replace(case("fedavg", None, rounds=8), output_dir=str(output_dir))
+    cfg = dataclasses.replace(case("fedavg", None, rounds=6), output_dir=str(output_dir))
     return dataclasses.replace(cfg, checkpoint=CheckpointConfig(every=3, keep=2))
 
 
