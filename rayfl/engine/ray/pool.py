@@ -126,14 +126,15 @@ class ActorPool:
             return False
         return True
 
-    def release(self) -> None:
-        """Kill the actors and give back a placement group this pool reserved (never a Tune trial's)."""
+    def release(self, wait_s: float = 0.0) -> None:
+        """Kill the actors and give back a placement group this pool reserved (never a Tune trial's); ``wait_s``
+        (default ``_GONE_TIMEOUT_S``) bounds the wait for them to be gone."""
         actors = [*self.hosts, *self.shards]
         for actor in actors:
             with contextlib.suppress(ray.exceptions.RayError, ValueError):  # already gone (or its Ray is)
                 ray.kill(actor)
         self.hosts, self.shards = [], []
-        _await_gone(actors, _GONE_TIMEOUT_S)
+        _await_gone(actors, wait_s or _GONE_TIMEOUT_S)
         if self.own_group:
             from ray.util.placement_group import remove_placement_group
 
@@ -230,7 +231,7 @@ def take_pool(cfg: BackendConfig) -> ActorPool:
         from ray.util.placement_group import placement_group
 
         group, own_group = placement_group(bundles, strategy="PACK"), True
-        _wait_group(group, cfg.start_timeout_s)
+        _wait_group(group, cfg, layout)
     pool = ActorPool([], [], layout, group, own_group, key)
     try:
         host_cls, shard_cls = ray.remote(RayClientHost), ray.remote(ParamServerShard)
@@ -291,29 +292,27 @@ def _strategy(slot: ActorSlot, group: Any) -> Any:
     return PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=slot.bundle_index)
 
 
-def _wait_group(group: Any, timeout_s: float) -> None:
-    ready, _ = ray.wait([group.ready()], timeout=timeout_s)
+def _wait_group(group: Any, cfg: BackendConfig, layout: PoolLayout) -> None:
+    ready, _ = ray.wait([group.ready()], timeout=cfg.start_timeout_s)
     if not ready:
         from ray.util.placement_group import remove_placement_group
 
+        from rayfl.engine.ray.cluster_fit import not_started_error
+
         remove_placement_group(group)
-        raise RuntimeError(
-            f"backend.placement=pack: the placement group {group.bundle_specs} was not granted within "
-            f"{timeout_s:.0f} s by the cluster's resources {ray.cluster_resources()}; lower backend.cpus_per_host / "
-            "gpus_per_host or num_hosts, or use backend.placement=spread"
-        )
+        waited = f"backend.placement=pack: the placement group was not granted within {cfg.start_timeout_s:g} s"
+        raise not_started_error(layout, cfg, waited)
 
 
 def _wait_ready(pool: ActorPool, refs: Sequence[Any], cfg: BackendConfig) -> None:
     timeout_s = cfg.start_timeout_s
     ready, pending = ray.wait(list(refs), num_returns=len(refs), timeout=timeout_s)
     if pending:
-        host = pool.layout.hosts[0]
-        pool.release()
-        raise RuntimeError(
-            f"{len(pending)} of {len(refs)} Ray actors did not start within {timeout_s:.0f} s: backend.num_hosts="
-            f"{cfg.num_hosts} at {host.num_cpus} CPU and {host.num_gpus} GPU each does not fit the cluster's "
-            f"resources {ray.cluster_resources()}; lower backend.cpus_per_host / gpus_per_host or num_hosts (or raise "
-            "backend.start_timeout_s while an autoscaler adds nodes)"
+        from rayfl.engine.ray.cluster_fit import not_started_error
+
+        error = not_started_error(
+            pool.layout, cfg, f"{len(pending)} of {len(refs)} Ray actors did not start within {timeout_s:g} s"
         )
+        pool.release(wait_s=min(_GONE_TIMEOUT_S, timeout_s))
+        raise error
     ray.get(ready)

@@ -1,14 +1,20 @@
 """A run whose disk fills mid-run (issue 26): one error naming the file and the system's reason, no temporary file left,
 record files that agree with each other, and a resume (once there is room) that ends with the records of a run that
 never failed. The disk is a real small tmpfs where this machine allows mounting one (root), else the run directory is
-made read-only mid-run; rayfl's own writer is never replaced."""
+made read-only mid-run; rayfl's own writer is never replaced. A full tmpfs stops the run at its next checkpoint (the
+record files' appends land in pages they hold already), so a third case makes an append of the record files fail
+part-way, through the kernel's file-size limit (``RLIMIT_FSIZE``): the round's rows already appended to other files
+are cut again."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import resource
+import signal
 import subprocess
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -82,7 +88,7 @@ def _after_round(round_idx: int, act: Callable[[], None]) -> Callable[[RoundReco
 
 
 def _config(output_dir: Path) -> ExperimentConfig:
-    cfg = dataclasses.replace(case("fedavg", None, rounds=8), output_dir=str(output_dir))
+    cfg = dataclasses.replace(case("fedavg", None, rounds=6), output_dir=str(output_dir))
     return dataclasses.replace(cfg, checkpoint=CheckpointConfig(every=3, keep=2))
 
 
@@ -103,27 +109,54 @@ def _assert_consistent(run_dir: Path) -> list[int]:
     return done
 
 
-@pytest.mark.parametrize("leave_bytes", [2048, 12 * 1024])
+def _limit_file_size(output_dir: Path) -> None:
+    """Writes that would take any file 300 bytes past ``clients.csv``'s present size fail (EFBIG), as on a quota."""
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the error, not the signal that would end the process
+    limit = (_run_dir(output_dir) / "clients.csv").stat().st_size + 300
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+
+@pytest.fixture
+def _file_size_unlimited() -> Iterator[None]:
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    handler = signal.getsignal(signal.SIGXFSZ)
+    yield
+    resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    signal.signal(signal.SIGXFSZ, handler)
+
+
+@pytest.mark.usefixtures("_file_size_unlimited")
+@pytest.mark.parametrize("how", ["2 KiB left", "12 KiB left", "file size limit"])
 def test_a_disk_that_fills_mid_run_ends_in_one_line_and_resumes_to_the_same_records(
-    disk: Path | None, tmp_path: Path, leave_bytes: int
+    disk: Path | None, tmp_path: Path, how: str
 ) -> None:
-    if disk is None and os.geteuid() == 0:
+    if how != "file size limit" and disk is None and os.geteuid() == 0:
         pytest.skip("root without tmpfs: permissions do not stop root, and no disk can be filled")
-    output_dir = disk / "runs" if disk is not None else tmp_path / "runs"
+    on_disk = disk is not None and how != "file size limit"
+    output_dir = disk / "runs" if on_disk and disk is not None else tmp_path / "runs"
     cfg = _config(output_dir)
     whole = run_experiment(dataclasses.replace(cfg, output_dir=str(tmp_path / "whole")))
     assert whole.run_dir is not None
-    # filled after round 2, whose checkpoint (after 3 rounds) is the last one that can be written
-    fill = _after_round(2, lambda: _break_writes(output_dir, disk, leave_bytes))
+    # broken after round 2, whose checkpoint (after 3 rounds) is the last one that can be written
+    if how == "file size limit":
+        expected, act = "File too large", partial(_limit_file_size, output_dir)
+    else:
+        leave = 2048 if how == "2 KiB left" else 12 * 1024
+        expected = "No space left on device" if disk is not None else "Permission denied"
+        act = partial(_break_writes, output_dir, disk, leave)
     with pytest.raises(RunWriteError) as caught:
-        run_experiment(cfg, callbacks=[fill])
+        run_experiment(cfg, callbacks=[_after_round(2, act)])
+    resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
     run_dir = _run_dir(output_dir)
     message = str(caught.value)
     assert "\n" not in message and message.startswith(f"cannot write {run_dir}/"), message
-    assert ("No space left on device" if disk is not None else "Permission denied") in message
+    assert expected in message
+    if how == "file size limit":  # round 3's rows went to evals.csv and client_accs.csv before clients.csv failed
+        assert message.startswith(f"cannot write {run_dir}/clients.csv"), message
     done = _assert_consistent(run_dir)
     assert 3 <= len(done) < cfg.rounds
-    _mend(output_dir, disk)
+    if how != "file size limit":
+        _mend(output_dir, disk)
     resumed = run_experiment(cfg, resume=run_dir)
     assert_same_run(whole.run_dir, run_dir, whole, resumed)
 
