@@ -123,8 +123,7 @@ def nobody_can_train_problem(cfg: ExperimentConfig, setup: Setup, clock: SimCloc
     algorithm = setup.algorithm
     if cfg.phases or algorithm.needs_family():
         return ""
-    everyone = np.arange(setup.dataset.num_clients)
-    chunks = np.array_split(everyone, -(-len(everyone) // _CHUNK))  # a run where clients fit stops at the first
+    num_clients = setup.dataset.num_clients
     state = algorithm.init_state(setup.params)
     rounds = sorted({int(r) for r in np.linspace(0, max(cfg.rounds - 1, 0), min(cfg.rounds, _CENSUS_ROUNDS))})
     now, causes = clock.now, Counter[str]()
@@ -133,7 +132,9 @@ def nobody_can_train_problem(cfg: ExperimentConfig, setup: Setup, clock: SimCloc
     try:
         for round_idx in rounds:
             clock.now = round_idx * cfg.system.comm_limit_s
-            for chunk in chunks:
+            # chunks made as they are looked at: a run where clients fit stops at the first, whatever the population
+            for lo in range(0, num_clients, _CHUNK):
+                chunk = np.arange(lo, min(num_clients, lo + _CHUNK))
                 views = clock.check_in(round_idx, chunk, [setup.dataset.num_examples(int(c)) for c in chunk])
                 given = algorithm.assign(state, round_idx, views)
                 if not all(a.enforce_budgets for a in given.values()):

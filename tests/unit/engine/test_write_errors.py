@@ -21,7 +21,7 @@ import pandas as pd
 import pytest
 
 from rayfl.cli import EXIT_WRITE_FAILED, main
-from rayfl.config.sections import CheckpointConfig
+from rayfl.config.sections import CheckpointConfig, TrackingConfig
 from rayfl.engine.driver import run_experiment
 from rayfl.engine.persist.records import RoundRecord
 from rayfl.engine.persist.write_errors import RunWriteError
@@ -89,7 +89,9 @@ def _after_round(round_idx: int, act: Callable[[], None]) -> Callable[[RoundReco
 
 def _config(output_dir: Path) -> ExperimentConfig:
     cfg = dataclasses.replace(case("fedavg", None, rounds=6), output_dir=str(output_dir))
-    return dataclasses.replace(cfg, checkpoint=CheckpointConfig(every=3, keep=2))
+    # no TensorBoard writer: its own thread would meet the full disk too (and report it as an unhandled exception)
+    no_tensorboard = TrackingConfig(tensorboard=False)
+    return dataclasses.replace(cfg, checkpoint=CheckpointConfig(every=3, keep=2), tracking=no_tensorboard)
 
 
 def _assert_consistent(run_dir: Path) -> list[int]:
