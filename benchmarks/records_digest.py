@@ -52,6 +52,21 @@ def digest_result(result: Any) -> dict[str, str]:
     }
 
 
+def phase_overrides(path: str, overrides: list[str], phase_rounds: int) -> list[str]:
+    """For a config with phases (FedorAS's three), ``rounds=N`` cannot stand alone (the phases' rounds must add up
+    to it): each phase gets ``phase_rounds`` and ``rounds`` their sum. Read from the YAML file itself, so that the
+    same command runs on any version of rayfl."""
+    import yaml
+
+    raw = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    phases = raw.get("phases") if isinstance(raw, dict) else None
+    if not phases or phase_rounds <= 0:
+        return overrides
+    kept = [o for o in overrides if not o.startswith("rounds=")]
+    each = [f"phases.{i}.rounds={phase_rounds}" for i in range(len(phases))]
+    return [*kept, f"rounds={phase_rounds * len(phases)}", *each]
+
+
 def digest_config(path: str, overrides: list[str]) -> dict[str, str]:
     from rayfl.engine.driver import run_experiment
     from rayfl.experiment.loader import load_config
@@ -68,6 +83,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("configs", nargs="+")
     parser.add_argument("--overrides", nargs="*", default=["rounds=2", "backend.kind=local"])
+    parser.add_argument(
+        "--phase-rounds", type=int, default=1, help="rounds per phase of a config with phases (0: overrides as given)"
+    )
     parser.add_argument("--out", type=Path)
     parser.add_argument("--compare", type=Path, help="a JSON file written by --out: exit 1 on any difference")
     args = parser.parse_args()
@@ -75,7 +93,7 @@ def main() -> None:
     for path in args.configs:
         began = time.perf_counter()
         try:
-            digests[path] = digest_config(path, list(args.overrides))
+            digests[path] = digest_config(path, phase_overrides(path, list(args.overrides), args.phase_rounds))
         except Exception as err:  # report and go on: data that cannot be had here (CIFAR-10, Shakespeare)
             digests[path] = {"skipped": f"{type(err).__name__}: {err}"[:200]}
         sys.stderr.write(f"{path}: {time.perf_counter() - began:.1f} s\n")
