@@ -41,6 +41,7 @@ from rayfl.engine.sampling import sample_clients
 from rayfl.engine.stop import RunInterrupted, StopRequests
 from rayfl.experiment.loader import check_clients_per_round, check_output_dir
 from rayfl.experiment.schema import ExperimentConfig
+from rayfl.fl.api import capabilities
 from rayfl.fl.api.algorithm import Algorithm, RoundStats
 from rayfl.system.clock import ClientPlan, SimClock
 
@@ -158,10 +159,10 @@ def _run(
                 client_ids = sample_clients(cfg.seed, round_idx, ds.num_clients, per_round)
                 views = clock.check_in(round_idx, client_ids, [ds.num_examples(int(c)) for c in client_ids])
                 # 2. Assignment: which (sub-)model each client trains (and state it grows, e.g. a search pool).
-                assignments, state = algorithm.assign_with_state(state, round_idx, views)
+                assignments, state = capabilities.assign_with_state(algorithm, state, round_idx, views)
                 server_s = time.perf_counter() - round_start
                 # 3. Plan: who fits, who fails, how long each takes; only clients that can finish are run.
-                work = algorithm.train_flops(round_idx, views, assignments)  # None: the model's FLOPs x samples
+                work = capabilities.train_flops(algorithm, round_idx, views, assignments)  # None: FLOPs x samples
                 train = schedule.train(cfg.train, round_idx)  # a phase may train with its own epochs
                 plan = clock.plan(round_idx, views, assignments, state.models, train, work)
                 lr = schedule.lr(cfg.train, round_idx)
@@ -304,10 +305,10 @@ def evaluate_round(
     """An evaluated round: the main evaluation, every global model's, the named structures' (``evals.csv`` rows),
     the average over devices' models (``device_acc``; with ``eval_all_devices`` the all-device model's figures and
     rows too) and, with per-client test data, each client's accuracy on its model."""
-    eval_params = algorithm.eval_params(state)
+    eval_params = capabilities.eval_params(algorithm, state)
     main = backend.evaluate(eval_params, algorithm.eval_units(state))
     evals = evaluate_models(backend, algorithm, state, main)
-    wanted = algorithm.eval_structures(state)
+    wanted = capabilities.eval_structures(algorithm, state)
     for name, units in width_structures(clock.oracle.family, cfg.eval_widths).items():
         if name in wanted:
             raise ValueError(f"eval_widths: {name!r} is also a structure {algorithm.name} evaluates")
@@ -457,7 +458,7 @@ def _summary(
                 raise
             log.exception("the phases' summary could not be made")
     last = schedule.algorithm_at(min(max(run.next_round - 1, 0), cfg.rounds - 1))
-    extra = last.run_summary(run.state)  # the last phase's own figures under its name (FedTrans: the family it grew)
+    extra = capabilities.run_summary(last, run.state)  # the last phase's own figures (FedTrans: the family it grew)
     if extra:
         summary[last.name] = extra
     return summary
