@@ -57,6 +57,7 @@ def main() -> None:
     from rayfl.engine.build import bind_algorithm, build_backend, build_clock, build_setup
     from rayfl.engine.driver import run_experiment
     from rayfl.experiment.loader import load_config
+    from rayfl.fl.api import capabilities
     from rayfl.fl.common.distill.server import distillation_gap, inplace_distill, sample_structures
 
     torch.set_num_threads(1)
@@ -83,7 +84,7 @@ def main() -> None:
     for rounds in args.rounds:
         result = run_experiment(dataclasses.replace(cfg, rounds=rounds), write=False, dataset=setup.dataset)
         state = result.state
-        before = backend.evaluate(algorithm.eval_params(state))
+        before = backend.evaluate(capabilities.eval_params(algorithm, state))
         structures = sample_structures(family.space, ratios, n, derive_rng(cfg.seed, "distill", rounds - 1))
         gap = functools.partial(
             distillation_gap, family, structures=structures, input_spec=setup.input_spec,
@@ -115,7 +116,8 @@ def main() -> None:
                 input_spec=setup.input_spec,
             )
             spent = time.perf_counter() - began
-            after = backend.evaluate(algorithm.eval_params(ServerState(params=out.params, round_idx=rounds)))
+            evaluated = capabilities.eval_params(algorithm, ServerState(params=out.params, round_idx=rounds))
+            after = backend.evaluate(evaluated)
             delta = torch.cat([(out.params[k] - state.params[k]).reshape(-1) for k in trained])
             moved = delta[delta != 0].abs()
             step_ratio = float(moved.mean()) / (lr * iterations) if len(moved) else 0.0

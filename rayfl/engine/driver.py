@@ -48,6 +48,7 @@ from rayfl.engine.steps import (
 from rayfl.engine.stop import RunInterrupted, StopRequests
 from rayfl.experiment.loader import check_clients_per_round, check_output_dir
 from rayfl.experiment.schema import ExperimentConfig
+from rayfl.fl.api import capabilities
 from rayfl.fl.api.tasks import TaskPool
 from rayfl.models.inputs import InputSpec
 from rayfl.system.clock import SimClock
@@ -262,7 +263,7 @@ def _round(
     # 1. Check-in: who is sampled, their data sizes and their budgets at the round's simulated start.
     views = check_in(cfg.seed, ds, clock, round_idx, schedule.clients_per_round(round_idx, cfg.clients_per_round))
     # 2. Assignment: which (sub-)model each client trains (and state it grows, e.g. a search pool).
-    assignments, state = algorithm.assign_with_state(state, round_idx, views)
+    assignments, state = capabilities.assign_with_state(algorithm, state, round_idx, views)
     server_s = time.perf_counter() - round_start
     # 3. Plan: who fits, who fails, how long each takes; only clients that can finish are run.
     plan = plan_clients(clock, algorithm, state, round_idx, views, assignments, schedule.train(cfg.train, round_idx))
@@ -397,7 +398,7 @@ def _summary(
                 raise
             log.exception("the phases' summary could not be made")
     last = schedule.algorithm_at(min(max(run.next_round - 1, 0), cfg.rounds - 1))
-    extra = last.run_summary(run.state)  # the last phase's own figures under its name (FedTrans: the family it grew)
+    extra = capabilities.run_summary(last, run.state)  # the last phase's own figures (FedTrans: the family it grew)
     if extra:
         summary[last.name] = extra
     return summary

@@ -1,7 +1,7 @@
 """Evaluation and record columns of runs that hold several global models (``ServerState.models``).
 
 Each model is scored on the whole test set (its test accuracy), and, where the data set splits its test set by client,
-every client's test rows are scored on the model the algorithm would assign it (``Algorithm.client_model``, which
+every client's test rows are scored on the model the algorithm would assign it (``capabilities.client_model``, which
 sees the client's budgets at the evaluated round's end); the mean of those per-client accuracies is paper 002's
 "average client accuracy", and each client's own figure is recorded (``client_accs.csv``, the report's box plot).
 Single-model runs get the average client accuracy too (on the one evaluated model) and keep every other column as
@@ -36,6 +36,7 @@ from rayfl.core.messages import ClientOutcome, ClientView, ServerState
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine.exec.backend import Backend, EvalResult
 from rayfl.engine.persist.records import ClientAccRecord, EvalRecord
+from rayfl.fl.api import capabilities
 from rayfl.fl.api.algorithm import MAIN_EVAL, Algorithm
 from rayfl.fl.common.multimodel import model_params
 from rayfl.models.elastic.spec import SubModelSpec
@@ -63,7 +64,7 @@ def evaluate_models(backend: Backend, algorithm: Algorithm, state: ServerState, 
     tensors of that model."""
     if len(state.models) <= 1:
         return [first]
-    params = algorithm.eval_params(state)
+    params = capabilities.eval_params(algorithm, state)
     results = [first]
     for model_id in range(1, len(state.models)):
         results.append(backend.evaluate(model_params(params, model_id), None, state.models[model_id]))
@@ -83,8 +84,8 @@ def width_structures(family: ElasticFamily | None, widths: Sequence[float]) -> d
 def named_evaluations(
     algorithm: Algorithm, state: ServerState, evals: Sequence[EvalResult], structures: Mapping[str, EvalResult]
 ) -> dict[str, EvalResult]:
-    """Every evaluation of a round by name: the main one (``MAIN_EVAL``), each structure of ``eval_structures`` and
-    each global model after the first (``model_names``)."""
+    """Every evaluation of a round by name: the main one (``MAIN_EVAL``), each structure of
+    ``capabilities.eval_structures`` and each global model after the first (``model_names``)."""
     named = {MAIN_EVAL: evals[0], **structures}
     names = algorithm.model_names(state)
     if len(names) != len(evals):
@@ -141,7 +142,7 @@ def evaluate_all_devices(
     if aggregate.num_clients == 0:
         return {}, []
     report = dataclasses.replace(state, params=aggregate.params)
-    params = algorithm.eval_params(report)
+    params = capabilities.eval_params(algorithm, report)
     main = backend.evaluate(params, algorithm.eval_units(report))
     evals = evaluate_models(backend, algorithm, report, main)
     scored = {name: backend.evaluate(params, units) for name, units in structures.items()}
@@ -165,7 +166,7 @@ def client_accuracies(
 ) -> list[ClientAccRecord]:
     """Each client with test data (``views``: every client of the run, in id order, with its budgets now): the accuracy
     of its test rows on the model it uses, the evaluation of ``named`` that ``Algorithm.device_evals`` gives it (by
-    default the global model ``Algorithm.client_model`` picks). Empty when the test set is not split by client or an
+    default the global model ``capabilities.client_model`` picks). Empty when the test set is not split by client or an
     evaluation carries no per-sample results."""
     offsets = dataset.test_offsets
     if offsets is None:
@@ -180,7 +181,7 @@ def client_accuracies(
             continue
         mask = named[name].correct_mask
         assert mask is not None
-        model_id = algorithm.client_model(state, view)
+        model_id = capabilities.client_model(algorithm, state, view)
         rows.append(ClientAccRecord(round_idx, view.client_id, model_id, name, float(np.mean(mask[lo:hi])), hi - lo))
     return rows
 

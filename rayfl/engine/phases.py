@@ -18,32 +18,33 @@ checkpoint needs nothing beyond the round index and the state. The driver asks t
 At the end, ``summary`` gives per phase its rounds, simulated seconds and last accuracy, plus ``phase_result(state)``
 of algorithms that report one (FedorAS's search: the chosen path per tier), taken from the phase's final state.
 
-Client hosts receive one ``PhasedAlgorithm``, which forwards every client-side hook to the phase of the task's
-round. All phases aggregate with the same element-wise reducer (``MaskedWeightedMean``, whose per-tensor weights
-cover FedorAS's OPA); phases cannot bring their own evaluation model (HeteroFL's static-BN copy), since a host builds
-that once. A run without ``phases`` is a one-phase schedule of its ``algorithm`` and runs exactly as before.
+Client hosts receive one ``PhasedAlgorithm`` and ask every client-side hook of the phase of the task's round
+(``capabilities.for_round``). All phases aggregate with the one reduction (``Algorithm.reducer``, whose per-tensor
+weights cover FedorAS's OPA); phases cannot bring their own evaluation model (HeteroFL's static-BN copy), since a host
+builds that once. A run without ``phases`` is a one-phase schedule of its ``algorithm`` and runs exactly as before.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
-import torch
 from torch import nn
 
 from rayfl.config.sections import TrainConfig
-from rayfl.core.messages import ClientUpdate, Params, ServerState, TrainTask
-from rayfl.core.reducers import MaskedWeightedMean
+from rayfl.core.messages import Params, ServerState
 from rayfl.experiment.schema import ExperimentConfig
 from rayfl.fl.api.algorithm import Algorithm, ServerContext, round_lr
+from rayfl.fl.api.capabilities import PhaseEntry, PhaseResult, ServerPhase, eval_model
 from rayfl.fl.api.tasks import TaskPool
 from rayfl.fl.registry import build_algorithm
 from rayfl.models.elastic import ElasticFamily
 from rayfl.models.inputs import InputSpec
 
+# PhaseEntry, ServerPhase and PhaseResult live with the other capabilities (``rayfl/fl/api/capabilities.py``) and are
+# re-exported here, where they are used
 __all__ = [
     "Phase",
     "PhaseEntry",
@@ -53,28 +54,6 @@ __all__ = [
     "ServerPhase",
     "build_run_algorithm",
 ]
-
-
-@runtime_checkable
-class PhaseEntry(Protocol):
-    """An algorithm that takes over a previous phase's state in its own way."""
-
-    def enter_phase(self, previous: ServerState, round_idx: int) -> ServerState: ...
-
-
-@runtime_checkable
-class ServerPhase(Protocol):
-    """An algorithm whose rounds run on the server only: ``server_round`` returns the new state and the round's
-    modelled server seconds."""
-
-    def server_round(self, state: ServerState, round_idx: int, pool: TaskPool) -> tuple[ServerState, float]: ...
-
-
-@runtime_checkable
-class PhaseResult(Protocol):
-    """An algorithm that reports what its phase produced (for the run's summary), from the phase's final state."""
-
-    def phase_result(self, state: ServerState) -> dict[str, object]: ...
 
 
 @dataclass(frozen=True)
@@ -90,22 +69,23 @@ class Phase:
 
 
 class PhasedAlgorithm(Algorithm):
-    """The algorithms of a multi-phase run; client-side hooks go to the phase of the task's round."""
+    """The algorithms of a multi-phase run, as client hosts hold them. It is a ``capabilities.RoundDispatch``: a host
+    asks every client-side hook of a task (``local_train`` and all it calls, ``client_weight``,
+    ``keeps_client_state``) of ``at(task.round_idx)``, the phase's own algorithm, so no hook is forwarded by hand and
+    none can be missed."""
 
     name = "phased"
 
     def __init__(self, phases: Sequence[Phase], train: TrainConfig) -> None:
         super().__init__(None, train)
         self.phases = tuple(phases)
-        for phase in self.phases:
-            if type(phase.algorithm.reducer) is not MaskedWeightedMean:
-                raise ValueError(f"phase {phase.name!r}: phases must aggregate with the element-wise weighted mean")
 
     def index_of(self, round_idx: int) -> int:
         starts = [p.start for p in self.phases]
         return max(0, int(np.searchsorted(starts, round_idx, side="right")) - 1)
 
     def at(self, round_idx: int) -> Algorithm:
+        """The algorithm of round ``round_idx``'s phase."""
         return self.phases[self.index_of(round_idx)].algorithm
 
     # ------------------------------------------------------------------------------------------ binding
@@ -120,24 +100,12 @@ class PhasedAlgorithm(Algorithm):
             phase.algorithm.bind_client(family, input_spec)
 
     def eval_model(self) -> nn.Module | None:
-        if any(phase.algorithm.eval_model() is not None for phase in self.phases):
+        if any(eval_model(phase.algorithm) is not None for phase in self.phases):
             raise ValueError("phases cannot bring their own evaluation model (a host builds one for the whole run)")
         return None
 
     def init_state(self, params: Params) -> ServerState:
         return self.phases[0].algorithm.init_state(params)
-
-    # ------------------------------------------------------------------------------------------ client side
-    def local_train(
-        self, model: nn.Module, x: np.ndarray, y: np.ndarray, task: TrainTask, input_spec: InputSpec
-    ) -> ClientUpdate:
-        return self.at(task.round_idx).local_train(model, x, y, task, input_spec)
-
-    def local_loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, task: TrainTask) -> torch.Tensor:
-        return self.at(task.round_idx).local_loss(model, x, y, task)
-
-    def backward_step(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, task: TrainTask) -> torch.Tensor:
-        return self.at(task.round_idx).backward_step(model, x, y, task)
 
 
 class PhaseSchedule:

@@ -43,6 +43,7 @@ from rayfl.engine.round_record import WallTimes, client_records, mean_finite, pl
 from rayfl.engine.steps import check_in, plan_clients, write_round
 from rayfl.experiment.loader import check_clients_per_round
 from rayfl.experiment.schema import ExperimentConfig
+from rayfl.fl.api import capabilities
 from rayfl.fl.registry import build_algorithm
 from rayfl.models import InputSpec, build_model
 
@@ -105,7 +106,7 @@ def run_search_only(
             views = check_in(cfg.seed, dataset, clock, round_idx, cfg.clients_per_round)
             # 2. Assignment, on a model without weights.
             try:
-                assignments, state = algorithm.assign_with_state(state, round_idx, views)
+                assignments, state = capabilities.assign_with_state(algorithm, state, round_idx, views)
             except (NotImplementedError, RuntimeError, TypeError) as err:  # e.g. a meta tensor read as numbers
                 raise ValueError(
                     f"search-only: algorithm {cfg.algorithm.name!r} could not assign sub-models without weights (the "

@@ -45,6 +45,7 @@ from rayfl.engine.persist.records import ClientRecord, EvalRecord, RoundRecord, 
 from rayfl.engine.round_record import RoundEvaluation
 from rayfl.engine.sampling import sample_clients
 from rayfl.experiment.schema import ExperimentConfig
+from rayfl.fl.api import capabilities
 from rayfl.fl.api.algorithm import Algorithm
 from rayfl.system.clock import ClientPlan, SimClock
 
@@ -81,7 +82,7 @@ def plan_clients(
 ) -> ClientPlan:
     """Step 3: the clock's plan of the round before anything runs (``train``: the round's local training, a phase's
     own epochs)."""
-    work = algorithm.train_flops(round_idx, views, assignments)  # None: the model's FLOPs x samples
+    work = capabilities.train_flops(algorithm, round_idx, views, assignments)  # None: FLOPs x samples
     return clock.plan(round_idx, views, assignments, state.models, train, work)
 
 
@@ -165,10 +166,10 @@ def evaluate_round(
     """Step 6: the main evaluation, every global model's, the named structures' (``evals.csv`` rows), the average
     over devices' models (``device_acc``; with ``eval_all_devices`` the all-device model's figures and rows too)
     and, with per-client test data, each client's accuracy on its model."""
-    eval_params = algorithm.eval_params(state)
+    eval_params = capabilities.eval_params(algorithm, state)
     main = backend.evaluate(eval_params, algorithm.eval_units(state))
     evals = evaluate_models(backend, algorithm, state, main)
-    wanted = algorithm.eval_structures(state)
+    wanted = capabilities.eval_structures(algorithm, state)
     for name, units in width_structures(clock.oracle.family, cfg.eval_widths).items():
         if name in wanted:
             raise ValueError(f"eval_widths: {name!r} is also a structure {algorithm.name} evaluates")

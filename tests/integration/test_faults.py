@@ -97,7 +97,7 @@ class PausingFedAvg(FedAvg):
     def eval_model(self) -> nn.Module | None:
         if self.eval_pause is not None:  # a host builds its evaluation model at its first evaluation
             self.eval_pause.at()
-        return super().eval_model()
+        return None  # the run's global model
 
 
 class PlanFailingFedAvg(PausingFedAvg):

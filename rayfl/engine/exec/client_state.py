@@ -39,6 +39,7 @@ from rayfl.config.model import ModelConfig
 from rayfl.core.messages import Assignment, ClientUpdate, Params, TensorSlice, TrainTask
 from rayfl.core.rng import derive_seed
 from rayfl.fl.api.algorithm import Algorithm
+from rayfl.fl.api.capabilities import for_round
 from rayfl.models import InputSpec, build_model
 from rayfl.models.elastic.family import gather
 
@@ -94,7 +95,10 @@ class ClientMemory:
 def keeps_state(algorithm: Algorithm, tasks: Sequence[TrainTask]) -> bool:
     """Whether a round's clients carry memories: the algorithm keeps per-client state, links pad, or the run keeps
     every client's last upload (``eval_all_devices``)."""
-    return algorithm.keeps_client_state or any(t.keep_upload or (t.link is not None and t.link.padding) for t in tasks)
+    return any(
+        for_round(algorithm, t.round_idx).keeps_client_state or t.keep_upload or (t.link is not None and t.link.padding)
+        for t in tasks
+    )
 
 
 def pads(tasks: Sequence[TrainTask]) -> bool:

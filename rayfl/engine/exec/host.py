@@ -37,6 +37,7 @@ from rayfl.data.federated import FederatedDataset
 from rayfl.engine.exec.allocator import tune_allocator
 from rayfl.engine.exec.client_state import ClientMemory, KeptUpload, keeps_state, own_global, padded_tensor
 from rayfl.engine.exec.device import use_device
+from rayfl.fl.api import capabilities
 from rayfl.fl.api.algorithm import Algorithm
 from rayfl.fl.common.multimodel import model_key, model_params
 from rayfl.models import InputSpec, build_model, to_input
@@ -296,11 +297,12 @@ class ClientHost:
         )
         x, y = self.dataset.client_train(task.client_id)
         with _seeded_rng(task, self.device):
-            update = _on_cpu(self.algorithm.local_train(model, x, y, run, self._spec_of(task.client_id, x)))
+            algorithm = capabilities.for_round(self.algorithm, task.round_idx)  # a phased run: the round's phase's
+            update = _on_cpu(algorithm.local_train(model, x, y, run, self._spec_of(task.client_id, x)))
         train_wall_s = time.perf_counter() - began
         failure = None if _finite(update) else "nan_update"
         after = memory
-        if failure is None and (self.algorithm.keeps_client_state or (link is not None and link.padding)):
+        if failure is None and (algorithm.keeps_client_state or (link is not None and link.padding)):
             kept = _float_state(model, link.memory_dtype) if link is not None and link.padding else None
             slices = dict(assignment.slices) if kept is not None else None
             upload = memory.upload if memory is not None else None
@@ -372,7 +374,7 @@ class ClientHost:
         num_examples = self.dataset.num_examples(task.client_id)
         update = ClientUpdate(
             client_id=task.client_id,
-            weight=self.algorithm.client_weight(num_examples),
+            weight=capabilities.for_round(self.algorithm, task.round_idx).client_weight(num_examples),
             values=values,
             slices=dict(task.assignment.slices),
             num_examples=num_examples,
@@ -420,7 +422,7 @@ class ClientHost:
             self._load(as_tensors(params), model)
         else:
             if self._eval_model is None:
-                built = self.algorithm.eval_model()
+                built = capabilities.eval_model(self.algorithm)
                 self._eval_model = self.model if built is None else built.to(self.device)
             model = self._eval_model
             self._load(as_tensors(params), model)

@@ -41,6 +41,7 @@ from torch import nn
 from rayfl.config.model import CustomModelConfig, ModelConfig
 from rayfl.core.messages import Params, ServerState
 from rayfl.experiment.schema import ExperimentConfig
+from rayfl.fl.api import capabilities
 from rayfl.fl.api.algorithm import Algorithm
 from rayfl.fl.common.multimodel import model_params
 from rayfl.models import InputSpec
@@ -151,7 +152,7 @@ def write_models(
 
     out = run_dir / EXPORT_DIR
     out.mkdir(exist_ok=True)
-    params = algorithm.eval_params(state)
+    params = capabilities.eval_params(algorithm, state)
     names = algorithm.model_names(state)
     digest = config_digest(run_dir)
     written: list[Path] = []
@@ -159,7 +160,7 @@ def write_models(
         # model 0 as the engine's main evaluation scores it: the run's model (or its eval_units sub-model)
         config = state.models[model_id] if model_id > 0 else cfg.model
         units = algorithm.eval_units(state) if model_id == 0 else None
-        track = model_id == 0 and units is None and algorithm.eval_model() is not None
+        track = model_id == 0 and units is None and capabilities.eval_model(algorithm) is not None
         tensors = _model_tensors(config, spec, model_params(params, model_id), units)
         meta = {
             "format": FORMAT,

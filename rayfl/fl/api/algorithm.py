@@ -3,19 +3,32 @@
 An algorithm fills a few hooks and keeps no state between them; everything it remembers lives in the
 ``ServerState`` the engine passes in and takes back. Call order, once per round:
 
-1. driver: ``assign(state, round_idx, views)`` → an ``Assignment`` per sampled client (through
-   ``assign_with_state``, which may also return a new state);
-2. each client host, per client: ``local_train(model, x, y, task, ...)`` (the default loop calls ``local_loss``) →
-   ``ClientUpdate``;
-3. hosts and parameter-server shards: ``reducer`` (accumulate → merge → finalize) → ``Aggregate``;
+1. driver: ``assign(state, round_idx, views)`` → an ``Assignment`` per sampled client;
+2. each client host, per client: ``local_train(model, x, y, task, ...)`` (the default loop calls ``train_batch``,
+   ``backward_step``, ``local_loss``) → ``ClientUpdate`` weighted by ``client_weight``;
+3. hosts and parameter-server shards: the one reduction (below) → ``Aggregate``;
 4. driver: ``server_update(state, round_idx, aggregate)`` → the next ``ServerState``;
-5. driver: ``eval_params(state)`` → the parameters the engine evaluates, as ``eval_units`` and every structure of
-   ``eval_structures``.
+5. driver: the global parameters evaluated as ``eval_units``; with several global models, each under
+   ``model_names``, and each device on the evaluation ``device_evals`` names.
 
 Before the first round the engine binds the algorithm to the run: ``bind_server(ServerContext)`` on the driver (the
 model's elastic family, the cost model the clock uses, the data set, the seed), and ``bind_client(family, spec)`` on
 every client host. Server context never travels to the hosts (``__getstate__`` drops it). After each round's server
 update the driver reads ``round_stats()`` into the round's record.
+
+Hooks that only one method needs are not here: they are capability protocols (``rayfl/fl/api/capabilities.py``:
+model search's stateful assignment, FedorAS's FLOP counts and phases, HeteroFL's static-BN evaluation, FedHeN's
+extra structures, FedTrans's budget-aware client model and run summary) that the engine checks with ``isinstance``,
+doing what every other method does otherwise.
+
+**One reduction, not a hook.** Every method aggregates with the count-weighted element-wise mean
+(``rayfl/core/reducers.py``: ``MaskedWeightedMean``; elements no client covered keep their value). It is fixed because
+the engine splits it across processes: client hosts accumulate float64 partial sums next to training (torch), and
+parameter-server shards merge them in host order and divide with a numpy twin of the same arithmetic
+(``rayfl/core/partials.py``: ``ArrayWeightedMean``, so shards never load torch), which makes results bit for bit
+independent of how clients are spread over hosts and shards. A method shapes aggregation through the weights, per
+client (``client_weight``) or per tensor (``ClientUpdate.tensor_weights``: FedorAS's OPA), and through
+``server_update`` (server optimizers, distillation, model transformations), never by replacing the reduction.
 
 Client-side hooks run inside Ray actors or in-process alike, so they must be pure functions of their arguments and
 draw randomness only from the task's derived generators. Algorithms never import Ray.
@@ -24,9 +37,9 @@ draw randomness only from the task's derived generators. Algorithms never import
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 import numpy as np
 import torch
@@ -37,6 +50,7 @@ from rayfl.config.sections import TrainConfig
 from rayfl.core.messages import Aggregate, Assignment, ClientUpdate, ClientView, Params, ServerState, TrainTask
 from rayfl.core.reducers import MaskedWeightedMean
 from rayfl.core.rng import derive_torch_generator
+from rayfl.fl.api.capabilities import client_model
 from rayfl.fl.api.optim import ClientOptimizer, client_optimizer
 from rayfl.models.inputs import InputSpec, module_device, to_input
 
@@ -47,8 +61,9 @@ if TYPE_CHECKING:
 
 __all__ = ["MAIN_EVAL", "Algorithm", "RoundStats", "ServerContext", "round_lr"]
 
-# The name of the engine's main evaluation (``eval_params`` as ``eval_units``: ``test_acc``) among the evaluation
-# names a device's model can have (``Algorithm.device_evals``); structure and model names must differ from it.
+# The name of the engine's main evaluation (the evaluated parameters as ``eval_units``: ``test_acc``) among the
+# evaluation names a device's model can have (``Algorithm.device_evals``); structure and model names must differ
+# from it.
 MAIN_EVAL = "main"
 
 
@@ -105,10 +120,13 @@ class Algorithm:
     # ``local_train`` as ``task.client_state`` and replaced by the ``ClientUpdate.client_state`` it returns
     keeps_client_state: ClassVar[bool] = False
 
+    # the one reduction every method aggregates with (module docstring: why it is not a hook); ``Final``, so that
+    # mypy refuses a subclass that tries to replace it
+    reducer: Final = MaskedWeightedMean()
+
     def __init__(self, config: Any, train: TrainConfig) -> None:
         self.config = config
         self.train = train
-        self.reducer = MaskedWeightedMean()
         self.family: ElasticFamily | None = None
         self.input_spec: InputSpec | None = None
         self._server: ServerContext | None = None
@@ -153,11 +171,6 @@ class Algorithm:
         """The algorithm's numbers for the round just finished (read after ``server_update``)."""
         return RoundStats()
 
-    def run_summary(self, state: ServerState) -> dict[str, object]:
-        """What the algorithm adds to ``summary.json`` under its name at the end of a run (JSON-serialisable; the
-        default adds nothing). FedTrans: the models it made and how."""
-        return {}
-
     # ------------------------------------------------------------------------------------------ server side
     def init_state(self, params: Params) -> ServerState:
         """The state before round 0, from freshly initialised global parameters."""
@@ -167,27 +180,9 @@ class Algorithm:
         """Which (sub-)model each sampled client trains; the default gives everyone the full model."""
         return {v.client_id: Assignment() for v in views}
 
-    def assign_with_state(
-        self, state: ServerState, round_idx: int, views: Sequence[ClientView]
-    ) -> tuple[dict[int, Assignment], ServerState]:
-        """What the engine calls: ``assign``'s assignments and the state after assigning. The default leaves the state
-        as it is; an algorithm whose assignment grows state that later rounds read (model search's pool) overrides
-        this, so that the state lives in ``ServerState`` (and in checkpoints) even in a round whose server update is
-        skipped because every client failed."""
-        return self.assign(state, round_idx, views), state
-
     def client_weight(self, num_examples: int) -> float:
         """A client's weight in the reducer's mean."""
         return float(num_examples)
-
-    def train_flops(
-        self, round_idx: int, views: Sequence[ClientView], assignments: Mapping[int, Assignment]
-    ) -> np.ndarray | None:
-        """Each client's FLOPs of local training this round (aligned with ``views``) for the clock's modelled compute
-        time, when the algorithm knows them better than the cost model (its assigned model's training FLOPs per
-        sample times the samples it trains); ``None`` (the default): the cost model's. FedorAS trains one path of a
-        larger subspace per batch, so it counts its paths' FLOPs."""
-        return None
 
     def server_update(self, state: ServerState, round_idx: int, aggregate: Aggregate) -> ServerState:
         """The next global state from the round's aggregate; the default adopts the mean."""
@@ -199,32 +194,17 @@ class Algorithm:
             models=state.models,
         )
 
-    def eval_params(self, state: ServerState) -> Params:
-        """The parameters the engine evaluates after a round."""
-        return state.params
-
     def eval_units(self, state: ServerState) -> tuple[int, ...] | None:
-        """The structure the engine evaluates ``eval_params`` as: ``None`` (the default) is the full model; unit counts
-        mean the first-k sub-model of the family with those units (FedAvg on the smallest model)."""
+        """The structure the engine evaluates the global parameters (``capabilities.eval_params``) as: ``None`` (the
+        default) is the full model; unit counts mean the first-k sub-model of the family with those units (FedAvg on
+        the smallest model)."""
         return None
-
-    def eval_structures(self, state: ServerState) -> dict[str, tuple[int, ...] | None]:
-        """Further structures the engine evaluates ``eval_params`` as each evaluated round, by name, besides the one of
-        ``eval_units`` (``None``: the full model; units: that first-k sub-model); recorded per name in ``evals.csv``.
-        The default is none (FedHeN: its simple model, the side-exit sub-model)."""
-        return {}
 
     def client_model_id(self, state: ServerState, client_id: int) -> int:
         """Which global model client ``client_id`` would be assigned now: the engine scores the client's test data on
-        it for the average client accuracy (paper 002). The default is model 0 (single-model methods)."""
+        it for the average client accuracy (paper 002). The default is model 0 (single-model methods); a method whose
+        choice depends on the client's budgets implements ``capabilities.ClientModel`` instead (FedTrans)."""
         return 0
-
-    def client_model(self, state: ServerState, view: ClientView) -> int:
-        """``client_model_id`` for a client whose budgets are known (``view``: a device at an evaluated round's end).
-        The engine scores each client on this model for the average client accuracy and the device average; the
-        default ignores the budgets. Methods whose choice depends on them override it (FedTrans: the compatible model
-        of highest utility)."""
-        return self.client_model_id(state, view.client_id)
 
     def model_names(self, state: ServerState) -> tuple[str, ...]:
         """A name for every global model in id order (one for a single-model run). Model 0's evaluation is the main one
@@ -234,18 +214,12 @@ class Algorithm:
 
     def device_evals(self, state: ServerState, views: Sequence[ClientView]) -> list[str]:
         """For every device (one view per client of the run, its budgets at the evaluated round's end), the name of
-        the evaluation that scores the model it uses: ``MAIN_EVAL``, a name of ``eval_structures`` or of
+        the evaluation that scores the model it uses: ``MAIN_EVAL``, a name of ``capabilities.eval_structures`` or of
         ``model_names``. The engine records the mean over devices of those accuracies (``device_acc``: each model
         weighted by how many devices use it, paper 001's average over devices' models). The default is the model
-        ``client_model`` names (the main evaluation in a single-model run)."""
+        ``capabilities.client_model`` names (the main evaluation in a single-model run)."""
         names = self.model_names(state)
-        return [names[self.client_model(state, v)] for v in views]
-
-    def eval_model(self) -> nn.Module | None:
-        """The module client hosts evaluate ``eval_params`` with, built once per host after ``bind_client``; ``None``
-        (the default) means the run's global model. Its ``state_dict`` must hold every name ``eval_params`` returns
-        (HeteroFL's static BN: a copy whose batch norms keep the running statistics that ``eval_params`` carries)."""
-        return None
+        return [names[client_model(self, state, v)] for v in views]
 
     # ------------------------------------------------------------------------------------------ client side
     def local_loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, task: TrainTask) -> torch.Tensor:

@@ -13,12 +13,17 @@ import pandas as pd
 import pytest
 import torch
 
+from rayfl.config.sections import BackendConfig
 from rayfl.core.errors import ConfigError
+from rayfl.core.messages import Assignment, TrainTask
 from rayfl.engine.build import build_clock, build_setup
 from rayfl.engine.driver import RunResult, run_experiment
-from rayfl.engine.phases import PhasedAlgorithm, PhaseSchedule, build_run_algorithm
+from rayfl.engine.exec.client_state import keeps_state
+from rayfl.engine.exec.host import ClientHost
+from rayfl.engine.phases import Phase, PhasedAlgorithm, PhaseSchedule, build_run_algorithm
 from rayfl.experiment.loader import load_config
 from rayfl.experiment.schema import ExperimentConfig, PhaseConfig
+from rayfl.fl.methods.fedavg.algorithm import FedAvg
 from rayfl.fl.methods.fedavg.config import FedAvgConfig
 from rayfl.fl.methods.fedoras.algorithm import op_tables, supernet_family
 from rayfl.fl.methods.fedoras.sampling import path_flops
@@ -121,6 +126,42 @@ def test_phases_must_add_up_to_rounds(tmp_path: Path) -> None:
     )
     with pytest.raises(ConfigError, match="phases' rounds"):
         load_config(path)
+
+
+class _Remembering(FedAvg):
+    """FedAvg that keeps a state per client across rounds (it gives none back: only the flag matters here)."""
+
+    keeps_client_state = True
+
+
+@pytest.mark.parametrize("noop", [False, True])
+def test_hosts_ask_the_phase_of_the_tasks_round_for_every_client_hook(noop: bool) -> None:
+    """Phase a (FedAvg weighing by examples) then phase b (FedAvg weighing clients equally, keeping client state):
+    a host's partial sums carry each phase's own ``client_weight``, whether clients train or return what they got
+    (``train.noop``, where the host asks the weight itself), and only phase b's clients carry memories."""
+    base = tiny_config(kind="local")
+    train = dataclasses.replace(base.train, noop=noop)
+    phased = PhasedAlgorithm(
+        [
+            Phase("a", 0, 1, FedAvg(FedAvgConfig(), train)),
+            Phase("b", 1, 1, _Remembering(FedAvgConfig(weighting="uniform"), train)),
+        ],
+        train,
+    )
+    setup = build_setup(dataclasses.replace(base, train=train), tiny_image_dataset())
+    host = ClientHost(0, setup.dataset, base.model, phased, BackendConfig(kind="local"), init_seed=1)
+    params = {k: v.numpy() for k, v in setup.params.items()}
+    client = 3
+    weights = []
+    for round_idx in (0, 1):
+        task = TrainTask(client, round_idx, 0, 0.05, Assignment())
+        partial, _outcomes, *_ = host.run_round([task], params, {k: 0 for k in params}, 1, None, None)
+        sums = partial.values()  # type: ignore[attr-defined]  # one shard's ArrayPartial
+        weights.append({float(s.weight) for s in sums})
+    assert weights == [{float(setup.dataset.num_examples(client))}, {1.0}]
+    assert setup.dataset.num_examples(client) != 1
+    tasks = [TrainTask(client, r, 0, 0.05, Assignment()) for r in (0, 1)]
+    assert [keeps_state(phased, [t]) for t in tasks] == [False, True]
 
 
 def test_fedavg_then_fedavg_equals_one_fedavg_run() -> None:

@@ -100,6 +100,7 @@ class FedHeN(SubModelAlgorithm):
         return {v.client_id: complex_ if fits else simple for v, fits in zip(views, complex_fits, strict=True)}
 
     def eval_structures(self, state: ServerState) -> dict[str, tuple[int, ...] | None]:
+        """``capabilities.EvalStructures``: the side-exit sub-model, evaluated every round as ``simple``."""
         return {SIMPLE: self.simple_units()}
 
     def device_evals(self, state: ServerState, views: Sequence[ClientView]) -> list[str]:

@@ -209,8 +209,9 @@ class FedorAS(Algorithm):
     def train_flops(
         self, round_idx: int, views: Sequence[ClientView], assignments: Mapping[int, Assignment]
     ) -> np.ndarray | None:
-        """Each client's training FLOPs: forward + backward (``TRAIN_FLOPS_PER_FORWARD`` x the forward) of every batch
-        on its path, replayed as ``local_train`` draws them (the cost model would price every op of the subspace)."""
+        """``capabilities.CountsTrainFlops``: each client's training FLOPs, forward + backward
+        (``TRAIN_FLOPS_PER_FORWARD`` x the forward) of every batch on its path, replayed as ``local_train`` draws them
+        (the cost model would price every op of the subspace)."""
         from rayfl.system.costs import TRAIN_FLOPS_PER_FORWARD
 
         _, tables, _ = self._ready()

@@ -200,7 +200,7 @@ class FedTrans(Algorithm):
         return out
 
     def client_model(self, state: ServerState, view: ClientView) -> int:
-        """The compatible model of highest utility (the smaller one on ties)."""
+        """``capabilities.ClientModel``: the compatible model of highest utility (the smaller one on ties)."""
         candidates = self.compatible(state, view)
         return int(candidates[int(np.argmax(self._state(state).utilities[view.client_id, candidates]))])
 
@@ -364,7 +364,8 @@ class FedTrans(Algorithm):
         return tuple(steps), frozenset(after)
 
     def run_summary(self, state: ServerState) -> dict[str, object]:
-        """The family: each model's transformation log and training FLOPs per sample, and every transformation."""
+        """``capabilities.RunSummary``: each model's transformation log and training FLOPs per sample, and every
+        transformation."""
         fs = self._state(state)
         return {
             "models": [list(cast(CellNetConfig, c).transforms) for c in state.models],

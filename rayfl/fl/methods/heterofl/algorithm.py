@@ -132,6 +132,7 @@ class HeteroFL(UniformRateAlgorithm):
             return None
         return tracked_global_model(self.family)
 
+    # capabilities.EvalModel and EvalParams: static BN's tracked copy and the statistics it evaluates with
     def eval_model(self) -> nn.Module | None:
         return self._static_bn_model()
 

@@ -110,7 +110,8 @@ class ModelSearchAlgorithm(SubModelAlgorithm):
     def assign_with_state(
         self, state: ServerState, round_idx: int, views: Sequence[ClientView]
     ) -> tuple[dict[int, Assignment], ServerState]:
-        """The round's search; the grown pool goes into ``state.algo_state`` (a ``SearchPool``)."""
+        """``capabilities.StatefulAssign``: the round's search; the grown pool goes into ``state.algo_state`` (a
+        ``SearchPool``)."""
         search = self._search_of(state)
         result = search.assign_round(views, round_idx)
         self._last = result
