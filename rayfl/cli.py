@@ -99,9 +99,11 @@ def _run_loaded(cfg: ExperimentConfig, resume: Path | None) -> int:
     data = []
     if resume is None:
         from rayfl.config_loader import check_factories, check_output_dir
+        from rayfl.engine.tracking import check_tracking
 
         check_output_dir(cfg.output_dir)  # before Ray starts and the data loads
         check_factories(cfg)
+        check_tracking(cfg)
     if cfg.backend.kind == "ray" and resume is None:  # a resume is checked before anything starts
         from rayfl.engine.ray_session import prestart
 

@@ -45,7 +45,7 @@ from rayfl.engine.resume import RunProgress, load_resume_point, resume_progress,
 from rayfl.engine.sampling import sample_clients
 from rayfl.engine.server_tasks import build_task_pool
 from rayfl.engine.stop import RunInterrupted, StopRequests
-from rayfl.engine.tracking import open_trackers
+from rayfl.engine.tracking import check_tracking, open_trackers
 from rayfl.system.clock import ClientPlan, SimClock
 
 __all__ = ["RunResult", "client_records", "mean_finite", "open_run_writer", "run_experiment"]
@@ -126,6 +126,8 @@ def _run(
     point = load_resume_point(cfg, resume) if resume is not None else None  # refused before anything starts
     if write and point is None:
         check_output_dir(cfg.output_dir)  # its run directory is made later, once data and backend are ready
+    if write:
+        check_tracking(cfg)  # a tracker asked for by name has its package
     # on Ray the run keeps the object store's view (setup.dataset), not a reference to the data set given
     setup = prepare_run(cfg, given.pop(), cache_dir)  # with Ray: started meanwhile, data in the object store
     ds, algorithm = setup.dataset, setup.algorithm
