@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
+from safetensors.torch import load_file
 
 from rayfl.algorithms import ALGORITHMS
 from rayfl.config import (
@@ -42,6 +43,7 @@ from rayfl.data.federated import FederatedDataset
 from rayfl.engine.build import build_clock, build_setup
 from rayfl.engine.checkpoint import CheckpointStore
 from rayfl.engine.driver import RunResult
+from rayfl.engine.export import exported_models
 from rayfl.engine.records import HOST_CLOCK_FIELDS
 from rayfl.models.elastic.spec import SubModelSpec
 from tests.helpers import tiny_config
@@ -139,7 +141,16 @@ def assert_same_run(a: Path, b: Path, a_result: RunResult | None = None, b_resul
     for summary in (x_summary, y_summary):
         summary.pop("wall_time_s")
         summary.pop("name")
+        summary.pop("backend")  # where it ran (a resume may change backend), not what it computed
     assert x_summary == y_summary  # phases' results included (FedorAS's search)
+    # the exported models (engine/export.py): the same files, metadata and tensors
+    xm, ym = (exported_models(d) for d in (a, b))
+    assert [(m.path.name, m.round_idx, m.accuracy, m.units) for m in xm] == [
+        (m.path.name, m.round_idx, m.accuracy, m.units) for m in ym
+    ]
+    for p, q in zip(xm, ym, strict=True):
+        xt, yt = load_file(str(p.path)), load_file(str(q.path))
+        assert xt.keys() == yt.keys() and all(torch.equal(xt[n], yt[n]) for n in xt), p.path.name
     if a_result is not None and b_result is not None:
         assert_same_state(a_result.state.params, b_result.state.params)
         assert_same_state(a_result.state.opt_state, b_result.state.opt_state)
