@@ -235,6 +235,9 @@ def _check_before_start(cfg: ExperimentConfig) -> None:
 
     check_output_dir(cfg.output_dir)
     check_factories(cfg)
+    from rayfl.engine.persist.tracking import check_tracking
+
+    check_tracking(cfg)  # a tracker asked for by name has its package
     if cfg.model.name == "custom":  # torch and the methods are imported for custom models only
         from rayfl.engine.preflight import check_custom_model
 

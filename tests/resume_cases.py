@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
+from safetensors.torch import load_file
 
 from rayfl.config.model import CellNetConfig, CNNConfig, ResNetConfig
 from rayfl.config.sections import CheckpointConfig, DataConfig, LinkConfig, ResourceConfig, SystemConfig
@@ -26,6 +27,7 @@ from rayfl.data.federated import FederatedDataset
 from rayfl.engine.build import build_clock, build_setup
 from rayfl.engine.driver import RunResult
 from rayfl.engine.persist.checkpoint import CheckpointStore
+from rayfl.engine.persist.export import exported_models
 from rayfl.engine.persist.records import HOST_CLOCK_FIELDS
 from rayfl.experiment.schema import ExperimentConfig
 from rayfl.fl.common.distill.config import DistillConfig
@@ -130,7 +132,16 @@ def assert_same_run(a: Path, b: Path, a_result: RunResult | None = None, b_resul
     for summary in (x_summary, y_summary):
         summary.pop("wall_time_s")
         summary.pop("name")
+        summary.pop("backend")  # where it ran (a resume may change backend), not what it computed
     assert x_summary == y_summary  # phases' results included (FedorAS's search)
+    # the exported models (engine/persist/export.py): the same files, metadata and tensors
+    xm, ym = (exported_models(d) for d in (a, b))
+    assert [(m.path.name, m.round_idx, m.accuracy, m.units) for m in xm] == [
+        (m.path.name, m.round_idx, m.accuracy, m.units) for m in ym
+    ]
+    for p, q in zip(xm, ym, strict=True):
+        xt, yt = load_file(str(p.path)), load_file(str(q.path))
+        assert xt.keys() == yt.keys() and all(torch.equal(xt[n], yt[n]) for n in xt), p.path.name
     if a_result is not None and b_result is not None:
         assert_same_state(a_result.state.params, b_result.state.params)
         assert_same_state(a_result.state.opt_state, b_result.state.opt_state)

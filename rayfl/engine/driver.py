@@ -31,7 +31,7 @@ from rayfl.engine.persist.checkpoint import CheckpointStore
 from rayfl.engine.persist.export import ModelExporter
 from rayfl.engine.persist.records import ClientRecord, EvalRecord, RoundRecord, RunWriter, make_run_dir
 from rayfl.engine.persist.resume import RunProgress, load_resume_point, resume_progress, take_snapshot
-from rayfl.engine.persist.tracking import open_trackers
+from rayfl.engine.persist.tracking import check_tracking, open_trackers
 from rayfl.engine.phases import PhaseSchedule
 from rayfl.engine.preflight import check_someone_can_train
 from rayfl.engine.round_record import RoundEvaluation, WallTimes, client_records, round_record, trained
@@ -212,6 +212,8 @@ def _start(
     point = load_resume_point(cfg, resume) if resume is not None else None  # refused before anything starts
     if write and point is None:
         check_output_dir(cfg.output_dir)  # its run directory is made later, once data and backend are ready
+    if write:
+        check_tracking(cfg)  # a tracker asked for by name has its package
     # on Ray the run keeps the object store's view (setup.dataset), not a reference to the data set given
     setup = prepare_run(cfg, given.pop(), cache_dir)  # with Ray: started meanwhile, data in the object store
     ds, algorithm = setup.dataset, setup.algorithm

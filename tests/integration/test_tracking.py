@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from rayfl.config.sections import TrackingConfig
+from rayfl.core.errors import ConfigError
+from rayfl.engine import tracking
 from rayfl.engine.driver import run_experiment
 from rayfl.fl.methods.independent.config import IndependentConfig
 from tests.helpers import tiny_config, tiny_image_dataset
@@ -65,3 +67,12 @@ def test_an_mlflow_run_holds_every_rounds_accuracy_and_the_config(
     params = run.data.params
     assert params["algorithm.name"] == "independent" and params["rounds"] == "3"
     assert params["model.channels"] == "[8, 16]"
+
+
+def test_a_tracker_without_its_package_is_one_config_error_before_anything_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tracking, "installed", lambda package: package != "mlflow")
+    with pytest.raises(ConfigError, match=r"tracking.mlflow: the mlflow package is not installed \(pip install"):
+        _run(tmp_path, TrackingConfig(mlflow=True))
+    assert not (tmp_path / "runs").exists()

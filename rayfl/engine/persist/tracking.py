@@ -34,7 +34,7 @@ from typing import Any, Protocol
 from rayfl.engine.persist.records import EvalRecord, RoundRecord
 from rayfl.experiment.schema import ExperimentConfig
 
-__all__ = ["Trackers", "flat_config", "open_trackers", "round_metrics"]
+__all__ = ["Trackers", "check_tracking", "flat_config", "open_trackers", "round_metrics"]
 
 log = logging.getLogger(__name__)
 
@@ -113,13 +113,32 @@ class Trackers:
             self.trackers.remove(tracker)
 
 
+_PACKAGES = {"tensorboard": "tensorboard", "mlflow": "mlflow"}  # the package each tracker needs, by config key
+
+
+def installed(package: str) -> bool:
+    return importlib.util.find_spec(package) is not None
+
+
+def check_tracking(cfg: ExperimentConfig) -> None:
+    """Before anything is written: a tracker asked for by name whose package is missing is a ``ConfigError``."""
+    from rayfl.core.errors import ConfigError
+
+    for key, package in _PACKAGES.items():
+        if getattr(cfg.tracking, key) is True and not installed(package):
+            raise ConfigError(
+                f"the {package} package is not installed (pip install 'rayfl[track]', or set it to false)",
+                f"tracking.{key}",
+            )
+
+
 def open_trackers(cfg: ExperimentConfig, run_dir: Path) -> Trackers:
     """The trackers ``cfg.tracking`` asks for, writing for the run in ``run_dir``."""
     wanted = cfg.tracking
     trackers: list[_Tracker] = []
     tensorboard = wanted.tensorboard
     if tensorboard is None:
-        tensorboard = importlib.util.find_spec("tensorboard") is not None
+        tensorboard = installed("tensorboard")
     if tensorboard:
         trackers.append(_TensorBoard(run_dir))
     if wanted.mlflow:
