@@ -50,8 +50,8 @@ def workload(rounds: int, clients: int, out: Path, tracking: dict[str, bool]) ->
 
 
 def measure(setting: str, rounds: int, clients: int, base: Path) -> dict[str, float]:
-    from rayfl.engine import tracking
     from rayfl.engine.driver import run_experiment
+    from rayfl.engine.persist import tracking
 
     spent = {"log": 0.0, "close": 0.0}
     original_log, original_close = tracking.Trackers.log_round, tracking.Trackers.close

@@ -11,8 +11,8 @@ import pytest
 
 from rayfl.config.sections import TrackingConfig
 from rayfl.core.errors import ConfigError
-from rayfl.engine import tracking
 from rayfl.engine.driver import run_experiment
+from rayfl.engine.persist import tracking
 from rayfl.fl.methods.independent.config import IndependentConfig
 from tests.helpers import tiny_config, tiny_image_dataset
 
