@@ -33,10 +33,10 @@ def _hash(items: list[Any]) -> str:
     return hashlib.sha256(repr(items).encode()).hexdigest()[:16]
 
 
-def digest_result(result: Any) -> dict[str, str]:
+def digest_result(result: Any, ignore: frozenset[str] = frozenset()) -> dict[str, str]:
     """Digests of one ``RunResult``: rounds (without wall-clock fields), evals, final parameters, baseline."""
     rounds = [
-        [(f.name, getattr(r, f.name)) for f in dataclasses.fields(r) if f.name not in WALL_FIELDS]
+        [(f.name, getattr(r, f.name)) for f in dataclasses.fields(r) if f.name not in WALL_FIELDS | ignore]
         for r in result.records
     ]
     params = hashlib.sha256()
@@ -67,7 +67,7 @@ def phase_overrides(path: str, overrides: list[str], phase_rounds: int) -> list[
     return [*kept, f"rounds={phase_rounds * len(phases)}", *each]
 
 
-def digest_config(path: str, overrides: list[str]) -> dict[str, str]:
+def digest_config(path: str, overrides: list[str], ignore: frozenset[str] = frozenset()) -> dict[str, str]:
     from rayfl.engine.driver import run_experiment
     from rayfl.experiment.loader import load_config
 
@@ -76,7 +76,7 @@ def digest_config(path: str, overrides: list[str]) -> dict[str, str]:
         result = run_experiment(cfg, write=True)
         assert result.run_dir is not None
         clients = (result.run_dir / "clients.csv").read_text(encoding="utf-8")
-    return {**digest_result(result), "clients": hashlib.sha256(clients.encode()).hexdigest()[:16]}
+    return {**digest_result(result, ignore), "clients": hashlib.sha256(clients.encode()).hexdigest()[:16]}
 
 
 def main() -> None:
@@ -86,6 +86,10 @@ def main() -> None:
     parser.add_argument(
         "--phase-rounds", type=int, default=1, help="rounds per phase of a config with phases (0: overrides as given)"
     )
+    parser.add_argument(
+        "--ignore", nargs="*", default=[], help="record fields left out of the rounds digest (e.g. checkpoint_bytes, "
+        "when the checkpoint format itself changed)"
+    )
     parser.add_argument("--out", type=Path)
     parser.add_argument("--compare", type=Path, help="a JSON file written by --out: exit 1 on any difference")
     args = parser.parse_args()
@@ -93,7 +97,9 @@ def main() -> None:
     for path in args.configs:
         began = time.perf_counter()
         try:
-            digests[path] = digest_config(path, phase_overrides(path, list(args.overrides), args.phase_rounds))
+            digests[path] = digest_config(
+                path, phase_overrides(path, list(args.overrides), args.phase_rounds), frozenset(args.ignore)
+            )
         except Exception as err:  # report and go on: data that cannot be had here (CIFAR-10, Shakespeare)
             digests[path] = {"skipped": f"{type(err).__name__}: {err}"[:200]}
         sys.stderr.write(f"{path}: {time.perf_counter() - began:.1f} s\n")
