@@ -246,6 +246,9 @@ def test_an_old_pickled_checkpoint_is_refused_in_one_line_without_being_read(
     with _copy(written.run_dir) as run_dir:
         marker = tmp_path / "ran"
         _apply("pickle", "old format", run_dir / "checkpoints", marker)
+        # a run that was stopped before its last round (a finished one is not resumed at all: nothing to do)
+        summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+        (run_dir / "summary.json").write_text(json.dumps({**summary, "status": "interrupted"}), encoding="utf-8")
         assert main(["run", "--resume", str(run_dir)]) == 2
         (line,) = capsys.readouterr().err.strip().splitlines()
         assert "round-000003.json: is a checkpoint of an older rayfl (a pickle, format 1)" in line
