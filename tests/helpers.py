@@ -33,3 +33,16 @@ def tiny_config(**backend: object) -> ExperimentConfig:
         train=TrainConfig(lr=0.05, batch_size=5, eval_batch_size=16),
         backend=BackendConfig(**backend),  # type: ignore[arg-type]
     )
+
+
+def tiny_yaml(name: str, rounds: int, extra: str = "") -> str:
+    """The text of a tiny synthetic experiment file (CNN on 8 IID clients, 4 per round, in-process) for tests that run
+    the command line; ``output_dir`` is left as ``{out}`` to fill with ``.format(out=...)``, ``extra`` is appended
+    (e.g. a ``system:`` section)."""
+    return (
+        f"name: {name}\nrounds: {rounds}\nclients_per_round: 4\noutput_dir: {{out}}\n"
+        "data: {{name: synthetic, partition: iid, num_clients: 8, synthetic_samples: 16}}\n"
+        "model: {{name: cnn, channels: [4, 8]}}\n"
+        "train: {{lr: 0.05, batch_size: 8}}\n"
+        "backend: {{kind: local, num_hosts: 1}}\n" + extra
+    )

@@ -14,20 +14,9 @@ from rayfl.config.sections import ResourceConfig, SystemConfig
 from rayfl.core.errors import ConfigError
 from rayfl.engine.driver import run_experiment
 from rayfl.fl.methods.fedavg.config import FedAvgConfig
-from tests.helpers import tiny_config, tiny_image_dataset
+from tests.helpers import tiny_config, tiny_image_dataset, tiny_yaml
 
-TINY = """\
-name: nobody
-rounds: 2
-clients_per_round: 4
-output_dir: {out}
-data: {{name: synthetic, partition: iid, num_clients: 8, synthetic_samples: 16}}
-model: {{name: cnn, channels: [4, 8]}}
-train: {{lr: 0.05, batch_size: 8}}
-backend: {{kind: local, num_hosts: 1}}
-system:
-  memory: {{source: uniform, low: 0.001, high: 0.002}}
-"""
+TINY = tiny_yaml("nobody", 2, 'system:\n  memory: {{source: uniform, low: 0.001, high: 0.002}}\n')
 
 
 def test_no_client_fits_is_refused_with_the_fix_and_no_run_directory(

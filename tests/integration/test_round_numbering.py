@@ -11,19 +11,9 @@ import pytest
 
 from rayfl.cli import main
 from rayfl.core.units import format_sim_time
+from tests.helpers import tiny_yaml
 
-TINY = """\
-name: numbering
-rounds: 3
-clients_per_round: 4
-output_dir: {out}
-data: {{name: synthetic, partition: iid, num_clients: 8, synthetic_samples: 16}}
-model: {{name: cnn, channels: [4, 8]}}
-train: {{lr: 0.05, batch_size: 8}}
-backend: {{kind: local, num_hosts: 1}}
-system:
-  bandwidth_down: {{source: constant, low: 2.0}}
-"""
+TINY = tiny_yaml("numbering", 3, 'system:\n  bandwidth_down: {{source: constant, low: 2.0}}\n')
 
 _PROGRESS = re.compile(r"^round\s+(\d+)/(\d+) \|.*\| sim\s+(.+?) \|")
 

@@ -21,19 +21,10 @@ from rayfl.engine.guard import NonFiniteError, NonFiniteGuard
 from rayfl.engine.progress import ProgressLine
 from rayfl.fl.methods.fedavg.algorithm import FedAvg
 from rayfl.fl.methods.fedavg.config import FedAvgConfig
-from tests.helpers import tiny_config, tiny_image_dataset
+from tests.helpers import tiny_config, tiny_image_dataset, tiny_yaml
 from tests.resume_cases import assert_records_agree, assert_same_state
 
-TINY = """\
-name: nan
-rounds: 4
-clients_per_round: 4
-output_dir: {out}
-data: {{name: synthetic, partition: iid, num_clients: 8, synthetic_samples: 16}}
-model: {{name: cnn, channels: [4, 8]}}
-train: {{lr: 0.05, batch_size: 8}}
-backend: {{kind: local, num_hosts: 1}}
-"""
+TINY = tiny_yaml("nan", 4)
 
 
 @pytest.fixture(scope="module")
