@@ -114,19 +114,26 @@ def _budgets(cfg: ExperimentConfig, data: FederatedDataset | None, links: LinkCo
     return SystemConfig(memory=ResourceConfig(source="uniform", low=low, high=1.3 * high), links=links)
 
 
-def assert_same_run(a: Path, b: Path, a_result: RunResult | None = None, b_result: RunResult | None = None) -> None:
-    """Two run directories hold the same records (wall-clock columns aside) and, given their results, the same final
-    global state, bit for bit: parameters, optimizer state, architectures and the algorithm's own state (model
-    search's pool, FedTrans's utilities, FedorAS's tiers and populations) compared by content."""
+def assert_same_run(
+    a: Path,
+    b: Path,
+    a_result: RunResult | None = None,
+    b_result: RunResult | None = None,
+    ignore: tuple[str, ...] = (),
+) -> None:
+    """Two run directories hold the same records (wall-clock columns and ``ignore`` aside) and, given their results,
+    the same final global state, bit for bit: parameters, optimizer state, architectures and the algorithm's own
+    state (model search's pool, FedTrans's utilities, FedorAS's tiers and populations) compared by content."""
+    skipped = {*WALL_CLOCK_COLUMNS, *ignore}
     for table in ("rounds", "clients", "evals", "client_accs"):
         parquet = [(d / f"{table}.parquet").exists() for d in (a, b)]
         assert parquet[0] == parquet[1], table  # client_accs.parquet: only with per-client test data
         if parquet[0]:
             x, y = (pd.read_parquet(d / f"{table}.parquet") for d in (a, b))
-            x, y = (f.drop(columns=[c for c in WALL_CLOCK_COLUMNS if c in f.columns]) for f in (x, y))
+            x, y = (f.drop(columns=[c for c in skipped if c in f.columns]) for f in (x, y))
             pd.testing.assert_frame_equal(x, y, check_exact=True)
         xc, yc = (pd.read_csv(d / f"{table}.csv", keep_default_na=False) for d in (a, b))
-        xc, yc = (f.drop(columns=[c for c in WALL_CLOCK_COLUMNS if c in f.columns]) for f in (xc, yc))
+        xc, yc = (f.drop(columns=[c for c in skipped if c in f.columns]) for f in (xc, yc))
         pd.testing.assert_frame_equal(xc, yc, check_exact=True)
     x_summary, y_summary = (json.loads((d / "summary.json").read_text()) for d in (a, b))
     for summary in (x_summary, y_summary):

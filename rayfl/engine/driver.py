@@ -34,6 +34,7 @@ from rayfl.engine.persist.resume import RunProgress, load_resume_point, resume_p
 from rayfl.engine.persist.tracking import check_tracking, open_trackers
 from rayfl.engine.phases import PhaseSchedule
 from rayfl.engine.preflight import check_someone_can_train
+from rayfl.engine.ray.recovery import ActorFailureError
 from rayfl.engine.round_record import RoundEvaluation, WallTimes, client_records, round_record, trained
 from rayfl.engine.steps import (
     check_in,
@@ -173,6 +174,10 @@ def _run(
                     break
         except NonFiniteError:
             status = "stopped: non-finite model"
+            raise
+        except ActorFailureError as err:  # Ray actors or a node lost for good (engine/ray/recovery.py)
+            status = f"error: {type(err).__name__}"
+            err.resume_hint(_resume_hint(run))
             raise
         except KeyboardInterrupt:
             status = "interrupted"  # a second signal, or Ctrl-C where no handler could be installed
@@ -340,6 +345,18 @@ def _keep_round(
         run.store.commit(pending, run.writer.sizes(sync=True))
         commit_s[record.round_idx] = time.perf_counter() - began
     return record
+
+
+def _resume_hint(run: RunProgress) -> str:
+    """Where a run that Ray gave up on resumes from: its newest checkpoint, if it wrote one."""
+    manifests = run.store.manifests() if run.store is not None else []
+    if not manifests or run.writer is None:
+        return ""
+    rounds_done = int(manifests[-1].stem.rsplit("-", 1)[1])
+    return (
+        f"; resume from its checkpoint after round {rounds_done - 1} on a cluster that can hold the run: "
+        f"rayfl run --resume {run.writer.run_dir}"
+    )
 
 
 def _checkpoint_due(cfg: ExperimentConfig, round_idx: int, stopping: bool) -> bool:

@@ -8,11 +8,8 @@ would end every Ray on the machine), and the test checks that none of its proces
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -22,18 +19,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
-import psutil
 import pytest
 import yaml
 
 from rayfl.engine.driver import run_experiment
 from rayfl.experiment.loader import load_config
+from tests.local_cluster import BIN, OBJECT_STORE_BYTES, cluster_env, free_port, processes_of, stop, wait_for_nodes
 from tests.resume_cases import WALL_CLOCK_COLUMNS  # measured per run, so they differ between any two runs
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
-BIN = Path(sys.executable).parent
-OBJECT_STORE_BYTES = 100 << 20  # each raylet thinks it owns the machine: cap both stores
 EXPERIMENT = {
     "name": "two-node",
     "seed": 0,
@@ -55,72 +50,11 @@ class Cluster:
     env: dict[str, str]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def _cluster_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env.update(RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0", PYTHONUNBUFFERED="1")
-    return env
-
-
-def _processes_of(root: str) -> list[psutil.Process]:
-    """Every process whose command line names the cluster's private temp root (raylets, GCS, workers, agents)."""
-    found = []
-    for proc in psutil.process_iter(["pid", "cmdline"]):
-        try:
-            if proc.info["cmdline"] and any(root in part for part in proc.info["cmdline"]):
-                found.append(proc)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return found
-
-
-def _stop(proc: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
-    if proc.poll() is not None:
-        return
-    proc.send_signal(signal.SIGTERM)  # `ray start --block` drains its node and stops what it spawned
-    try:
-        proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
-def _wait_for_nodes(address: str, env: dict[str, str], count: int, timeout_s: float = 60.0) -> frozenset[str]:
-    script = (
-        "import sys, time, ray\n"
-        "ray.init(address=sys.argv[1], log_to_driver=False)\n"
-        "deadline = time.monotonic() + float(sys.argv[3])\n"
-        "while time.monotonic() < deadline:\n"
-        "    alive = [n['NodeID'] for n in ray.nodes() if n['Alive']]\n"
-        "    if len(alive) >= int(sys.argv[2]):\n"
-        "        print('NODES', ' '.join(alive)); break\n"
-        "    time.sleep(0.5)\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", script, address, str(count), str(timeout_s)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s + 60,
-        check=False,
-    )
-    match = re.search(r"^NODES (.+)$", out.stdout, re.MULTILINE)
-    if match is None:
-        raise RuntimeError(f"the cluster did not reach {count} nodes:\n{out.stdout}\n{out.stderr}")
-    return frozenset(match.group(1).split())
-
-
 @pytest.fixture(scope="module")  # one cluster for the module's tests: starting one takes most of their time
 def two_node_cluster() -> Iterator[Cluster]:
     root = tempfile.mkdtemp(prefix="rayfl2n_")  # short: Ray's socket paths live under it
-    env = _cluster_env()
-    port = _free_port()
+    env = cluster_env()
+    port = free_port()
     address = f"127.0.0.1:{port}"
     head_dir, node_dir = [f"--temp-dir={root}/head"], [f"--temp-dir={root}/node"]
     common = ["--num-cpus=1", "--num-gpus=0", f"--object-store-memory={OBJECT_STORE_BYTES}", "--block"]
@@ -150,14 +84,14 @@ def two_node_cluster() -> Iterator[Cluster]:
                 stderr=subprocess.DEVNULL,
             )
         )
-        yield Cluster(address, _wait_for_nodes(address, env, 2), env)
+        yield Cluster(address, wait_for_nodes(address, env, 2), env)
     finally:
         for proc in reversed(procs):  # the worker node first, then the head
-            _stop(proc)
+            stop(proc)
         deadline = time.monotonic() + 15
-        while _processes_of(root) and time.monotonic() < deadline:
+        while processes_of(root) and time.monotonic() < deadline:
             time.sleep(0.5)
-        leftovers = _processes_of(root)
+        leftovers = processes_of(root)
         for proc in leftovers:  # ours by their temp root; ended only so that a failure does not leak them
             proc.kill()
         shutil.rmtree(root, ignore_errors=True)

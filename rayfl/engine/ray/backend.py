@@ -38,7 +38,7 @@ from rayfl.engine.exec.backend import (
 from rayfl.engine.exec.client_state import ClientStateStore, keeps_state, pads
 from rayfl.engine.exec.param_server import plan_shards
 from rayfl.engine.ray.pool import ActorPool, release_warm_pool, take_pool
-from rayfl.engine.ray.recovery import InputsLost, Recovery, Step
+from rayfl.engine.ray.recovery import InputsLost, Recovery, Step, lost
 from rayfl.engine.ray.session import ensure_ray, shutdown_ray
 from rayfl.fl.api.algorithm import Algorithm
 
@@ -58,6 +58,11 @@ def _ready_call(actor: Any, *args: Any) -> Any:
     """A round trip to ``actor`` that Ray retries until the actor is back (harmless to repeat), for ``Recovery`` to
     wait on its replacement without polling (a host's rebuilds it)."""
     return partial(actor.ready.options(max_task_retries=-1).remote, *args)
+
+
+def _memories_of(tasks: Sequence[TrainTask]) -> str:
+    """How a host call's client memories are named in a message."""
+    return f"the client memories of clients {', '.join(str(t.client_id) for t in tasks)}"
 
 
 class RayBackend:
@@ -135,7 +140,9 @@ class RayBackend:
         groups = {h: g for h, g in enumerate(tasks_by_host(tasks, self.sizes, self.num_hosts)) if g}
         # the driver fetches each host's outcomes (return ``num_shards``); its partial sums go straight to the shards
         submits = {h: partial(self._run_round, h, g, params_ref, initial_ref, keep) for h, g in groups.items()}
-        outcome_lists, results, ran = self._run_and_reduce(submits, params_ref)
+        held = {h: self.memories.handles_for(g) for h, g in groups.items()} if keep else {}
+        state = {h: _memories_of(groups[h]) for h, got in held.items() if any(m is not None for m in got)}
+        outcome_lists, results, ran = self._run_and_reduce(submits, params_ref, state)
         if keep:  # each client's next memory stays in the object store, referenced from here
             for h, host_tasks in groups.items():
                 self.memories.update(host_tasks, ran[h][self.num_shards + 1 :])
@@ -162,18 +169,25 @@ class RayBackend:
         return ray.put(to_numpy(params))
 
     def _run_and_reduce(
-        self, submits: Mapping[int, Callable[[], Sequence[Any]]], params_ref: Any
+        self, submits: Mapping[int, Callable[[], Sequence[Any]]], params_ref: Any, state: Mapping[int, str]
     ) -> tuple[dict[int, Any], list[Any], dict[int, list[Any]]]:
         """Run the hosts' calls (``submits``: by host id, a function that submits the call and returns its
         references, the first ``num_shards`` partial sums for the shards) and the shards' reduction of their partial
         sums: returns each host's fetched result (its return ``num_shards``), each shard's reduced tensors, and each
-        host's returned references.
+        host's returned references; ``state``: by host id, the client memories its call reads (a memory lost with
+        its node stops the run: ``recovery.py``).
 
         Shards are called once every host's call has finished (its result fetched): a shard never waits on the
         partial sums of a host that died, and a host's re-run is all that a host's death costs. Finished partial sums
         lost with their node make the hosts run again."""
         steps = {
-            h: Step(f"client host {h}", submit, _ready_call(self.hosts[h], self._run_arg), probe=self.num_shards)
+            h: Step(
+                f"client host {h}",
+                submit,
+                _ready_call(self.hosts[h], self._run_arg),
+                probe=self.num_shards,
+                state=state.get(h, ""),
+            )
             for h, submit in submits.items()
         }
         while True:
@@ -208,7 +222,9 @@ class RayBackend:
             call = self.hosts[h].reduce_uploads_on.options(num_returns=self.num_shards + 1)
             return list(call.remote(self._run_arg, params_ref, self.shard_of, self.num_shards, *held))
 
-        counts, results, _ = self._run_and_reduce({h: partial(submit, h, g) for h, g in groups.items()}, params_ref)
+        submits = {h: partial(submit, h, g) for h, g in groups.items()}
+        held = {h: f"the kept uploads of {len(g)} clients" for h, g in groups.items()}
+        counts, results, _ = self._run_and_reduce(submits, params_ref, held)
         aggregate = assemble_aggregate(results, [])
         return dataclasses.replace(aggregate, num_clients=sum(cast(int, c) for c in counts.values()))
 
@@ -235,8 +251,14 @@ class RayBackend:
         return self.recovery.take_faults()
 
     def client_states(self) -> dict[int, object]:
-        """Every client's memory by client id (fetched from the object store), for checkpoints."""
-        return self.memories.client_states()
+        """Every client's memory by client id (fetched from the object store), for checkpoints; one lost with its
+        node stops the run (``recovery.StateLostError``)."""
+        try:
+            return self.memories.client_states()
+        except Exception as err:
+            if not lost(err):
+                raise
+            raise self.recovery.state_lost("client memories gathered for a checkpoint", err) from err
 
     def load_client_states(self, states: dict[int, object]) -> None:
         self.memories.load_client_states(states)

@@ -26,8 +26,19 @@ What Ray does, and what this module does on top (issue 12, item 2):
   that a dead worker had already returned (partial sums, client memories) live in the node's object store or, when
   small, in the driver's, so a killed process loses none of them. An object lost with its node makes the call that
   reads it fail: a shard's reduction then has its inputs recomputed by re-running the round's hosts
-  (``InputsLost``); a host's call is re-run as it is. Client memories lost with a node cannot be recomputed (their
-  round is over): the host's call keeps failing and the run gives up at the limit, with Ray's "lost" reason.
+  (``InputsLost``); a host's call is re-run as it is.
+* **A lost node** (issue 26, item 7: a pre-empted instance, its raylet and every actor on it gone) is the same
+  death for every actor it held: Ray marks the node dead once its health checks fail (seconds; the calls in flight
+  there then fail, and a call made to an actor that is restarting fails at once with "the actor is restarting":
+  measured, no ``ray.wait`` waits on a vanished node) and restarts each actor where the remaining cluster has room.
+  Where it has none, the wait for the replacement ends after ``backend.start_timeout_s`` with one line naming the
+  lost node and what the cluster still has (``ActorFailureError``); the driver adds the run's last checkpoint to
+  resume from.
+* **Client memories lost with a node** (those larger than Ray's inline limit live in the store of the node whose host
+  returned them) cannot be recomputed: their rounds are over, and nothing but a replay from the last checkpoint can
+  make them again. A host call that reads one (``Step.state``), or the gathering of every memory for a checkpoint,
+  therefore stops the run at once with one line (``StateLostError``) instead of re-running a call that can only
+  fail again; ``rayfl run --resume`` replays from the last checkpoint, bit for bit, on whatever cluster is there.
 
 An actor that dies while idle and is restarted by Ray before the driver's next call to it has lost no work; that
 next call simply runs on the replacement and is not counted (the count is of calls that had to be re-run).
@@ -42,7 +53,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-__all__ = ["ActorFailureError", "InputsLost", "Recovery", "Step", "actor_died", "lost"]
+__all__ = ["ActorFailureError", "InputsLost", "Recovery", "StateLostError", "Step", "actor_died", "lost", "lost_nodes"]
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +64,24 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 class ActorFailureError(RuntimeError):
     """The run gave up on dead Ray actors: more failures in one round than allowed, or a replacement that did not
-    come. Its message is one line, for the CLI."""
+    come. Its message is one line, for the CLI; the driver of a written run adds where to resume from
+    (``resume_hint``)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = ""
+
+    def resume_hint(self, hint: str) -> None:
+        """Add ``hint`` (how to resume the run) to the message."""
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return f"{self.message}{self.hint}"
+
+
+class StateLostError(ActorFailureError):
+    """Objects that no re-run can recompute (client memories) were lost with a Ray node: the run stops."""
 
 
 class InputsLost(Exception):
@@ -69,7 +97,9 @@ class Step:
     the caller needs, and it is ready when the call finished). ``label`` names the actor in messages ("client host
     1"); ``ready`` submits a round trip to the actor, used to wait for its replacement. ``recompute_inputs``: the
     call reads other steps' results (a shard's partial sums), so an object it cannot read is recomputed by running
-    those steps again (``gather`` raises ``InputsLost``) instead of resubmitting this call alone.
+    those steps again (``gather`` raises ``InputsLost``) instead of resubmitting this call alone. ``state``: the call
+    reads objects that nothing can recompute (client memories), so an object it cannot read stops the run
+    (``StateLostError``).
     """
 
     label: str
@@ -77,6 +107,7 @@ class Step:
     ready: Callable[[], Any]
     probe: int = 0
     recompute_inputs: bool = False
+    state: str = ""  # what the call reads that no re-run can recompute ("client memories"), if anything
 
 
 def _one_line(err: BaseException) -> str:
@@ -116,6 +147,7 @@ class Recovery:
     def __init__(self, max_failures: int, restart_timeout_s: float) -> None:
         self.max_failures = max_failures
         self.restart_timeout_s = restart_timeout_s
+        self.nodes = _alive_nodes()  # the cluster's nodes when the run began: those lost since are named in messages
         self.round_idx: int | None = None
         self._in_round = 0
         self._since_taken = 0
@@ -156,6 +188,8 @@ class Recovery:
                 if steps[key].recompute_inputs and not actor_died(err):
                     self.failed(steps[key].label, err)
                     raise InputsLost(_one_line(err)) from err
+                if steps[key].state and not actor_died(err):
+                    raise self.state_lost(f"{steps[key].state} read by {steps[key].label}", err) from err
                 self.replace(steps[key], err)
                 refs[key] = list(steps[key].submit())
                 pending[refs[key][steps[key].probe]] = key
@@ -173,6 +207,15 @@ class Recovery:
                 "e.g. the OOM killer; give the hosts more memory or fewer clients, or raise "
                 "backend.max_actor_failures)"
             ) from err
+
+    def state_lost(self, what: str, err: BaseException) -> StateLostError:
+        """The one-line error for objects that no re-run can recompute, lost with a Ray node."""
+        nodes = lost_nodes(self.nodes)
+        where = f"Ray node {', '.join(n[:12] for n in nodes)}" if nodes else "a Ray node"
+        return StateLostError(
+            f"{self._where()}{what} were lost with {where} ({_one_line(err)}); they cannot be recomputed, so the run "
+            "stops"
+        )
 
     def _where(self) -> str:
         return "" if self.round_idx is None else f"round {self.round_idx}: "
@@ -211,9 +254,40 @@ class Recovery:
             except (rex.GetTimeoutError, rex.ActorUnavailableError):
                 if time.monotonic() >= deadline:
                     raise ActorFailureError(
-                        f"{step.label} died and Ray did not restart it within {self.restart_timeout_s:g} s "
-                        "(backend.start_timeout_s); the cluster may have lost the resources it needs"
+                        f"{self._where()}{step.label} died and Ray did not restart it within "
+                        f"{self.restart_timeout_s:g} s (backend.start_timeout_s): {_cluster_now(self.nodes)}"
                     ) from None
                 time.sleep(0.05)
             except rex.ActorDiedError as dead:
                 raise ActorFailureError(f"{step.label} died and Ray cannot restart it: {_one_line(dead)}") from dead
+
+
+def _alive_nodes() -> frozenset[str]:
+    import ray
+
+    return frozenset(n["NodeID"] for n in ray.nodes() if n.get("Alive")) if ray.is_initialized() else frozenset()
+
+
+def lost_nodes(known: frozenset[str]) -> list[str]:
+    """The nodes of ``known`` that are no longer alive (sorted ids)."""
+    return sorted(known - _alive_nodes())
+
+
+def _cluster_now(known: frozenset[str]) -> str:
+    """Why a replacement may not come: the nodes lost since ``known`` was taken, and the resources the cluster has
+    (all of them and those free)."""
+    import ray
+
+    def fmt(resources: Mapping[str, float]) -> str:
+        return ", ".join(f"{k} {v:g}" for k, v in sorted(resources.items()) if k in ("CPU", "GPU"))
+
+    nodes = lost_nodes(known)
+    lost_text = "the cluster may have lost the resources it needs"
+    if nodes:
+        named = f"Ray node{'s' if len(nodes) > 1 else ''} {', '.join(n[:12] for n in nodes)}"
+        lost_text = f"{named} lost; the remaining cluster cannot hold the replacement"
+    try:
+        have = f" (it has {fmt(ray.cluster_resources()) or 'no CPU'}, free {fmt(ray.available_resources()) or 'none'})"
+    except Exception:  # the message must not fail on the way out
+        have = ""
+    return lost_text + have
