@@ -201,6 +201,25 @@ def _run_dir(out: Path) -> Path:
     return run_dir
 
 
+def _beside(got: Path, want: Path) -> str:
+    """The two runs' rounds side by side (printed with ``-s``), and a digest of every deterministic column of each."""
+    import hashlib
+
+    from tests.resume_cases import WALL_CLOCK_COLUMNS
+
+    columns = ["round_idx", "train_loss", "test_acc", "test_loss", "clients_run", "faults"]
+    frames = [pd.read_parquet(d / "rounds.parquet") for d in (got, want)]
+    digests = [
+        hashlib.sha256(
+            f.drop(columns=[c for c in (*WALL_CLOCK_COLUMNS, "faults") if c in f.columns]).to_csv().encode()
+        ).hexdigest()[:16]
+        for f in frames
+    ]
+    table = frames[0][columns].merge(frames[1][columns], on="round_idx", suffixes=(" node lost", " undisturbed"))
+    digest = f"rounds digest (faults aside): node lost {digests[0]}, undisturbed {digests[1]}"
+    return f"{table.to_string(index=False)}\n{digest}"
+
+
 def _errors(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("rayfl: error:")]
 
@@ -234,6 +253,7 @@ def test_a_lost_node_whose_actors_fit_elsewhere_leaves_the_records_unchanged(
     assert_same_run(got, want, ignore=("faults",))
     faults = pd.read_parquet(got / "rounds.parquet")["faults"].tolist()
     assert faults[0] == faults[2] == 0 and faults[1] >= 1, faults
+    print(f"\n{_beside(got, want)}")
     print(
         f"\nnode lost in round 1: faults {faults}; run ended {after_kill:.1f} s after the kill, "
         f"{time.monotonic() - began:.1f} s in all"
@@ -262,8 +282,9 @@ def test_a_lost_node_whose_actors_fit_nowhere_stops_with_one_line_and_resumes(
     ), line
     assert len(pd.read_parquet(run_dir / "rounds.parquet")) == 1
     _resume(head, run_dir, "backend.cpus_per_host=0.5")
-    assert_same_run(run_dir, _undisturbed(config, tmp_path / "local"))
-    print(f"\nstopped {after_kill:.1f} s after the kill: {line}")
+    want = _undisturbed(config, tmp_path / "local")
+    assert_same_run(run_dir, want)
+    print(f"\nstopped {after_kill:.1f} s after the kill: {line}\n{_beside(run_dir, want)}")
 
 
 def test_client_memories_lost_with_a_node_stop_the_run_with_one_line_and_it_resumes(head: Head, tmp_path: Path) -> None:
@@ -288,5 +309,6 @@ def test_client_memories_lost_with_a_node_stop_the_run_with_one_line_and_it_resu
     assert line.endswith(f"after round 0 on a cluster that can hold the run: rayfl run --resume {run_dir}"), line
     assert len(pd.read_parquet(run_dir / "rounds.parquet")) == 1
     _resume(head, run_dir)
-    assert_same_run(run_dir, _undisturbed(config, tmp_path / "local"))
-    print(f"\nstopped {after_kill:.1f} s after the kill: {line}")
+    want = _undisturbed(config, tmp_path / "local")
+    assert_same_run(run_dir, want)
+    print(f"\nstopped {after_kill:.1f} s after the kill: {line}\n{_beside(run_dir, want)}")

@@ -116,6 +116,13 @@ def _one_line(err: BaseException) -> str:
     return " ".join(text.splitlines()[0].split()) if text else type(err).__name__
 
 
+def _cause(err: BaseException) -> BaseException:
+    """The loss behind a call's error: Ray wraps an argument it could not read in the call's ``RayTaskError``, whose
+    first line names only the call."""
+    cause = getattr(err, "cause", None)
+    return cause if isinstance(cause, BaseException) and cause is not err else err
+
+
 def _lost_kinds() -> tuple[type[BaseException], ...]:
     import ray.exceptions as rex
 
@@ -212,9 +219,9 @@ class Recovery:
         """The one-line error for objects that no re-run can recompute, lost with a Ray node."""
         nodes = lost_nodes(self.nodes)
         where = f"Ray node {', '.join(n[:12] for n in nodes)}" if nodes else "a Ray node"
+        reason = _one_line(_cause(err)).split(". ")[0]  # Ray's first sentence ("Failed to retrieve object ...")
         return StateLostError(
-            f"{self._where()}{what} were lost with {where} ({_one_line(err)}); they cannot be recomputed, so the run "
-            "stops"
+            f"{self._where()}{what} were lost with {where} ({reason}); they cannot be recomputed, so the run stops"
         )
 
     def _where(self) -> str:

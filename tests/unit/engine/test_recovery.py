@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import ray.exceptions as rex
 
-from rayfl.engine.ray.recovery import ActorFailureError, Recovery, actor_died, lost
+from rayfl.engine.ray.recovery import ActorFailureError, Recovery, StateLostError, actor_died, lost
 
 UNAVAILABLE = rex.ActorUnavailableError("The actor is temporarily unavailable: RpcError", b"\0" * 16)
 OBJECT_LOST = rex.ObjectLostError("00" * 28, None, "")
@@ -39,6 +39,26 @@ def test_zero_failures_allowed_gives_up_at_the_first() -> None:
     with pytest.raises(ActorFailureError) as err:
         recovery.failed("client host 0", UNAVAILABLE)
     assert str(err.value).startswith("1 Ray actor failure in one round, more than backend.max_actor_failures=0;")
+
+
+def test_state_lost_with_a_node_is_one_line_the_driver_completes_with_where_to_resume() -> None:
+    """Client memories lost with a node (``tests/integration/test_node_loss.py`` loses real ones): one line, an
+    ``ActorFailureError`` (the CLI's exit 4), to which the driver of a written run adds the resume command."""
+    recovery = Recovery(max_failures=3, restart_timeout_s=1.0)
+    recovery.begin_round(2)
+    err = recovery.state_lost("the client memories of clients 1, 3 read by client host 0", OBJECT_LOST)
+    assert isinstance(err, StateLostError) and isinstance(err, ActorFailureError)
+    err.resume_hint("; resume from its checkpoint after round 1 on a cluster that can hold the run: rayfl run ...")
+    message = str(err)
+    assert "\n" not in message
+    assert message.startswith(
+        "round 2: the client memories of clients 1, 3 read by client host 0 were lost with a Ray node ("
+    ), message
+    assert message.endswith(
+        "; they cannot be recomputed, so the run stops; resume from its checkpoint after round 1 on a cluster that "
+        "can hold the run: rayfl run ..."
+    ), message
+    assert recovery.take_faults() == 0  # a stop, not a survived failure
 
 
 def test_losses_are_told_from_errors_of_the_code() -> None:
