@@ -150,11 +150,12 @@ def _undisturbed(config: Path, out: Path) -> Path:
 
 
 def _run_killing(
-    head: Head, worker: Worker, config: Path, out: Path, pause: str, *args: str
+    head: Head, worker: Worker, config: Path, out: Path, pause: str, *args: str, go_when_dead: bool = False
 ) -> tuple[subprocess.CompletedProcess[str], float]:
     """``rayfl run`` on the cluster (``node_loss_driver.py``), the worker node's raylet SIGKILLed while the run waits
-    at ``pause`` (a host on that node inside its call, or the driver between calls); returns the finished process
-    and the seconds from the kill to its end."""
+    at ``pause`` (a host on that node inside its call, or the driver between calls), the run let go on at once or,
+    ``go_when_dead``, once Ray has marked the node dead; returns the finished process and the seconds from the kill
+    to its end."""
     pauses = out / "pauses"
     pauses.mkdir(parents=True)
     env = {**head.env, "NODE_LOSS_DIR": str(pauses), "NODE_LOSS_PAUSE": pause}
@@ -174,6 +175,8 @@ def _run_killing(
                 on_node = {p.pid for p in raylet.children(recursive=True)}
         os.kill(raylet.pid, signal.SIGKILL)  # the worker node's own raylet, by its pid
         killed = time.monotonic()
+        if go_when_dead:
+            wait_for_nodes(head.address, head.env, 1)
         (pauses / "go").touch()
         out, err = run.communicate(timeout=RUN_TIMEOUT_S)
         return subprocess.CompletedProcess(run.args, run.returncode, out, err), time.monotonic() - killed
@@ -312,3 +315,24 @@ def test_client_memories_lost_with_a_node_stop_the_run_with_one_line_and_it_resu
     want = _undisturbed(config, tmp_path / "local")
     assert_same_run(run_dir, want)
     print(f"\nstopped {after_kill:.1f} s after the kill: {line}\n{_beside(run_dir, want)}")
+
+
+def test_a_call_to_an_actor_of_a_node_ray_has_marked_dead_does_not_hang(
+    head: Head, worker: Worker, tmp_path: Path
+) -> None:
+    """The node is lost while every host is idle (the driver in round 1's server update), and the driver goes on only
+    once Ray has marked the node dead, so its next call goes to an actor that Ray is restarting and that fits
+    nowhere. Ray fails such a call at once ("the actor is restarting"; calls are not retried by Ray,
+    ``max_task_retries=0``) instead of queueing it until a restart that never comes, so ``Recovery.gather``'s
+    ``ray.wait`` without a timeout returns, and the wait for the replacement ends the run after
+    ``backend.start_timeout_s`` with one line (the subprocess's own timeout bounds the test)."""
+    config = _experiment(tmp_path, backend={"cpus_per_host": 1.0})
+    run, after_kill = _run_killing(head, worker, config, tmp_path / "ray", "server:1", go_when_dead=True)
+    assert run.returncode == 4, _output(run)
+    assert set(_host_nodes(run.stderr)) == {head.node_id, worker.node_id}
+    assert "Traceback" not in run.stderr, _output(run)
+    (line,) = _errors(run.stderr)
+    assert line.startswith("rayfl: error: round 1: client host "), line
+    assert f"Ray node {worker.node_id[:12]} lost; the remaining cluster cannot hold the replacement" in line, line
+    assert line.endswith(f"rayfl run --resume {_run_dir(tmp_path / 'ray')}"), line
+    print(f"\nstopped {after_kill:.1f} s after the kill (the driver went on once the node was dead): {line}")
