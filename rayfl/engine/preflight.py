@@ -142,8 +142,10 @@ def nobody_can_train_problem(cfg: ExperimentConfig, setup: Setup, clock: SimCloc
                 free = {c: dataclasses.replace(a, enforce_budgets=False) for c, a in given.items()}
                 plan = clock.plan(round_idx, views, free, state.models)
                 # a client offline at check-in (no network, or not available) is not a budget too small: its failure
-                # is "unavailable" whatever the model, so such runs are left to run (and say so per round)
-                if any(not e or f == "unavailable" for e, f in zip(plan.over_budget, plan.failure, strict=True)):
+                # is "unavailable" or "no_network" whatever the model, so such runs are left to run (and say so per
+                # round)
+                offline = ("unavailable", "no_network")
+                if any(not e or f in offline for e, f in zip(plan.over_budget, plan.failure, strict=True)):
                     return ""
                 causes.update(_FIT_CAUSES.get(e, e) for e in plan.over_budget)
                 largest["memory"] = max(largest["memory"], float(np.max(plan.memory_budget)))

@@ -35,6 +35,8 @@ __all__ = [
 ]
 
 _MIB, _MB = 2.0**20, 1e6
+# failure causes with a column of their own in the round record ("" = the client trained)
+_NAMED_CAUSES = ("", "memory", "bandwidth", "memory_dip", "no_network", "unavailable")
 
 
 @dataclass(frozen=True)
@@ -171,7 +173,9 @@ def system_fields(
         "failed_memory": causes.count("memory"),
         "failed_bandwidth": causes.count("bandwidth"),
         "failed_memory_dip": causes.count("memory_dip"),
-        "failed_other": sum(1 for c in causes if c not in ("", "memory", "bandwidth", "memory_dip")),
+        "failed_no_network": causes.count("no_network"),
+        "failed_unavailable": causes.count("unavailable"),
+        "failed_other": sum(1 for c in causes if c not in _NAMED_CAUSES),
         "over_budget": sum(1 for r in clients if r.over_budget and not r.failure),
         "search_s": stats.search_s,
         "distinct_structures": stats.distinct_structures,

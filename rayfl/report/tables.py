@@ -54,6 +54,8 @@ SYSTEM_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("Failed: memory", "failed_memory", "d"),
     ("bandwidth", "failed_bandwidth", "d"),
     ("memory dip", "failed_memory_dip", "d"),
+    ("no network", "failed_no_network", "d"),
+    ("unavailable", "failed_unavailable", "d"),
     ("other", "failed_other", "d"),
     ("Mem util", "memory_util", "%"),
     ("BW util", "bandwidth_util", "%"),

@@ -8,7 +8,7 @@ Per client in round ``r`` starting at simulated time ``T`` (all times in simulat
 2. *Fit*: the assignment's peak training memory must fit the memory budget and ``down/rate_down + up/rate_up`` must
    fit ``comm_limit_s`` (failure ``memory`` or ``bandwidth``); with ``compute_limit_s``, the round's training FLOPs
    must fit what the client's compute speed does within that limit (failure ``compute``); an unavailable client
-   fails ``unavailable``, and so does one whose download or upload rate is zero at ``T`` (no network: a
+   fails ``unavailable``, and one whose download or upload rate is zero at ``T`` fails ``no_network`` (a
    zero-bandwidth span or an all-zero trace).
 3. *Timeline*: the download starts at ``T`` and takes the exact integral of the bandwidth log; compute takes
    ``train FLOPs / compute speed`` (modelled) from the end of the download; the upload follows. A client whose memory
@@ -180,8 +180,10 @@ class SimClock:
         with np.errstate(divide="ignore", invalid="ignore"):
             compute = np.where(np.isfinite(speed), work / speed, 0.0)
         upload = self.up.transfer_time(clients, t0 + download + compute, 8.0 * sent_up, round_idx)
-        # a client with no network at check-in (a zero-bandwidth span, or an all-zero trace) is offline this round
-        available = (self.availability.at(clients, self.now, round_idx) >= 0.5) & (rate_down > 0) & (rate_up > 0)
+        # a client not available at check-in fails ``unavailable``; one with no network then (a zero-bandwidth span,
+        # or an all-zero trace) fails ``no_network``
+        available = self.availability.at(clients, self.now, round_idx) >= 0.5
+        online = (rate_down > 0) & (rate_up > 0)
         finish = download + compute + upload
         stays = self.availability.window_min(clients, t0, t0 + np.where(np.isfinite(finish), finish, 0.0), round_idx)
         if self.cfg.compute_time == "modelled":
@@ -203,6 +205,8 @@ class SimClock:
             over_budget.append(exceeded if not enforce[i] else "")
             if not available[i]:
                 failure.append("unavailable")
+            elif not online[i]:
+                failure.append("no_network")
             elif exceeded and enforce[i]:
                 failure.append(exceeded)
             elif cut_off[i]:

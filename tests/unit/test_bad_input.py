@@ -188,16 +188,19 @@ def test_any_trace_file_loads_or_gives_a_located_config_error(tmp_path: Path, bo
         assert cfg.system.memory is not None and cfg.system.memory.file == str(path)
 
 
-def test_an_all_zero_bandwidth_trace_makes_clients_unavailable_not_a_crash(tmp_path: Path) -> None:
+def test_an_all_zero_bandwidth_trace_fails_clients_with_no_network_not_a_crash(tmp_path: Path) -> None:
     zero = _trace(tmp_path / "zero.csv", "bandwidth_down", "0,0\n1,0\n2,0\n")
     system = SystemConfig(bandwidth_down=ResourceConfig(source="trace", file=str(zero)))
     cfg = dataclasses.replace(tiny_config(kind="local"), rounds=2, system=system, output_dir=str(tmp_path / "runs"))
     result = run_experiment(cfg, dataset=tiny_image_dataset())
     assert [r.clients_failed for r in result.records] == [5, 5]
-    assert [r.failed_other for r in result.records] == [5, 5]  # "unavailable" is counted with the other causes
+    assert [r.failed_no_network for r in result.records] == [5, 5]  # a cause and a column of its own
+    assert [(r.failed_other, r.failed_unavailable) for r in result.records] == [(0, 0), (0, 0)]
     assert result.run_dir is not None
     causes = (result.run_dir / "clients.csv").read_text().splitlines()[1:]
-    assert len(causes) == 10 and all(",unavailable," in row for row in causes)
+    assert len(causes) == 10 and all(",no_network," in row for row in causes)
+    report = (result.run_dir / "report.md").read_text() if (result.run_dir / "report.md").exists() else ""
+    assert not report or "no network" in report
 
 
 def test_a_zero_bandwidth_span_delays_transfers_and_an_endless_start_never_ends() -> None:

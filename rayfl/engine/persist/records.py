@@ -73,7 +73,7 @@ class RoundRecord:
     failed_memory: int = 0  # at check-in: the model does not fit the memory budget
     failed_bandwidth: int = 0
     failed_memory_dip: int = 0  # memory fell below the need while training
-    failed_other: int = 0  # unavailable, dropped out, past the deadline, or a non-finite update
+    failed_other: int = 0  # dropped out, past the deadline, a lost link, a non-finite update
     over_budget: int = 0  # clients that trained although their model exceeded a budget (budgets ignored)
     search_s: float = math.nan  # the algorithm's own numbers (``Algorithm.round_stats``); NaN where it has none
     distinct_structures: float = math.nan
@@ -108,6 +108,10 @@ class RoundRecord:
     # multiply-accumulates of the round's local training over the clients that ran (3 x forward MACs x samples
     # processed, paper 002's training cost)
     train_macs: float = 0.0
+    # clients offline at check-in: no network (a zero download or upload rate: a zero-bandwidth span of a trace) or
+    # not available (``system.availability``); before issue 31 both were counted in ``failed_other``
+    failed_no_network: int = 0
+    failed_unavailable: int = 0
 
 
 @dataclass(frozen=True)

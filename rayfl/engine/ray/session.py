@@ -88,6 +88,7 @@ def ensure_ray(cfg: BackendConfig) -> bool:
         return False
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     joining = cfg.address or cluster_a_bare_init_joins()
+    quiet_token_auth_notice()
     if joining and not cfg.address:
         log.info(
             "joining the Ray cluster at %s (RAY_ADDRESS or the last `ray start` on this machine, as a bare "
@@ -98,6 +99,29 @@ def ensure_ray(cfg: BackendConfig) -> bool:
         ray.init(**init_kwargs(cfg, joining=bool(joining)))
     _started_gcs = None if joining else gcs_address()
     return True
+
+
+class _TokenAuthNotice(logging.Filter):
+    """Drops Ray's "Token authentication is enabled for this Ray cluster. Set RAY_AUTH_MODE=disabled to opt out."
+    warning, which Ray (2.5x on) logs on every ``ray.init`` that starts a local instance or finds a token here.
+
+    Nothing about authentication changes: Ray keeps the mode it chose (token authentication on, its token in
+    ``~/.ray/auth_token``), which rayfl reports once at debug level. Saying the mode through ``RAY_AUTH_MODE`` instead
+    would silence it too, but Ray reads that variable into its C++ config when it is imported, so setting it later
+    leaves the driver without its token (measured: the driver then fails to authenticate to its own GCS)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.getMessage().startswith("Token authentication is enabled for this Ray cluster"):
+            log.debug("Ray token authentication is on (RAY_AUTH_MODE=disabled turns it off)")
+            return False
+        return True
+
+
+def quiet_token_auth_notice() -> None:
+    """Install ``_TokenAuthNotice`` on Ray's authentication logger (once)."""
+    logger = logging.getLogger("ray._private.authentication.authentication_token_setup")
+    if not any(isinstance(f, _TokenAuthNotice) for f in logger.filters):
+        logger.addFilter(_TokenAuthNotice())
 
 
 @dataclass

@@ -5,6 +5,11 @@ environment."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from rayfl.config.sections import BackendConfig
@@ -34,3 +39,24 @@ def test_without_a_cluster_to_join_a_local_ray_gets_the_configured_sizes(monkeyp
 def test_a_configured_address_is_passed_and_sizes_are_left_to_the_cluster() -> None:
     cfg = BackendConfig(kind="ray", address="auto", num_cpus=2)
     assert init_kwargs(cfg, joining=True) == {"include_dashboard": False, "log_to_driver": True, "address": "auto"}
+
+
+@pytest.mark.ray
+def test_a_local_ray_run_prints_no_token_auth_warning(tmp_path: Path) -> None:
+    """Ray's "Token authentication is enabled ..." warning on every run is gone (a real Ray, started by rayfl in a
+    fresh process)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_MODE", "RAY_ADDRESS")}
+    code = (
+        "import ray\n"
+        "from rayfl.config.sections import BackendConfig\n"
+        "from rayfl.engine.ray.session import ensure_ray\n"
+        "ensure_ray(BackendConfig(kind='ray', num_cpus=1, object_store_mb=100))\n"
+        "print('nodes', len(ray.nodes()))\n"
+        "ray.shutdown()\n"
+    )
+    root = Path(__file__).resolve().parents[3]
+    env["PYTHONPATH"] = f"{root}{os.pathsep}{env.get('PYTHONPATH', '')}"
+    command = [sys.executable, "-c", code]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0 and "nodes 1" in done.stdout, done.stderr
+    assert "Token authentication" not in done.stderr + done.stdout

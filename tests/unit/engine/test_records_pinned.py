@@ -45,7 +45,7 @@ from rayfl.fl.methods.heterofl.config import HeteroFLConfig
 WALL_FIELDS = HOST_CLOCK_FIELDS | {"hit_rate"}
 # columns added after the pin (issue 12: dead actors, the non-finite guard, checkpoints), with their value in these
 # runs (no faults, no roll-back, no checkpoint: the runs are not written)
-LATER_FIELDS = {"faults": 0, "rolled_back": 0, "checkpoint_bytes": 0}
+LATER_FIELDS = {"faults": 0, "rolled_back": 0, "checkpoint_bytes": 0, "failed_no_network": 0, "failed_unavailable": 0}
 LATER_NAN_FIELDS = {"checkpoint_s", "all_devices_acc", "all_devices_loss", "all_devices_device_acc"}  # and issue 15's
 # issue 14's training MACs per round (3 x forward MACs x samples): a new figure, checked in tests/unit/system
 LATER_FIGURES = {"train_macs"}
