@@ -50,6 +50,9 @@ class RunProgress:
     wall_offset_s: float = 0.0  # wall seconds the run spent before this process took it over
     # every global tensor's value when first broadcast to padding clients (``client_state.first_values``)
     initial_params: Params = field(default_factory=dict)
+    # the round policy's own state between server steps (an asynchronous run's clients in flight and their uploads,
+    # ``engine/policies/buffered.py``); None for synchronous rounds
+    policy_state: object | None = None
 
 
 @dataclass(frozen=True)
@@ -151,6 +154,7 @@ def resume_progress(
         last_eval=EvalResult(accuracy, loss, samples),
         wall_offset_s=snap.wall_time_s,
         initial_params=dict(getattr(snap, "initial_params", {})),  # none in checkpoints written before it
+        policy_state=getattr(snap, "policy_state", None),
     )
 
 
@@ -169,4 +173,5 @@ def take_snapshot(
         nonfinite_streak=progress.guard.streak,
         wall_time_s=wall_time_s,
         initial_params=progress.initial_params,
+        policy_state=progress.policy_state,
     )
