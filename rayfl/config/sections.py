@@ -276,15 +276,17 @@ class ServerConfig:
     start plus ``system.deadline_s`` (``system.comm_limit_s`` without a deadline): when the server stops waiting.
     """
 
+    # sync: wait for every client; overcommit: keep the first K of ceil(K (1 + o)); fedbuff / fedasync: asynchronous
     policy: Literal["sync", "overcommit", "fedbuff", "fedasync"] = "sync"
     overcommit: float = bounded(0.3, ge=0.0)  # o: overcommit samples ceil(K (1 + o)) clients
     concurrency: int = bounded(0, ge=0)  # C, clients in flight (asynchronous policies); 0: clients_per_round
     buffer_size: int = bounded(0, ge=0)  # B, arrivals per server step (fedbuff); 0: ceil(C / 2)
-    staleness: Literal["none", "polynomial", "hinge"] = "polynomial"
-    staleness_exponent: float = bounded(0.5, ge=0.0)
-    hinge_a: float = bounded(10.0, ge=0.0)
-    hinge_b: int = bounded(4, ge=0)
+    staleness: Literal["none", "polynomial", "hinge"] = "polynomial"  # s(tau): 1, (1 + tau)^-a, or FedAsync's hinge
+    staleness_exponent: float = bounded(0.5, ge=0.0)  # a of polynomial (0.5: FedBuff's 1 / sqrt(1 + tau))
+    hinge_a: float = bounded(10.0, ge=0.0)  # hinge: 1 / (a (tau - b) + 1) past b
+    hinge_b: int = bounded(4, ge=0)  # hinge: full weight up to b steps of staleness
     mixing: float = bounded(0.6, gt=0.0, le=1.0)  # FedAsync's alpha
+    # arrival: a new client starts when an update arrives (the papers'); applied: when the server has applied it
     refill: Literal["arrival", "applied"] = "arrival"
 
 

@@ -98,10 +98,12 @@ def check_same_config(cfg: ExperimentConfig, run_dir: Path) -> None:
     given = yaml.safe_load(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))  # the same plain types as saved
     if not isinstance(saved, dict):
         raise ConfigError("is not a run's resolved config", file=str(path))
+    defaults = yaml.safe_load(yaml.safe_dump(config_to_dict(ExperimentConfig()), sort_keys=False))
     for key in sorted(set(saved) | set(given)):
         if key in _NOT_COMPARED:
             continue
-        difference = _first_difference(saved.get(key), given.get(key), key)
+        # a section added after the run was written (e.g. ``server``) counts as its default
+        difference = _first_difference(saved.get(key, defaults.get(key)), given.get(key), key)
         if difference is not None:
             at, was, now = difference
             raise ConfigError(

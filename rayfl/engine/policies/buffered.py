@@ -116,6 +116,7 @@ class BufferedRounds:
         self.concurrency = concurrency(cfg)
         self.buffer = buffer_size(cfg)
         self.timeout_s = cfg.system.deadline_s if cfg.system.deadline_s > 0 else cfg.system.comm_limit_s
+        self._busy_ids: set[int] | None = None  # a cache of ``_busy`` within one step
 
     # -- the step ------------------------------------------------------------------------------------------------
     def round(
@@ -128,6 +129,7 @@ class BufferedRounds:
         if not isinstance(run.policy_state, AsyncState):
             run.policy_state = AsyncState()
         state: AsyncState = run.policy_state
+        self._forget_busy()
         if not state.flights and state.serial == 0:  # the run's first clients, all at its start
             self._start(parts, run, round_idx, self.concurrency, clock.now)
         queue = [(f.free_s, f.client_id, f.serial) for f in state.flights.values()]
@@ -171,8 +173,10 @@ class BufferedRounds:
             sim_duration_s += server_s
         clock.now = previous + sim_duration_s
         state.started_on_version = []
+        self._forget_busy()
         if round_idx + 1 < cfg.rounds:
             self._start(parts, run, round_idx + 1, self.concurrency - self._holding(state), clock.now)
+        self._forget_busy()
         # 5. Evaluation and records: the step's arrivals are its clients.
         eval_start = time.perf_counter()
         evaluation = None
@@ -220,6 +224,16 @@ class BufferedRounds:
         return record, clients, evaluation
 
     # -- starts --------------------------------------------------------------------------------------------------
+    def _busy(self, state: AsyncState) -> set[int]:
+        """Clients that cannot start now: in flight (arrived ones too, until their step ends) or started on the
+        current version; kept up to date between the step's start and its end (``_forget_busy``)."""
+        if self._busy_ids is None:
+            self._busy_ids = {f.client_id for f in state.flights.values()} | set(state.started_on_version)
+        return self._busy_ids
+
+    def _forget_busy(self) -> None:
+        self._busy_ids = None
+
     def _holding(self, state: AsyncState) -> int:
         """Slots held now: every client in flight (arrived clients were removed at the step)."""
         return len(state.flights)
@@ -229,7 +243,7 @@ class BufferedRounds:
         the method's state now, planned from ``at``."""
         cfg, ds, clock, schedule = parts.cfg, parts.dataset, parts.clock, parts.schedule
         state: AsyncState = run.policy_state  # type: ignore[assignment]
-        ids = self._sample(cfg.seed, version, ds.num_clients, count, state)
+        ids = self._sample(cfg.seed, version, ds.num_clients, count, state, self._busy(state))
         if len(ids) == 0:
             return []
         algorithm = schedule.algorithm_at(version)
@@ -260,22 +274,35 @@ class BufferedRounds:
             state.flights[state.serial] = flight
             state.serial += 1
             state.started_on_version.append(c)
+            if self._busy_ids is not None:
+                self._busy_ids.add(c)
             started.append(flight)
         return started
 
     @staticmethod
-    def _sample(seed: int, version: int, num_clients: int, count: int, state: AsyncState) -> np.ndarray:
+    def _sample(seed: int, version: int, num_clients: int, count: int, state: AsyncState, busy: set[int]) -> np.ndarray:
         """``count`` clients to start (module docstring: a version's first, with nobody in flight, are the sync
-        sample; others uniform among the clients neither in flight nor started on this version)."""
-        busy = {f.client_id for f in state.flights.values()} | set(state.started_on_version)
+        sample; others uniform among the clients not ``busy``: in flight or started on this version). Drawn by
+        rejection while most clients are free (O(count), not O(N)), from the free list otherwise."""
         if not busy:
             return sample_clients(seed, version, num_clients, count)
-        free = np.setdiff1d(np.arange(num_clients), np.fromiter(busy, dtype=np.int64, count=len(busy)))
-        k = min(count, len(free))
-        if k == 0:
-            return free
-        chosen = derive_rng(seed, "async-start", state.serial).choice(len(free), size=k, replace=False)
-        return np.sort(free[chosen])
+        k = min(count, num_clients - len(busy))
+        rng = derive_rng(seed, "async-start", state.serial)
+        if k <= 0:
+            return np.zeros(0, dtype=np.int64)
+        if 2 * len(busy) > num_clients:
+            free = np.setdiff1d(np.arange(num_clients), np.fromiter(busy, dtype=np.int64, count=len(busy)))
+            return np.sort(free[rng.choice(len(free), size=k, replace=False)])
+        chosen: list[int] = []
+        taken: set[int] = set()
+        while len(chosen) < k:
+            for c in rng.integers(num_clients, size=2 * (k - len(chosen)) + 4).tolist():
+                if c not in busy and c not in taken:
+                    taken.add(c)
+                    chosen.append(c)
+                    if len(chosen) == k:
+                        break
+        return np.sort(np.asarray(chosen, dtype=np.int64))
 
     # -- training ------------------------------------------------------------------------------------------------
     def _train(self, parts: RunParts, run: RunProgress, version: int) -> None:
