@@ -1,8 +1,10 @@
-"""The round loop. Reading ``_run`` and ``_round`` top to bottom explains the simulator.
+"""The run: start-up, the loop over rounds, stop signals and how the run ends. Reading ``_run`` explains a run;
+the round itself is the round policy's (``engine/policies/``: ``sync.py`` reads top to bottom as one round).
 
-The engine owns the loop and never names an algorithm. ``_round`` is one round as numbered steps (phase, check-in,
-assignment, plan, training and reduction, server update, evaluation, records), each one call into a collaborator:
-``engine/steps.py`` holds the steps, ``engine/round_record.py`` builds the round's rows (for search-only runs too).
+The engine owns the loop and never names an algorithm. A policy's ``round`` is one round as numbered steps (phase,
+check-in, assignment, plan, training and reduction, server update, evaluation, records), each one call into a
+collaborator: ``engine/steps.py`` holds the steps, ``engine/round_record.py`` builds the round's rows (for
+search-only runs too); an asynchronous policy's round is one server step on the simulated clock (``buffered.py``).
 ``_keep_round`` (step 8) writes the rows and a checkpoint when one is due; ``_run`` around them handles start-up,
 stop signals and how the run ends.
 """
