@@ -17,6 +17,7 @@ __all__ = [
     "ExportConfig",
     "LinkConfig",
     "ResourceConfig",
+    "ServerConfig",
     "SystemConfig",
     "TrackingConfig",
     "TrainConfig",
@@ -247,6 +248,46 @@ class BackendConfig:
     # (notebooks, scripts running several experiments); they keep their CPU reservations meanwhile
     # (``engine/ray/pool.py``; released by ``rayfl.engine.ray.backend.release_warm_pool`` or ``shutdown_ray``)
     keep_warm: bool = False
+
+
+# --------------------------------------------------------------------------------------------- round policy
+@dataclass(frozen=True, kw_only=True)
+class ServerConfig:
+    """When the server aggregates: its answer to stragglers (``rayfl/engine/policies/``), orthogonal to the method.
+
+    - ``sync`` (default): every round samples ``clients_per_round`` (K) clients and waits for each that can finish
+      (or drops it past ``system.deadline_s``).
+    - ``overcommit`` (FedScale; Bonawitz et al., MLSys 2019): sample ceil(K (1 + ``overcommit``)) clients, aggregate
+      the first K to finish (ties by client id) and drop the rest (failure ``overcommit``); ``overcommit: 0`` is sync.
+    - ``fedbuff`` (Nguyen et al., AISTATS 2022): ``concurrency`` (C) clients in flight on the simulated clock, each
+      starting on the global model version current at its start; the server steps after every ``buffer_size`` (B)
+      arrivals, on the mean of their deltas against the versions they started from, each weighted by
+      ``staleness``; the method's own server step (server lr, optimizer) applies to that aggregate. A "round" of the
+      records is one server step.
+    - ``fedasync`` (Xie et al., 2019): a server step per arrival (B = 1) mixing the client's model into the current
+      one with weight ``mixing`` x staleness weight: x <- x + mixing s(tau) (x_client - x).
+
+    Staleness tau of an update: server steps between the version it started from and the one it is applied to.
+    ``none``: s = 1; ``polynomial``: s = (1 + tau)^-``staleness_exponent`` (FedBuff's 1/sqrt(1 + tau) at 0.5);
+    ``hinge``: s = 1 for tau <= ``hinge_b``, else 1 / (``hinge_a`` (tau - ``hinge_b``) + 1) (FedAsync).
+    ``refill``: when a new client starts in an asynchronous run: ``arrival`` (the papers': as soon as a client's
+    update arrives, keeping C clients training) or ``applied`` (once the server has applied it: a slot is held until
+    then, so B = C = K with no staleness weighting is sync round for round). A client that fails frees its slot at its
+    start plus ``system.deadline_s`` (``system.comm_limit_s`` without a deadline): when the server stops waiting.
+    """
+
+    # sync: wait for every client; overcommit: keep the first K of ceil(K (1 + o)); fedbuff / fedasync: asynchronous
+    policy: Literal["sync", "overcommit", "fedbuff", "fedasync"] = "sync"
+    overcommit: float = bounded(0.3, ge=0.0)  # o: overcommit samples ceil(K (1 + o)) clients
+    concurrency: int = bounded(0, ge=0)  # C, clients in flight (asynchronous policies); 0: clients_per_round
+    buffer_size: int = bounded(0, ge=0)  # B, arrivals per server step (fedbuff); 0: ceil(C / 2)
+    staleness: Literal["none", "polynomial", "hinge"] = "polynomial"  # s(tau): 1, (1 + tau)^-a, or FedAsync's hinge
+    staleness_exponent: float = bounded(0.5, ge=0.0)  # a of polynomial (0.5: FedBuff's 1 / sqrt(1 + tau))
+    hinge_a: float = bounded(10.0, ge=0.0)  # hinge: 1 / (a (tau - b) + 1) past b
+    hinge_b: int = bounded(4, ge=0)  # hinge: full weight up to b steps of staleness
+    mixing: float = bounded(0.6, gt=0.0, le=1.0)  # FedAsync's alpha
+    # arrival: a new client starts when an update arrives (the papers'); applied: when the server has applied it
+    refill: Literal["arrival", "applied"] = "arrival"
 
 
 # ------------------------------------------------------------------------------------------- checkpoints

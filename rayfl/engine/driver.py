@@ -1,8 +1,10 @@
-"""The round loop. Reading ``_run`` and ``_round`` top to bottom explains the simulator.
+"""The run: start-up, the loop over rounds, stop signals and how the run ends. Reading ``_run`` explains a run;
+the round itself is the round policy's (``engine/policies/``: ``sync.py`` reads top to bottom as one round).
 
-The engine owns the loop and never names an algorithm. ``_round`` is one round as numbered steps (phase, check-in,
-assignment, plan, training and reduction, server update, evaluation, records), each one call into a collaborator:
-``engine/steps.py`` holds the steps, ``engine/round_record.py`` builds the round's rows (for search-only runs too).
+The engine owns the loop and never names an algorithm. A policy's ``round`` is one round as numbered steps (phase,
+check-in, assignment, plan, training and reduction, server update, evaluation, records), each one call into a
+collaborator: ``engine/steps.py`` holds the steps, ``engine/round_record.py`` builds the round's rows (for
+search-only runs too); an asynchronous policy's round is one server step on the simulated clock (``buffered.py``).
 ``_keep_round`` (step 8) writes the rows and a checkpoint when one is due; ``_run`` around them handles start-up,
 stop signals and how the run ends.
 """
@@ -24,35 +26,26 @@ from rayfl.core.messages import ServerState
 from rayfl.data.federated import FederatedDataset, LazyRows
 from rayfl.engine.backend_choice import BackendChoice, resolve_backend
 from rayfl.engine.build import bind_algorithm, build_backend, build_clock, build_task_pool, prepare_run
-from rayfl.engine.exec.backend import Backend, EvalResult
-from rayfl.engine.exec.client_state import first_values, pads
+from rayfl.engine.exec.backend import EvalResult
 from rayfl.engine.guard import NonFiniteError, NonFiniteGuard, all_finite
+from rayfl.engine.parts import RunParts
 from rayfl.engine.persist.checkpoint import CheckpointStore
 from rayfl.engine.persist.export import ModelExporter
 from rayfl.engine.persist.records import ClientRecord, EvalRecord, RoundRecord, RunWriter, make_run_dir
 from rayfl.engine.persist.resume import RunProgress, load_resume_point, resume_progress, take_snapshot
 from rayfl.engine.persist.tracking import check_tracking, open_trackers
 from rayfl.engine.phases import PhaseSchedule
+from rayfl.engine.policies import build_policy
 from rayfl.engine.preflight import check_someone_can_train
 from rayfl.engine.ray.recovery import ActorFailureError
-from rayfl.engine.round_record import RoundEvaluation, WallTimes, client_records, round_record, trained
+from rayfl.engine.round_record import RoundEvaluation
 from rayfl.engine.steps import (
-    check_in,
-    evaluate_round,
-    evaluation_due,
-    plan_clients,
-    train_clients,
-    train_tasks,
-    update_server,
     write_round,
 )
 from rayfl.engine.stop import RunInterrupted, StopRequests
 from rayfl.experiment.loader import check_clients_per_round, check_output_dir
 from rayfl.experiment.schema import ExperimentConfig
 from rayfl.fl.api import capabilities
-from rayfl.fl.api.tasks import TaskPool
-from rayfl.models.inputs import InputSpec
-from rayfl.system.clock import SimClock
 
 __all__ = ["RunResult", "most_frequent_label_accuracy", "open_run_writer", "run_experiment"]
 
@@ -121,21 +114,6 @@ def run_experiment(
         torch.set_num_threads(threads)
 
 
-@dataclass(frozen=True)
-class _Parts:
-    """The run's fixed parts, built once before its first round."""
-
-    cfg: ExperimentConfig
-    dataset: FederatedDataset
-    clock: SimClock
-    backend: Backend
-    schedule: PhaseSchedule
-    pool: TaskPool
-    start: float  # ``time.perf_counter()`` when the run began (its records' wall time counts from it)
-    startup_s: dict[str, float]
-    input_spec: InputSpec
-
-
 def _run(
     cfg: ExperimentConfig,
     write: bool,
@@ -147,6 +125,7 @@ def _run(
     backend_choice: BackendChoice,
 ) -> RunResult:
     parts, run = _start(cfg, write, given, cache_dir, resume, stop)
+    policy = build_policy(cfg)  # when the server aggregates (engine/policies/): sync unless server.policy says
     writer, records = run.writer, run.records
     exporter = ModelExporter(cfg, parts.input_spec, writer.run_dir) if writer is not None else None
     trackers = open_trackers(cfg, writer.run_dir) if writer is not None else None  # TensorBoard, MLflow
@@ -156,7 +135,7 @@ def _run(
     with stop.rounds():
         try:
             for round_idx in range(run.next_round, cfg.rounds):
-                record, clients, evaluation = _round(parts, run, round_idx)
+                record, clients, evaluation = policy.round(parts, run, round_idx)
                 if exporter is not None and evaluation is not None:  # the models written at the end (persist/export)
                     algorithm = parts.schedule.algorithm_at(round_idx)
                     exporter.observe(round_idx, run.state, algorithm, [e.accuracy for e in evaluation.models])
@@ -210,7 +189,7 @@ def _start(
     cache_dir: Path | None,
     resume: Path | None,
     stop: StopRequests,
-) -> tuple[_Parts, RunProgress]:
+) -> tuple[RunParts, RunProgress]:
     """The run's parts and where it starts: round 0 with the algorithm's initial state, or a checkpoint's progress.
     The run directory appears only once data, traces and backend are ready: bad input leaves nothing behind."""
     start = time.perf_counter()
@@ -237,7 +216,7 @@ def _start(
     startup_s = {**setup.startup_s, "backend_s": time.perf_counter() - backend_start}
     schedule = PhaseSchedule(algorithm, cfg.rounds)  # one phase unless cfg.phases (engine/phases.py)
     pool = build_task_pool(cfg.backend)
-    parts = _Parts(cfg, ds, clock, backend, schedule, pool, start, startup_s, setup.input_spec)
+    parts = RunParts(cfg, ds, clock, backend, schedule, pool, start, startup_s, setup.input_spec)
     # A signal while the run directory is made (or a resumed run's records are cut back) takes effect once that is
     # done; from then on a signal stops after the round in progress, with a checkpoint.
     try:
@@ -257,68 +236,8 @@ def _start(
         raise
 
 
-def _round(
-    parts: _Parts, run: RunProgress, round_idx: int
-) -> tuple[RoundRecord, list[ClientRecord], RoundEvaluation | None]:
-    """One round, step by step (``engine/steps.py``); ``run`` moves on to the round's state. Returns the round's
-    record, its clients' rows and its evaluation (``None`` in a round without one)."""
-    cfg, ds, clock, backend, schedule = parts.cfg, parts.dataset, parts.clock, parts.backend, parts.schedule
-    round_start = time.perf_counter()
-    backend.begin_round(round_idx)
-    # 0. The phase's algorithm; hand-over at a phase's start; a server phase's work (search).
-    algorithm, state, phase_server_s = schedule.begin_round(round_idx, run.state, parts.pool)
-    # 1. Check-in: who is sampled, their data sizes and their budgets at the round's simulated start.
-    views = check_in(cfg.seed, ds, clock, round_idx, schedule.clients_per_round(round_idx, cfg.clients_per_round))
-    # 2. Assignment: which (sub-)model each client trains (and state it grows, e.g. a search pool).
-    assignments, state = capabilities.assign_with_state(algorithm, state, round_idx, views)
-    server_s = time.perf_counter() - round_start
-    # 3. Plan: who fits, who fails, how long each takes; only clients that can finish are run.
-    plan = plan_clients(clock, algorithm, state, round_idx, views, assignments, schedule.train(cfg.train, round_idx))
-    lr = schedule.lr(cfg.train, round_idx)  # a phase may train with its own schedule
-    tasks = train_tasks(plan, assignments, state, cfg.seed, lr, cfg.eval_all_devices)
-    # 4. Local training on the hosts and sharded reduction. Clients that pad what their links lost fall back, where
-    # they remember nothing, to each global tensor's value when it was first broadcast.
-    run.initial_params = first_values(run.initial_params, state.params, broadcast=pads(tasks))
-    aggregate, outcomes = train_clients(backend, tasks, state.params, run.initial_params)
-    train_done = time.perf_counter()
-    plan = clock.measured_compute(plan, {o.client_id: o.train_wall_s for o in outcomes})
-    # 5. Server update (skipped when every client failed), rolled back when not finite; the clock moves on.
-    state, rolled_back = update_server(algorithm, run.guard, state, round_idx, aggregate, outcomes)
-    run.state = state
-    server_s += time.perf_counter() - train_done
-    sim_duration_s = clock.advance(plan, server_s, phase_server_s)
-    # 6. Evaluation of the global model (of every global model when the run holds several).
-    eval_start = time.perf_counter()
-    evaluation = None
-    if evaluation_due(cfg, round_idx):
-        evaluation = evaluate_round(cfg, backend, algorithm, state, clock, ds, round_idx)
-        run.last_eval = evaluation.main
-    now = time.perf_counter()
-    # 7. Records: the round's row and its clients' rows (engine/round_record.py).
-    clients = client_records(plan, outcomes, assignments)
-    stats = algorithm.round_stats()
-    record = round_record(
-        round_idx=round_idx,
-        sim_time_s=clock.now,
-        sim_duration_s=sim_duration_s,
-        plan=plan,
-        clients=clients,
-        tally=trained(plan, outcomes),
-        stats=stats,
-        state=state,
-        wall=WallTimes(parts.start, round_start, train_done, eval_start, now, run.wall_offset_s),
-        outcomes=outcomes,
-        evaluation=evaluation,
-        lr=lr,
-        phase=schedule.phase_at(round_idx).name,
-        faults=backend.take_faults(),
-        rolled_back=rolled_back,
-    )
-    return record, clients, evaluation
-
-
 def _keep_round(
-    parts: _Parts,
+    parts: RunParts,
     run: RunProgress,
     record: RoundRecord,
     clients: list[ClientRecord],

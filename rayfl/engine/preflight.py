@@ -43,7 +43,6 @@ _MIB, _MB = 2.0**20, 1e6
 _FULL_MODEL_HINT = "fedavg (model: full), independent"
 
 
-
 class Setup(Protocol):
     """What the check reads of a prepared run (``engine/build.py``'s ``Setup``)."""
 

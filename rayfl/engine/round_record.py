@@ -217,6 +217,8 @@ def client_records(
             p_up=links.get(int(c), (math.nan, math.nan))[1],
             model_id=assignments[int(c)].model_id,
             train_macs=float(plan.train_flops[i]) / 2.0 if plan.failure[i] is None and len(plan.train_flops) else 0.0,
+            start_version=plan.round_idx,
+            start_s=plan.start_s,
         )
         for i, c in enumerate(plan.client_id)
     ]

@@ -79,11 +79,12 @@ def plan_clients(
     views: Sequence[ClientView],
     assignments: Mapping[int, Assignment],
     train: TrainConfig,
+    at: float | None = None,
 ) -> ClientPlan:
     """Step 3: the clock's plan of the round before anything runs (``train``: the round's local training, a phase's
-    own epochs)."""
+    own epochs; ``at``: the clients' start when it is not the round's, in an asynchronous run)."""
     work = capabilities.train_flops(algorithm, round_idx, views, assignments)  # None: FLOPs x samples
-    return clock.plan(round_idx, views, assignments, state.models, train, work)
+    return clock.plan(round_idx, views, assignments, state.models, train, work, at=at)
 
 
 def train_tasks(

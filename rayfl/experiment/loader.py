@@ -75,8 +75,6 @@ _SEQ_TAG = "tag:yaml.org,2002:seq"
 _FLOAT_TAG = "tag:yaml.org,2002:float"
 
 
-
-
 # ------------------------------------------------------------------------------------------------- YAML
 class _Loader(yaml.SafeLoader):
     """``SafeLoader`` that also reads ``1e-3`` and ``1e3`` as floats (PyYAML's YAML 1.1 rule wants a dot)."""

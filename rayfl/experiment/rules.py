@@ -104,6 +104,40 @@ def semantic_problems(cfg: ExperimentConfig) -> list[Problem]:
     problems.extend(_algorithm_problems(cfg))
     problems.extend(_phase_problems(cfg))
     problems.extend(_cellnet_problems(cfg))
+    problems.extend(_policy_problems(cfg))
+    return problems
+
+
+def _policy_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:
+    """What an asynchronous round policy (``server.policy: fedbuff | fedasync``) cannot be combined with."""
+    server = cfg.server
+    if server.policy not in ("fedbuff", "fedasync"):
+        return []
+    at: KeyPath = ("server", "policy")
+    problems: list[tuple[KeyPath, str]] = []
+    if cfg.phases:
+        problems.append((at, f"{server.policy!r} runs one method: a run with phases is sync or overcommit"))
+    if cfg.system.compute_time == "measured":
+        problems.append((at, f"{server.policy!r} needs system.compute_time: modelled (arrivals are planned at start)"))
+    if cfg.eval_all_devices:
+        problems.append((at, f"{server.policy!r} keeps no per-device uploads: set eval_all_devices=false"))
+    concurrency = server.concurrency or cfg.clients_per_round
+    if cfg.data.num_clients > 0 and concurrency > cfg.data.num_clients:
+        problems.append(
+            (
+                ("server", "concurrency"),
+                f"{concurrency} clients in flight exceed data.num_clients={cfg.data.num_clients}",
+            )
+        )
+    if server.buffer_size > concurrency:
+        problems.append(
+            (
+                ("server", "buffer_size"),
+                f"{server.buffer_size} exceeds the {concurrency} clients in flight: it never fills",
+            )
+        )
+    if server.policy == "fedasync" and server.buffer_size not in (0, 1):
+        problems.append((("server", "buffer_size"), "fedasync steps on every arrival: leave it 0 (or 1)"))
     return problems
 
 

@@ -18,6 +18,7 @@ from rayfl.config.sections import (
     CompressionConfig,
     DataConfig,
     ExportConfig,
+    ServerConfig,
     SystemConfig,
     TrackingConfig,
     TrainConfig,
@@ -69,6 +70,7 @@ class ExperimentConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     backend: BackendConfig = field(default_factory=BackendConfig)
     system: SystemConfig = field(default_factory=SystemConfig)
+    server: ServerConfig = field(default_factory=ServerConfig)  # when the server aggregates (round policy)
     compression: CompressionConfig = field(default_factory=CompressionConfig)
     # Several phases, run one after another on one clock and one set of records; when given, they replace
     # ``algorithm`` and their rounds add up to ``rounds`` (``rayfl/engine/phases.py``).

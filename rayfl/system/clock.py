@@ -122,25 +122,30 @@ class SimClock:
         self.links = LinkModel(cfg.links, seed)
 
     # 1. check-in --------------------------------------------------------------------------------------------------
-    def check_in(self, round_idx: int, clients: np.ndarray, num_examples: Sequence[int]) -> list[ClientView]:
-        mem = self.memory.at(clients, self.now, round_idx)
-        bw = self._bandwidth_budget(clients, round_idx)
-        flops = self._compute_budget(clients, round_idx)
+    def check_in(
+        self, round_idx: int, clients: np.ndarray, num_examples: Sequence[int], at: float | None = None
+    ) -> list[ClientView]:
+        """The clients' views at the round's start, or at simulated time ``at`` (an asynchronous run's clients
+        check in when each starts)."""
+        t = self.now if at is None else at
+        mem = self.memory.at(clients, t, round_idx)
+        bw = self._bandwidth_budget(clients, round_idx, t)
+        flops = self._compute_budget(clients, round_idx, t)
         return [
             ClientView(int(c), int(n), float(m), float(b), float(f))
             for c, n, m, b, f in zip(clients, num_examples, mem, bw, flops, strict=True)
         ]
 
-    def _compute_budget(self, clients: np.ndarray, round_idx: int) -> np.ndarray:
+    def _compute_budget(self, clients: np.ndarray, round_idx: int, t: float) -> np.ndarray:
         """Training FLOPs each client can do within ``compute_limit_s`` at its compute speed (inf without a limit)."""
         if self.cfg.compute_limit_s <= 0:
             return np.full(len(clients), np.inf)
-        budget: np.ndarray = self.compute.at(clients, self.now, round_idx) * self.cfg.compute_limit_s
+        budget: np.ndarray = self.compute.at(clients, t, round_idx) * self.cfg.compute_limit_s
         return budget
 
-    def _bandwidth_budget(self, clients: np.ndarray, round_idx: int) -> np.ndarray:
-        down = self.down.at(clients, self.now, round_idx)
-        up = self.up.at(clients, self.now, round_idx)
+    def _bandwidth_budget(self, clients: np.ndarray, round_idx: int, t: float) -> np.ndarray:
+        down = self.down.at(clients, t, round_idx)
+        up = self.up.at(clients, t, round_idx)
         with np.errstate(divide="ignore"):
             return 2.0 * self.cfg.comm_limit_s / (8.0 / down + 8.0 / up)  # bytes; inf when both are unlimited
 
@@ -153,11 +158,14 @@ class SimClock:
         models: Sequence[ModelConfig] = (),
         train: TrainConfig | None = None,
         train_flops: np.ndarray | None = None,
+        at: float | None = None,
     ) -> ClientPlan:
         """``models``: the architectures of a multi-model run's global models (``ServerState.models``), so each
         client's costs are those of the model it was assigned; ``train``: this round's local training when it is not
         the run's (a phase with its own epochs); ``train_flops``: each client's training FLOPs when the algorithm
-        counts them itself (``Algorithm.train_flops``), instead of the model's FLOPs per sample times its samples."""
+        counts them itself (``Algorithm.train_flops``), instead of the model's FLOPs per sample times its samples;
+        ``at``: the clients' start in simulated time when it is not the round's (an asynchronous run's)."""
+        now = self.now if at is None else at
         clients = np.array([v.client_id for v in views], dtype=np.int64)
         n = len(clients)
         costs = self.oracle.model_costs([assignments[int(c)] for c in clients], models)
@@ -165,16 +173,16 @@ class SimClock:
         bw_budget = np.array([v.bandwidth_budget for v in views], dtype=np.float64)
         need = costs.memory  # the oracle includes system.memory_overhead_mib
         enforce = np.array([assignments[int(c)].enforce_budgets for c in clients], dtype=bool)
-        t0 = np.full(n, self.now)
-        rate_down = self.down.at(clients, self.now, round_idx)
-        rate_up = self.up.at(clients, self.now, round_idx)
+        t0 = np.full(n, now)
+        rate_down = self.down.at(clients, now, round_idx)
+        rate_up = self.up.at(clients, now, round_idx)
         with np.errstate(divide="ignore", invalid="ignore"):
             comm_need_s = 8.0 * costs.bytes_down / rate_down + 8.0 * costs.bytes_up / rate_up
-        draws = self.links.draw(round_idx, clients, self.now)
+        draws = self.links.draw(round_idx, clients, now)
         sent_down, sent_up, cut_off = self._link_bytes(clients, assignments, draws, costs.bytes_down, costs.bytes_up)
         download = self.down.transfer_time(clients, t0, 8.0 * sent_down, round_idx)
         samples = np.array([self._samples(v.num_examples, train or self.train) for v in views], dtype=np.float64)
-        speed = self.compute.at(clients, self.now, round_idx)
+        speed = self.compute.at(clients, now, round_idx)
         work = costs.train_flops_per_sample * samples if train_flops is None else np.asarray(train_flops, np.float64)
         flops_budget = np.array([v.compute_budget for v in views], dtype=np.float64)
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -182,7 +190,7 @@ class SimClock:
         upload = self.up.transfer_time(clients, t0 + download + compute, 8.0 * sent_up, round_idx)
         # a client not available at check-in fails ``unavailable``; one with no network then (a zero-bandwidth span,
         # or an all-zero trace) fails ``no_network``
-        available = self.availability.at(clients, self.now, round_idx) >= 0.5
+        available = self.availability.at(clients, now, round_idx) >= 0.5
         online = (rate_down > 0) & (rate_up > 0)
         finish = download + compute + upload
         stays = self.availability.window_min(clients, t0, t0 + np.where(np.isfinite(finish), finish, 0.0), round_idx)
@@ -219,7 +227,7 @@ class SimClock:
                 failure.append(None)
         return ClientPlan(
             round_idx=round_idx,
-            start_s=self.now,
+            start_s=now,
             client_id=clients,
             memory_budget=mem_budget,
             memory_need=need,

@@ -168,6 +168,7 @@ def test_full_yaml_round_trips_through_dump_config(tmp_path: Path) -> None:
         "train",
         "backend",
         "system",
+        "server",
         "compression",
         "phases",
         "checkpoint",

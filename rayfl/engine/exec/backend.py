@@ -23,7 +23,7 @@ from rayfl.config.sections import BackendConfig, CompressionConfig
 from rayfl.core.messages import Aggregate, ClientOutcome, Params, TrainTask
 from rayfl.core.partials import ArrayPartial
 from rayfl.data.federated import FederatedDataset
-from rayfl.engine.exec.client_state import ClientMemory, ClientStateStore, keeps_state, pads
+from rayfl.engine.exec.client_state import ClientMemory, ClientStateStore, KeptUpload, keeps_state, pads
 from rayfl.engine.exec.host import ClientHost, EvalStats, NumpyParams
 from rayfl.engine.exec.param_server import ParamServerShard, plan_shards
 from rayfl.fl.api.algorithm import Algorithm
@@ -76,6 +76,14 @@ class Backend(Protocol):
     def load_client_states(self, states: dict[int, object]) -> None: ...
 
     def reduce_uploads(self, params: Params) -> Aggregate: ...
+
+    def train_each(
+        self, tasks: Sequence[TrainTask], params: Params, initial: Params | None = None
+    ) -> tuple[dict[int, KeptUpload], list[ClientOutcome]]:
+        """Train ``tasks`` on the hosts and return every successful client's upload apart (by client id) with every
+        outcome (client-id order): the asynchronous policies' training, whose server applies each upload when it
+        arrives."""
+        ...
 
 
 def to_numpy(params: Params) -> NumpyParams:
@@ -223,6 +231,29 @@ class LocalBackend:
                 self.memories.update(host_tasks, out[self.num_shards + 1 :])
         outcomes.sort(key=lambda o: o.client_id)
         return assemble_aggregate(self._reduce(arrays, outs), outcomes), outcomes
+
+    def train_each(
+        self, tasks: Sequence[TrainTask], params: Params, initial: Params | None = None
+    ) -> tuple[dict[int, KeptUpload], list[ClientOutcome]]:
+        """``Backend.train_each`` in this process: the same hosts, partition and memories as ``train_and_reduce``."""
+        arrays = to_numpy(params)
+        keep = keeps_state(self.algorithm, tasks)
+        first = to_numpy(initial) if initial is not None and pads(tasks) else None
+        uploads: dict[int, KeptUpload] = {}
+        outcomes: list[ClientOutcome] = []
+        for host, host_tasks in zip(self.hosts, tasks_by_host(tasks, self.sizes, self.num_hosts), strict=True):
+            if not host_tasks:
+                continue
+            held = self.memories.handles_for(host_tasks) if keep else []
+            out = host.run_clients(host_tasks, arrays, first, *cast(list[ClientMemory | None], held))
+            got, done = cast(tuple[dict[int, KeptUpload], list[ClientOutcome]], out[0])
+            uploads.update(got)
+            outcomes.extend(done)
+            if keep:
+                self.memories.update(host_tasks, out[1:])
+        torch.set_num_threads(self._threads)
+        outcomes.sort(key=lambda o: o.client_id)
+        return {c: uploads[c] for c in sorted(uploads)}, outcomes
 
     def reduce_uploads(self, params: Params) -> Aggregate:
         """The all-device model: the algorithm's reducer over every client's kept upload (``eval_all_devices``,

@@ -223,6 +223,36 @@ class ClientHost:
         shares = [as_arrays(p) for p in split_partial(partial, shard_of, num_shards)]  # numpy: shards load no torch
         return (*shares, outcomes, *after)
 
+    def run_clients(
+        self,
+        tasks: Sequence[TrainTask],
+        params: NumpyParams,
+        initial: NumpyParams | None,
+        *memories: ClientMemory | None,
+    ) -> tuple[object, ...]:
+        """Train ``tasks`` in client-id order, like ``run_round``, but keep every update apart instead of reducing:
+        returns ``(uploads, outcomes)`` (each successful client's upload as the server receives it, by client id) and
+        then, when the clients carry memories, every task's next memory in the order of ``tasks``. An asynchronous
+        run's server applies each upload when it arrives in simulated time (``engine/policies/buffered.py``)."""
+        torch.set_num_threads(self.torch_threads)
+        base = as_tensors(params)
+        first = as_tensors(initial) if initial is not None else None
+        shapes = {k: v.shape for k, v in base.items()}
+        keep = keeps_state(self.algorithm, tasks)
+        held = dict(zip((t.client_id for t in tasks), memories, strict=False)) if keep else {}
+        uploads: dict[int, KeptUpload] = {}
+        outcomes: list[ClientOutcome] = []
+        kept: dict[int, ClientMemory | None] = {}
+        for task in sorted(tasks, key=lambda t: t.client_id):
+            update, outcome, kept[task.client_id] = self._run_client(
+                task, base, shapes, held.get(task.client_id), first
+            )
+            if update is not None and outcome.failure is None:
+                uploads[task.client_id] = KeptUpload.of(update)
+            outcomes.append(outcome)
+        after = [kept[t.client_id] for t in tasks] if keep else []
+        return ((uploads, outcomes), *after)
+
     def reduce_uploads(
         self, params: NumpyParams, shard_of: Mapping[str, int], num_shards: int, *memories: ClientMemory | None
     ) -> tuple[object, ...]:

@@ -86,6 +86,8 @@ class RunSnapshot:
     wall_time_s: float
     # each global tensor's value when first broadcast to padding clients (their fallback where they remember nothing)
     initial_params: Params = field(default_factory=dict)
+    # the round policy's state (an asynchronous run's clients in flight, their uploads, the start counter)
+    policy_state: object | None = None
 
 
 @dataclass(frozen=True)

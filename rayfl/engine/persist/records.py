@@ -112,6 +112,12 @@ class RoundRecord:
     # not available (``system.availability``); before issue 31 both were counted in ``failed_other``
     failed_no_network: int = 0
     failed_unavailable: int = 0
+    # the round policy (engine/policies/): the staleness (server steps since its start version) of the updates the
+    # round applied, mean and max (0 in sync rounds, NaN when none was applied), and the clients still in flight
+    # after it (asynchronous policies; 0 in sync rounds)
+    staleness_mean: float = math.nan
+    staleness_max: float = math.nan
+    in_flight: int = 0
 
 
 @dataclass(frozen=True)
@@ -136,6 +142,13 @@ class ClientRecord:
     p_up: float = math.nan  # and of the update that reached the server
     model_id: int = 0  # which global model it was assigned
     train_macs: float = 0.0  # multiply-accumulates of its round's local training (planned; 0 when it did not run)
+    # the round policy: the global model version (server steps) it started on, its staleness when its round applied
+    # it, its start in simulated time, and its share of the round's aggregate (asynchronous policies: its weight x
+    # staleness weight over the weights; NaN in sync rounds and for clients not applied)
+    start_version: int = 0
+    staleness: float = 0.0
+    start_s: float = 0.0
+    agg_weight: float = math.nan
 
 
 @dataclass(frozen=True)

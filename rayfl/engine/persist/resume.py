@@ -50,6 +50,9 @@ class RunProgress:
     wall_offset_s: float = 0.0  # wall seconds the run spent before this process took it over
     # every global tensor's value when first broadcast to padding clients (``client_state.first_values``)
     initial_params: Params = field(default_factory=dict)
+    # the round policy's own state between server steps (an asynchronous run's clients in flight and their uploads,
+    # ``engine/policies/buffered.py``); None for synchronous rounds
+    policy_state: object | None = None
 
 
 @dataclass(frozen=True)
@@ -95,10 +98,12 @@ def check_same_config(cfg: ExperimentConfig, run_dir: Path) -> None:
     given = yaml.safe_load(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))  # the same plain types as saved
     if not isinstance(saved, dict):
         raise ConfigError("is not a run's resolved config", file=str(path))
+    defaults = yaml.safe_load(yaml.safe_dump(config_to_dict(ExperimentConfig()), sort_keys=False))
     for key in sorted(set(saved) | set(given)):
         if key in _NOT_COMPARED:
             continue
-        difference = _first_difference(saved.get(key), given.get(key), key)
+        # a section added after the run was written (e.g. ``server``) counts as its default
+        difference = _first_difference(saved.get(key, defaults.get(key)), given.get(key), key)
         if difference is not None:
             at, was, now = difference
             raise ConfigError(
@@ -151,6 +156,7 @@ def resume_progress(
         last_eval=EvalResult(accuracy, loss, samples),
         wall_offset_s=snap.wall_time_s,
         initial_params=dict(getattr(snap, "initial_params", {})),  # none in checkpoints written before it
+        policy_state=getattr(snap, "policy_state", None),
     )
 
 
@@ -169,4 +175,5 @@ def take_snapshot(
         nonfinite_streak=progress.guard.streak,
         wall_time_s=wall_time_s,
         initial_params=progress.initial_params,
+        policy_state=progress.policy_state,
     )

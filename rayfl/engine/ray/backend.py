@@ -35,7 +35,7 @@ from rayfl.engine.exec.backend import (
     to_numpy,
     uploads_by_host,
 )
-from rayfl.engine.exec.client_state import ClientStateStore, keeps_state, pads
+from rayfl.engine.exec.client_state import ClientStateStore, KeptUpload, keeps_state, pads
 from rayfl.engine.exec.param_server import plan_shards
 from rayfl.engine.ray.pool import ActorPool, release_warm_pool, take_pool
 from rayfl.engine.ray.recovery import InputsLost, Recovery, Step, lost
@@ -148,6 +148,43 @@ class RayBackend:
                 self.memories.update(host_tasks, ran[h][self.num_shards + 1 :])
         outcomes = sorted((o for h in sorted(outcome_lists) for o in outcome_lists[h]), key=lambda o: o.client_id)
         return assemble_aggregate(results, outcomes), outcomes
+
+    def train_each(
+        self, tasks: Sequence[TrainTask], params: Params, initial: Params | None = None
+    ) -> tuple[dict[int, KeptUpload], list[ClientOutcome]]:
+        """``Backend.train_each`` on the actors: each host's uploads come back to the driver (an asynchronous run's
+        server holds them until they arrive in simulated time); a host that dies is re-run as in
+        ``train_and_reduce``."""
+        params_ref = ray.put(to_numpy(params))
+        if initial is not None and pads(tasks) and initial is not self._initial[0]:
+            self._initial = (initial, ray.put(to_numpy(initial)))
+        initial_ref = self._initial[1] if initial is not None and pads(tasks) else None
+        keep = keeps_state(self.algorithm, tasks)
+        groups = {h: g for h, g in enumerate(tasks_by_host(tasks, self.sizes, self.num_hosts)) if g}
+
+        def submit(h: int, host_tasks: list[TrainTask]) -> list[Any]:
+            held = self.memories.handles_for(host_tasks) if keep else []
+            call = self.hosts[h].run_clients_on.options(num_returns=1 + len(held))
+            refs = call.remote(self._run_arg, host_tasks, params_ref, initial_ref, *held)
+            return list(refs) if held else [refs]
+
+        steps = {
+            h: Step(f"client host {h}", partial(submit, h, g), _ready_call(self.hosts[h], self._run_arg))
+            for h, g in groups.items()
+        }
+        ran: dict[int, list[Any]] = {}
+        fetched = self.recovery.gather(steps, ran)
+        if keep:
+            for h, host_tasks in groups.items():
+                self.memories.update(host_tasks, ran[h][1:])
+        uploads: dict[int, KeptUpload] = {}
+        outcomes: list[ClientOutcome] = []
+        for h in sorted(fetched):
+            got, done = fetched[h]
+            uploads.update(got)
+            outcomes.extend(done)
+        outcomes.sort(key=lambda o: o.client_id)
+        return {c: uploads[c] for c in sorted(uploads)}, outcomes
 
     def _run_round(self, h: int, tasks: list[TrainTask], params_ref: Any, initial_ref: Any, keep: bool) -> list[Any]:
         """Submit host ``h``'s share of a round (again, after a death: the same tasks and the same memories, which

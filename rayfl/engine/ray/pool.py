@@ -84,6 +84,11 @@ class RayClientHost(ClientHost):
         self._build(run)
         return self.run_round(*args)
 
+    def run_clients_on(self, run: list[Any], *args: Any) -> tuple[object, ...]:
+        """``run_clients`` (its arguments after the run's references)."""
+        self._build(run)
+        return self.run_clients(*args)
+
     def reduce_uploads_on(self, run: list[Any], *args: Any) -> tuple[object, ...]:
         """``reduce_uploads`` (its arguments after the run's references)."""
         self._build(run)

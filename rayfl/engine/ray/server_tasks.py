@@ -20,10 +20,6 @@ __all__ = ["RayTaskPool"]
 T = TypeVar("T")
 
 
-
-
-
-
 class RayTaskPool:
     """One Ray task per item on the running Ray instance (the Ray backend's), spread over its nodes."""
 
@@ -33,5 +29,3 @@ class RayTaskPool:
         remote = ray.remote(num_cpus=0, scheduling_strategy="SPREAD")(fn)
         refs = [ray.put(s) for s in shared]
         return list(ray.get([remote.remote(*refs, item) for item in items]))
-
-

@@ -45,7 +45,17 @@ from rayfl.fl.methods.heterofl.config import HeteroFLConfig
 WALL_FIELDS = HOST_CLOCK_FIELDS | {"hit_rate"}
 # columns added after the pin (issue 12: dead actors, the non-finite guard, checkpoints), with their value in these
 # runs (no faults, no roll-back, no checkpoint: the runs are not written)
-LATER_FIELDS = {"faults": 0, "rolled_back": 0, "checkpoint_bytes": 0, "failed_no_network": 0, "failed_unavailable": 0}
+LATER_FIELDS = {
+    "faults": 0,
+    "rolled_back": 0,
+    "checkpoint_bytes": 0,
+    "failed_no_network": 0,
+    "failed_unavailable": 0,
+    "in_flight": 0,
+}
+# issue 27's round policies: the staleness of the applied updates (0 in sync rounds that applied any), checked in
+# tests/unit/engine/test_round_policies.py
+LATER_STALENESS = {"staleness_mean", "staleness_max"}
 LATER_NAN_FIELDS = {"checkpoint_s", "all_devices_acc", "all_devices_loss", "all_devices_device_acc"}  # and issue 15's
 # issue 14's training MACs per round (3 x forward MACs x samples): a new figure, checked in tests/unit/system
 LATER_FIGURES = {"train_macs"}
@@ -105,7 +115,7 @@ def _machine() -> dict[str, str]:
 
 
 def _digests(result: RunResult) -> tuple[str, str, float]:
-    skip = WALL_FIELDS | set(LATER_FIELDS) | LATER_NAN_FIELDS | LATER_FIGURES
+    skip = WALL_FIELDS | set(LATER_FIELDS) | LATER_NAN_FIELDS | LATER_FIGURES | LATER_STALENESS
     rounds = [
         [(f.name, getattr(r, f.name)) for f in dataclasses.fields(r) if f.name not in skip] for r in result.records
     ]
@@ -120,7 +130,7 @@ def _digests(result: RunResult) -> tuple[str, str, float]:
 def test_tiny_synthetic_runs_keep_their_records(name: str) -> None:
     result = run_experiment(_config(name), write=False)
     pinned = PINNED[name]
-    skip = WALL_FIELDS | set(LATER_FIELDS) | LATER_NAN_FIELDS | LATER_FIGURES
+    skip = WALL_FIELDS | set(LATER_FIELDS) | LATER_NAN_FIELDS | LATER_FIGURES | LATER_STALENESS
     assert len(result.records) == len(pinned["records"])
     for record, want in zip(result.records, pinned["records"], strict=True):
         got = {f.name: getattr(record, f.name) for f in dataclasses.fields(record) if f.name not in skip}

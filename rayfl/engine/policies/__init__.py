@@ -1,0 +1,42 @@
+"""Round policies: when the server aggregates, orthogonal to the method (``server.policy``).
+
+The driver (``engine/driver.py``) runs ``rounds`` calls of its policy's ``round``; a policy is the engine's own
+concept, so any method runs under any policy and no method is named here:
+
+- ``sync.py``: ``sync`` (wait for every client that can finish) and ``overcommit`` (sample more, keep the first K);
+- ``buffered.py``: ``fedbuff`` and ``fedasync``, clients in flight on the simulated clock and a server step after
+  every B arrivals, with the staleness weights of ``staleness.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from rayfl.engine.parts import RunParts
+from rayfl.engine.persist.records import ClientRecord, RoundRecord
+from rayfl.engine.persist.resume import RunProgress
+from rayfl.engine.policies.buffered import BufferedRounds
+from rayfl.engine.policies.sync import SyncRounds
+from rayfl.engine.round_record import RoundEvaluation
+from rayfl.experiment.schema import ExperimentConfig
+
+__all__ = ["RoundPolicy", "build_policy"]
+
+
+class RoundPolicy(Protocol):
+    def round(
+        self, parts: RunParts, run: RunProgress, round_idx: int
+    ) -> tuple[RoundRecord, list[ClientRecord], RoundEvaluation | None]:
+        """One round (one server step): ``run`` moves on; returns the round's record, its clients' rows and its
+        evaluation (``None`` when none was due)."""
+        ...
+
+
+def build_policy(cfg: ExperimentConfig) -> RoundPolicy:
+    """The run's round policy from ``server``."""
+    server = cfg.server
+    if server.policy == "overcommit":
+        return SyncRounds(server.overcommit)
+    if server.policy in ("fedbuff", "fedasync"):
+        return BufferedRounds(cfg)
+    return SyncRounds()

@@ -1,0 +1,447 @@
+"""Asynchronous rounds on the simulated clock: FedBuff (Nguyen et al., AISTATS 2022) and FedAsync (Xie et al., 2019).
+
+``concurrency`` (C) clients are in flight. A client starts at a simulated time on the global model version current
+then (version = the server steps so far): it checks in there (its budgets read at its own start, so a model can stop
+fitting while it waits to be sampled), is assigned by the method with the state of that moment, and its download,
+compute and upload times come from its traces exactly as in a sync round (``SimClock.plan`` at its start). Its update
+arrives at its finish; one that fails frees its slot when the server stops waiting for it (its start plus
+``system.deadline_s``, or ``system.comm_limit_s`` without a deadline). Arrivals are taken in time order, ties by
+client id. After every ``buffer_size`` (B) successful arrivals the server steps: one "round" of the records.
+
+The server step. Every applied update is the client's upload ``v`` with the values ``b`` of the version it started
+from at the same elements (its delta ``v - b``), turned into a model ``x`` at the current version ``p``:
+
+- ``fedbuff``: ``x = p + s(tau) (v - b)`` (FedBuff's rule: deltas against the start version, staleness-weighted);
+- ``fedasync``: ``x = p + mixing s(tau) (v - p)`` (FedAsync's mixing of the client's model into the current one).
+
+The method's own reducer (the count-weighted element-wise mean, ``core/reducers.py``) then averages the ``x`` of the
+step's updates, elements no update covers keeping ``p``: so the aggregate minus ``p`` is the weighted mean of the
+staleness-weighted deltas, element by element, as sub-model methods aggregate; and the method's ``server_update``
+(server lr, server optimizer, distillation) takes that aggregate as it takes a sync round's. Where ``x`` is the
+client's own value (no staleness weight, started on the current version), it is used as it is: B = C = K with
+``refill: applied`` and ``staleness: none`` is then the sync round bit for bit.
+
+Training. Which clients start on a version is known once the server steps past it, and their results do not change
+when anything happens in simulated time (``compute_time: modelled``), so every client that started on a version is
+trained at that step, all of them in one call to the backend (in parallel on Ray); the uploads are held by the server
+(``Flight``) until each arrives. Everything here is part of the checkpoint (``AsyncState``).
+
+Sampling: a version's first clients, when nobody is in flight, are the sync sample of that round
+(``engine/sampling.py``); every other start draws uniformly among the clients that are neither in flight nor started
+on the current version, keyed by the run's start counter.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from rayfl.core.messages import Aggregate, Assignment, ClientOutcome, ClientUpdate, ServerState, TrainTask
+from rayfl.core.rng import derive_rng
+from rayfl.engine.exec.client_state import KeptUpload, first_values, pads
+from rayfl.engine.parts import RunParts
+from rayfl.engine.persist.records import ClientRecord, RoundRecord
+from rayfl.engine.persist.resume import RunProgress
+from rayfl.engine.policies.staleness import staleness_weight
+from rayfl.engine.round_record import RoundEvaluation, WallTimes, client_records, round_record, trained
+from rayfl.engine.sampling import sample_clients
+from rayfl.engine.steps import evaluate_round, evaluation_due, plan_clients, train_task, update_server
+from rayfl.experiment.schema import ExperimentConfig
+from rayfl.fl.api import capabilities
+from rayfl.system.clock import ClientPlan
+
+__all__ = ["AsyncState", "BufferedRounds", "Flight", "buffer_size", "concurrency"]
+
+
+@dataclass
+class Flight:
+    """One client's trip: started at ``start_s`` on version ``start_version``, its plan there (one row), what it was
+    assigned and its task; once trained, its outcome and, if it succeeded, its upload and the start version's values
+    at the same elements (``base``, for FedBuff's delta). ``free_s``: when it arrives (or, failed, when the server
+    stops waiting)."""
+
+    serial: int
+    client_id: int
+    start_version: int
+    start_s: float
+    free_s: float
+    plan: ClientPlan
+    assignment: Assignment
+    task: TrainTask | None  # None: it failed in its plan and never trains
+    outcome: ClientOutcome | None = None
+    upload: KeptUpload | None = None
+    base: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def failure(self) -> str | None:
+        planned = self.plan.failure[0]
+        return planned if planned is not None else (self.outcome.failure if self.outcome is not None else None)
+
+
+@dataclass
+class AsyncState:
+    """An asynchronous run between server steps: every client started and not yet arrived (by start serial), the
+    clients started on the current version, and how many starts there were."""
+
+    flights: dict[int, Flight] = field(default_factory=dict)
+    started_on_version: list[int] = field(default_factory=list)
+    serial: int = 0
+
+
+def concurrency(cfg: ExperimentConfig) -> int:
+    """C: clients in flight."""
+    return min(cfg.server.concurrency or cfg.clients_per_round, max(1, cfg.data.num_clients or 1 << 62))
+
+
+def buffer_size(cfg: ExperimentConfig) -> int:
+    """B: arrivals per server step (FedAsync: 1; FedBuff: ``buffer_size``, 0 = ceil(C / 2))."""
+    if cfg.server.policy == "fedasync":
+        return 1
+    return cfg.server.buffer_size or max(1, math.ceil(concurrency(cfg) / 2))
+
+
+class BufferedRounds:
+    """One server step of FedBuff or FedAsync per call (module docstring)."""
+
+    def __init__(self, cfg: ExperimentConfig) -> None:
+        self.cfg = cfg
+        self.server = cfg.server
+        self.concurrency = concurrency(cfg)
+        self.buffer = buffer_size(cfg)
+        self.timeout_s = cfg.system.deadline_s if cfg.system.deadline_s > 0 else cfg.system.comm_limit_s
+        self._busy_ids: set[int] | None = None  # a cache of ``_busy`` within one step
+
+    # -- the step ------------------------------------------------------------------------------------------------
+    def round(
+        self, parts: RunParts, run: RunProgress, round_idx: int
+    ) -> tuple[RoundRecord, list[ClientRecord], RoundEvaluation | None]:
+        cfg, clock, backend, schedule = parts.cfg, parts.clock, parts.backend, parts.schedule
+        round_start = time.perf_counter()
+        backend.begin_round(round_idx)
+        algorithm = schedule.algorithm_at(round_idx)
+        if not isinstance(run.policy_state, AsyncState):
+            run.policy_state = AsyncState()
+        state: AsyncState = run.policy_state
+        self._forget_busy()
+        if not state.flights and state.serial == 0:  # the run's first clients, all at its start
+            self._start(parts, run, round_idx, self.concurrency, clock.now)
+        queue = [(f.free_s, f.client_id, f.serial) for f in state.flights.values()]
+        heapq.heapify(queue)
+        arrived: list[Flight] = []
+        buffered = failed = 0
+        step_s = clock.now
+        # 1. Arrivals in time order until B updates are buffered (or a sync round's worth of clients failed).
+        while queue and buffered < self.buffer and failed < self.concurrency:
+            _, _, serial = heapq.heappop(queue)
+            flight = state.flights[serial]
+            arrived.append(flight)
+            step_s = max(step_s, flight.free_s)
+            ok = flight.plan.failure[0] is None
+            buffered, failed = buffered + ok, failed + (not ok)
+            frees = self.server.refill == "arrival" or not ok  # a failure always frees its slot
+            if frees and buffered < self.buffer:  # the arrival that fills the buffer refills after the step
+                for new in self._start(parts, run, round_idx, 1, flight.free_s):
+                    heapq.heappush(queue, (new.free_s, new.client_id, new.serial))
+        # 2. Training of every client that started on this version (they are all known now), in one call.
+        train_start = time.perf_counter()
+        self._train(parts, run, round_idx)
+        train_done = time.perf_counter()
+        # 3. The server step on the buffered updates, staleness-weighted, through the method's own server update.
+        applied = [f for f in arrived if f.failure is None and f.upload is not None]
+        weights = staleness_weight(self.server, np.array([round_idx - f.start_version for f in applied]))
+        aggregate, shares = self._aggregate(algorithm, run.state, round_idx, applied, weights)
+        outcomes = sorted((f.outcome for f in arrived if f.outcome is not None), key=lambda o: o.client_id)
+        aggregate = dataclasses.replace(aggregate, outcomes=())
+        new_state, rolled_back = update_server(algorithm, run.guard, run.state, round_idx, aggregate, outcomes)
+        run.state = new_state
+        server_s = (time.perf_counter() - train_done) + (train_start - round_start)
+        for flight in arrived:
+            del state.flights[flight.serial]
+        # 4. The clock moves to the step; the slots the step freed are refilled on the new version.
+        previous = clock.now
+        # each arrival's time from its own start (a client started at the last step adds exactly its planned
+        # duration, as a sync round does), so the clock moves by what a sync round would move it by
+        sim_duration_s = max((_since(f, previous) for f in arrived), default=step_s - previous)
+        if cfg.system.server_time == "measured":
+            sim_duration_s += server_s
+        clock.now = previous + sim_duration_s
+        state.started_on_version = []
+        self._forget_busy()
+        if round_idx + 1 < cfg.rounds:
+            self._start(parts, run, round_idx + 1, self.concurrency - self._holding(state), clock.now)
+        self._forget_busy()
+        # 5. Evaluation and records: the step's arrivals are its clients.
+        eval_start = time.perf_counter()
+        evaluation = None
+        if evaluation_due(cfg, round_idx):
+            evaluation = evaluate_round(cfg, backend, algorithm, run.state, clock, parts.dataset, round_idx)
+            run.last_eval = evaluation.main
+        now = time.perf_counter()
+        arrived.sort(key=lambda f: f.client_id)  # the step's rows in client-id order, as a sync round's
+        plan = _rows(arrived, round_idx)
+        assignments = {f.client_id: f.assignment for f in arrived}
+        clients = [
+            dataclasses.replace(
+                row,
+                start_version=f.start_version,
+                staleness=float(round_idx - f.start_version),
+                start_s=f.start_s,
+                agg_weight=shares.get(f.serial, math.nan),
+            )
+            for row, f in zip(client_records(plan, outcomes, assignments), arrived, strict=True)
+        ]
+        record = round_record(
+            round_idx=round_idx,
+            sim_time_s=clock.now,
+            sim_duration_s=sim_duration_s,
+            plan=plan,
+            clients=clients,
+            tally=trained(plan, outcomes),
+            stats=algorithm.round_stats(),
+            state=run.state,
+            wall=WallTimes(parts.start, round_start, train_done, eval_start, now, run.wall_offset_s),
+            outcomes=outcomes,
+            evaluation=evaluation,
+            lr=schedule.lr(cfg.train, round_idx),
+            phase=schedule.phase_at(round_idx).name,
+            faults=backend.take_faults(),
+            rolled_back=rolled_back,
+        )
+        stale = np.array([round_idx - f.start_version for f in applied], dtype=np.float64)
+        record = dataclasses.replace(
+            record,
+            staleness_mean=float(stale.mean()) if len(stale) else math.nan,
+            staleness_max=float(stale.max()) if len(stale) else math.nan,
+            in_flight=len(state.flights),
+        )
+        return record, clients, evaluation
+
+    # -- starts --------------------------------------------------------------------------------------------------
+    def _busy(self, state: AsyncState) -> set[int]:
+        """Clients that cannot start now: in flight (arrived ones too, until their step ends) or started on the
+        current version; kept up to date between the step's start and its end (``_forget_busy``)."""
+        if self._busy_ids is None:
+            self._busy_ids = {f.client_id for f in state.flights.values()} | set(state.started_on_version)
+        return self._busy_ids
+
+    def _forget_busy(self) -> None:
+        self._busy_ids = None
+
+    def _holding(self, state: AsyncState) -> int:
+        """Slots held now: every client in flight (arrived clients were removed at the step)."""
+        return len(state.flights)
+
+    def _start(self, parts: RunParts, run: RunProgress, version: int, count: int, at: float) -> list[Flight]:
+        """Start ``count`` clients at simulated time ``at`` on ``version``: sampled, checked in there, assigned with
+        the method's state now, planned from ``at``."""
+        cfg, ds, clock, schedule = parts.cfg, parts.dataset, parts.clock, parts.schedule
+        state: AsyncState = run.policy_state  # type: ignore[assignment]
+        ids = self._sample(cfg.seed, version, ds.num_clients, count, state, self._busy(state))
+        if len(ids) == 0:
+            return []
+        algorithm = schedule.algorithm_at(version)
+        views = clock.check_in(version, ids, [ds.num_examples(int(c)) for c in ids], at=at)
+        assignments, run.state = capabilities.assign_with_state(algorithm, run.state, version, views)
+        plan = plan_clients(
+            clock, algorithm, run.state, version, views, assignments, schedule.train(cfg.train, version), at
+        )
+        lr = schedule.lr(cfg.train, version)
+        started: list[Flight] = []
+        for i, c in enumerate(plan.client_id.tolist()):
+            row = _row(plan, i)
+            finish = at + float(row.finish_s[0])
+            if row.failure[0] is None and not math.isfinite(finish):
+                row = dataclasses.replace(row, failure=("dropped",))
+            ok = row.failure[0] is None
+            task = train_task(c, version, cfg.seed, lr, assignments[c], run.state, plan.link(i)) if ok else None
+            flight = Flight(
+                serial=state.serial,
+                client_id=c,
+                start_version=version,
+                start_s=at,
+                free_s=finish if ok else at + self.timeout_s,
+                plan=row,
+                assignment=assignments[c],
+                task=task,
+            )
+            state.flights[state.serial] = flight
+            state.serial += 1
+            state.started_on_version.append(c)
+            if self._busy_ids is not None:
+                self._busy_ids.add(c)
+            started.append(flight)
+        return started
+
+    @staticmethod
+    def _sample(seed: int, version: int, num_clients: int, count: int, state: AsyncState, busy: set[int]) -> np.ndarray:
+        """``count`` clients to start (module docstring: a version's first, with nobody in flight, are the sync
+        sample; others uniform among the clients not ``busy``: in flight or started on this version). Drawn by
+        rejection while most clients are free (O(count), not O(N)), from the free list otherwise."""
+        if not busy:
+            return sample_clients(seed, version, num_clients, count)
+        k = min(count, num_clients - len(busy))
+        rng = derive_rng(seed, "async-start", state.serial)
+        if k <= 0:
+            return np.zeros(0, dtype=np.int64)
+        if 2 * len(busy) > num_clients:
+            free = np.setdiff1d(np.arange(num_clients), np.fromiter(busy, dtype=np.int64, count=len(busy)))
+            return np.sort(free[rng.choice(len(free), size=k, replace=False)])
+        chosen: list[int] = []
+        taken: set[int] = set()
+        while len(chosen) < k:
+            for c in rng.integers(num_clients, size=2 * (k - len(chosen)) + 4).tolist():
+                if c not in busy and c not in taken:
+                    taken.add(c)
+                    chosen.append(c)
+                    if len(chosen) == k:
+                        break
+        return np.sort(np.asarray(chosen, dtype=np.int64))
+
+    # -- training ------------------------------------------------------------------------------------------------
+    def _train(self, parts: RunParts, run: RunProgress, version: int) -> None:
+        """Train every client that started on ``version`` and has not trained, in one backend call; keep each
+        upload with the version's values at its elements (FedBuff's base)."""
+        state: AsyncState = run.policy_state  # type: ignore[assignment]
+        due = [f for f in state.flights.values() if f.task is not None and f.outcome is None]
+        if not due:
+            return
+        if any(f.start_version != version for f in due):
+            raise RuntimeError("an asynchronous client was left untrained past its start version")
+        tasks = [f.task for f in due if f.task is not None]
+        params = run.state.params
+        run.initial_params = first_values(run.initial_params, params, broadcast=pads(tasks))
+        uploads, outcomes = parts.backend.train_each(tasks, params, run.initial_params)
+        by_client = {o.client_id: o for o in outcomes}
+        keep_base = self.server.policy == "fedbuff"
+        for f in due:
+            f.outcome = by_client[f.client_id]
+            f.upload = uploads.get(f.client_id)
+            if f.upload is not None and keep_base:
+                f.base = _values_at(params, f.upload)
+
+    # -- the server's aggregate ----------------------------------------------------------------------------------
+    def _aggregate(
+        self, algorithm: object, state: ServerState, version: int, applied: Sequence[Flight], weights: np.ndarray
+    ) -> tuple[Aggregate, dict[int, float]]:
+        """The reducer's mean of the applied updates rebased on the current version (module docstring), in arrival
+        order; returns it with each update's share of the step (its weight x staleness weight over the weights)."""
+        if not applied:
+            return Aggregate(params={}, coverage={}, num_clients=0), {}
+        reducer = algorithm.reducer  # type: ignore[attr-defined]
+        current = state.params
+        shapes = {k: v.shape for k, v in current.items()}
+        partial: dict[str, object] = {}
+        mixing = self.server.mixing if self.server.policy == "fedasync" else 1.0
+        for flight, s in zip(applied, weights.tolist(), strict=True):
+            upload = flight.upload
+            assert upload is not None
+            values: dict[str, torch.Tensor] = {}
+            for name, v in upload.values.items():
+                if name not in current:
+                    continue
+                scale = mixing * s
+                own = torch.from_numpy(v)
+                if scale == 1.0 and (self.server.policy == "fedasync" or flight.start_version == version):
+                    values[name] = own  # the client's value itself (x = v): no arithmetic to round
+                    continue
+                tslice = upload.slices.get(name)
+                at = current[name] if tslice is None else current[name][tslice.torch_index(tuple(current[name].shape))]
+                p = at.to(torch.float64)
+                if self.server.policy == "fedasync":
+                    values[name] = p + scale * (own.to(torch.float64) - p)
+                else:
+                    b = torch.from_numpy(flight.base[name]).to(torch.float64)
+                    values[name] = p + scale * (own.to(torch.float64) - b)
+            update = ClientUpdate(
+                flight.client_id,
+                upload.weight,
+                values,
+                dict(upload.slices),
+                0,
+                math.nan,
+                0,
+                dict(upload.tensor_weights),
+            )
+            reducer.accumulate(partial, update, shapes)
+        merged = reducer.merge([partial])
+        params, coverage = reducer.finalize(merged, current)
+        total = sum(f.upload.weight for f in applied if f.upload is not None)
+        shares = {
+            f.serial: (f.upload.weight * s / total if f.upload is not None and total > 0 else math.nan)
+            for f, s in zip(applied, weights.tolist(), strict=True)
+        }
+        return Aggregate(params=params, coverage=coverage, num_clients=len(applied)), shares
+
+
+def _since(flight: Flight, t: float) -> float:
+    """Simulated seconds from ``t`` to the flight's arrival (or to when the server stops waiting for it)."""
+    if flight.plan.failure[0] is None:
+        return (flight.start_s - t) + float(flight.plan.finish_s[0])
+    return flight.free_s - t
+
+
+def _values_at(params: dict[str, torch.Tensor], upload: KeptUpload) -> dict[str, np.ndarray]:
+    """The global tensors' values at the elements ``upload`` covers (its start version's, for its delta)."""
+    out: dict[str, np.ndarray] = {}
+    for name in upload.values:
+        if name not in params:
+            continue
+        tensor = params[name]
+        tslice = upload.slices.get(name)
+        at = tensor if tslice is None else tensor[tslice.torch_index(tuple(tensor.shape))]
+        out[name] = at.detach().cpu().numpy().copy()
+    return out
+
+
+def _row(plan: ClientPlan, i: int) -> ClientPlan:
+    """Client ``i``'s row of ``plan`` as a plan of its own."""
+    one = slice(i, i + 1)
+    return dataclasses.replace(
+        plan,
+        client_id=plan.client_id[one],
+        memory_budget=plan.memory_budget[one],
+        memory_need=plan.memory_need[one],
+        bandwidth_budget=plan.bandwidth_budget[one],
+        bytes_down=plan.bytes_down[one],
+        bytes_up=plan.bytes_up[one],
+        download_s=plan.download_s[one],
+        compute_s=plan.compute_s[one],
+        upload_s=plan.upload_s[one],
+        failure=plan.failure[one],
+        over_budget=plan.over_budget[one] if plan.over_budget else (),
+        links=plan.links[one] if plan.links else (),
+        train_flops=plan.train_flops[one] if len(plan.train_flops) else plan.train_flops,
+    )
+
+
+def _rows(flights: Sequence[Flight], round_idx: int) -> ClientPlan:
+    """The arrived clients' rows as one plan of the step (in the order given)."""
+    start = flights[0].start_s if flights else 0.0
+
+    def cat(name: str) -> np.ndarray:
+        return np.concatenate([getattr(f.plan, name) for f in flights]) if flights else np.zeros(0)
+
+    return ClientPlan(
+        round_idx=round_idx,
+        start_s=start,
+        client_id=cat("client_id").astype(np.int64),
+        memory_budget=cat("memory_budget"),
+        memory_need=cat("memory_need"),
+        bandwidth_budget=cat("bandwidth_budget"),
+        bytes_down=cat("bytes_down"),
+        bytes_up=cat("bytes_up"),
+        download_s=cat("download_s"),
+        compute_s=cat("compute_s"),
+        upload_s=cat("upload_s"),
+        failure=tuple(f.plan.failure[0] for f in flights),
+        over_budget=tuple(f.plan.over_budget[0] if f.plan.over_budget else "" for f in flights),
+        links=tuple(f.plan.links[0] for f in flights) if flights and all(f.plan.links for f in flights) else (),
+        train_flops=cat("train_flops") if all(len(f.plan.train_flops) for f in flights) else np.zeros(0),
+    )
