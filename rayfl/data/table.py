@@ -63,7 +63,7 @@ def load_parquet(cfg: DataConfig, seed: int) -> FederatedDataset:
     if cfg.path is None:
         raise ConfigError("data 'parquet' needs data.path: a Parquet or Arrow file, or a folder of them", "data.path")
     train = _read_path(Path(cfg.path), cfg, "data.path")
-    test = _read_path(Path(cfg.test_path), cfg, "data.test_path") if cfg.test_path is not None else None
+    test = _read_path(Path(cfg.test_path), cfg, "data.test_path", test=True) if cfg.test_path is not None else None
     return table_dataset(train, test, cfg, seed, "parquet")
 
 
@@ -78,12 +78,12 @@ def _files(root: Path, key: str) -> list[Path]:
     return found
 
 
-def _read_path(root: Path, cfg: DataConfig, key: str) -> _Source:
+def _read_path(root: Path, cfg: DataConfig, key: str, test: bool = False) -> _Source:
     """The rows of every file under ``root`` (one file, or a folder's files in sorted path order), only the columns
-    the run reads."""
+    the run reads (a test set's: without the client column)."""
     import pyarrow as pa
 
-    tables = [_read_file(path, cfg, key) for path in _files(root, key)]
+    tables = [_read_file(path, cfg, key, test) for path in _files(root, key)]
     first = tables[0]
     for path, table in zip(_files(root, key)[1:], tables[1:], strict=True):
         if not table.schema.equals(first.schema, check_metadata=False):
@@ -96,7 +96,7 @@ def _schema_text(schema: pa.Schema) -> str:
     return ", ".join(f"{f.name}: {f.type}" for f in schema)
 
 
-def _read_file(path: Path, cfg: DataConfig, key: str) -> pa.Table:
+def _read_file(path: Path, cfg: DataConfig, key: str, test: bool) -> pa.Table:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -104,9 +104,9 @@ def _read_file(path: Path, cfg: DataConfig, key: str) -> pa.Table:
     try:
         if arrow:
             table = _read_arrow(path)
-            return table.select(_columns(table.schema.names, cfg, str(path)))
+            return table.select(_columns(table.schema.names, cfg, str(path), test))
         names = pq.read_schema(path).names
-        return pq.read_table(path, columns=_columns(names, cfg, str(path)), memory_map=True)
+        return pq.read_table(path, columns=_columns(names, cfg, str(path), test), memory_map=True)
     except (pa.ArrowException, OSError) as err:
         kind = "an Arrow IPC" if arrow else "a Parquet"
         raise ConfigError(f"cannot be read as {kind} file ({_one_line(err)})", key, file=str(path)) from None
@@ -122,12 +122,13 @@ def _read_arrow(path: Path) -> pa.Table:
         return pa.ipc.open_stream(pa.memory_map(str(path))).read_all()
 
 
-def _columns(names: Sequence[str], cfg: DataConfig, where: str) -> list[str]:
-    """The columns the run reads, each checked to exist in ``names``: the inputs, the label, the client ids."""
+def _columns(names: Sequence[str], cfg: DataConfig, where: str, test: bool = False) -> list[str]:
+    """The columns the run reads, each checked to exist in ``names``: the inputs, the label, the client ids (not in a
+    test set, which has no clients)."""
     have = set(names)
     listed = ", ".join(names)
     wanted = [("data.label_column", cfg.label_column)]
-    if cfg.client_column:
+    if cfg.client_column and not test:
         wanted.append(("data.client_column", cfg.client_column))
     wanted += [("data.input_columns", c) for c in cfg.input_columns]
     for key, column in wanted:
@@ -176,17 +177,17 @@ def load_hf(cfg: DataConfig, seed: int) -> FederatedDataset:
         raise ConfigError("is a streaming (iterable) data set; rayfl reads a map-style one", key, file=where)
     return table_dataset(
         _hf_source(train, cfg, f"{where}[{cfg.split}]"),
-        _hf_source(test, cfg, f"{where}[{cfg.test_split}]") if test is not None else None,
+        _hf_source(test, cfg, f"{where}[{cfg.test_split}]", test=True) if test is not None else None,
         cfg,
         seed,
         "hf",
     )
 
 
-def _hf_source(ds: Any, cfg: DataConfig, where: str) -> _Source:
+def _hf_source(ds: Any, cfg: DataConfig, where: str, test: bool = False) -> _Source:
     """A split's rows as an Arrow table (its memory-mapped table itself when no index mapping selects its rows)."""
     table = ds.with_format("arrow")[0 : len(ds)]
-    return _Source(table.select(_columns(table.schema.names, cfg, where)), where)
+    return _Source(table.select(_columns(table.schema.names, cfg, where, test)), where)
 
 
 def _one_line(err: BaseException) -> str:
@@ -422,7 +423,7 @@ def _labels(source: _Source, cfg: DataConfig, names: np.ndarray | None) -> npt.N
     if not (pa.types.is_integer(t) or pa.types.is_boolean(t)):
         raise ConfigError(f"column {cfg.label_column!r} holds {t}; labels are integers or strings", key,
                           file=source.where)  # fmt: skip
-    y = np.asarray(column.to_numpy(), dtype=np.int64)
+    y = np.array(column.to_numpy(), dtype=np.int64)  # an own, writable copy (torch reads labels in place)
     if len(y) and int(y.min()) < 0:
         raise ConfigError(f"column {cfg.label_column!r} has negative labels (the smallest is {int(y.min())})", key,
                           file=source.where)  # fmt: skip
