@@ -65,8 +65,9 @@ class DataConfig:
     split: str = "train"  # 'hf': the training split of a data set with splits
     test_split: str = "test"  # 'hf': the test split; a data set without it holds out test_fraction of ``split``
     label_column: str = "label"  # 'parquet'/'hf': the integer (or string: sorted names -> 0, 1, ...) label column
-    # 'parquet'/'hf': the sample column(s): one list column (tokens, or pixel values reshaped by ``input_shape``) or
-    # several numeric columns stacked per row; empty = every column but the label and client columns
+    # 'parquet'/'hf': the sample column(s): one list column (tokens, or pixel values reshaped by ``input_shape``),
+    # several numeric columns stacked per row, or one column of encoded images (HF Image, PNG/JPEG bytes: decoded when
+    # read); empty = every column but the label and client columns
     input_columns: tuple[str, ...] = ()
     # 'parquet'/'hf': one sample's shape, e.g. [1, 28, 28] for images ([C, H, W]: image input; [T] or empty: tokens,
     # which need integer values); empty = the column's own shape

@@ -3,9 +3,10 @@
 Both sources end as Arrow tables (train, and test when the source has one), read the same way:
 
 * samples from ``data.input_columns``: one list column (nested lists too, e.g. HF's ``Array3D`` or a list of rows)
-  whose rows all hold the same number of values, or several numeric columns stacked per row; reshaped to
-  ``data.input_shape`` when given. ``[C, H, W]`` samples are images (``uint8`` kept, integers in ``[0, 255]`` as
-  ``uint8``, other numbers as ``float32``), ``[T]`` samples integer tokens;
+  whose rows all hold the same number of values, or several numeric columns stacked per row, reshaped to
+  ``data.input_shape`` when given; or one column of encoded images (an HF ``Image``, a binary column of PNG/JPEG
+  bytes), decoded when a client reads them (``encoded_images.py``). ``[C, H, W]`` samples are images (``uint8``
+  kept, integers in ``[0, 255]`` as ``uint8``, other numbers as ``float32``), ``[T]`` samples integer tokens;
 * labels from ``data.label_column``: integers, or strings numbered in sorted order (names kept in ``meta``);
 * clients: ``data.partition: natural`` makes one client per distinct id of ``data.client_column`` (in order of first
   appearance, ``partition.natural``'s rule, then ``min_samples`` and ``num_clients`` as for LEAF); any other
@@ -37,7 +38,7 @@ from rayfl.core.errors import ConfigError
 from rayfl.core.rng import derive_rng
 from rayfl.data import partition
 from rayfl.data.client_names import NumberedNames
-from rayfl.data.federated import FederatedDataset, IndexedRows, InputKind
+from rayfl.data.federated import FederatedDataset, IndexedRows, InputKind, LazyRows, Rows, take_rows
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -47,6 +48,7 @@ __all__ = ["load_hf", "load_parquet", "table_dataset"]
 _PARQUET = (".parquet", ".pq")
 _ARROW = (".arrow", ".feather", ".ipc")
 _STATS_CHUNK = 8192  # rows per step of the channel statistics
+_STATS_SAMPLE = 4096  # rows the statistics of encoded images are taken on
 
 
 @dataclass(frozen=True)
@@ -214,7 +216,7 @@ def table_dataset(
         perm = derive_rng(seed, "test-split").permutation(n)
         k = min(max(round(cfg.test_fraction * n), 1), n - 1) if n >= 2 else 0
         held, rows = np.sort(perm[:k]).astype(np.int64), np.sort(perm[k:]).astype(np.int64)
-        x_test, y_test = np.asarray(x_all[held]), y_all[held]
+        x_test, y_test = take_rows(x_all, held), y_all[held]
     if len(y_test) == 0:
         raise ConfigError("the test set is empty", "data.test_path" if name == "parquet" else "data.test_split",
                           file=test.where if test is not None else train.where)  # fmt: skip
@@ -235,12 +237,12 @@ def table_dataset(
     if names is not None:
         meta["classes"] = list(names)
     if kind == "image":
-        meta.update(_channel_stats(x_all, order), layout="NCHW")
+        meta.update(_channel_stats(x_all, order, derive_rng(seed, "channel-stats")), layout="NCHW")
     return FederatedDataset(
         name=name,
         input_kind=kind,
         num_classes=num_classes,
-        x=IndexedRows(x_all, order),  # the training rows in client order, read when a client trains
+        x=take_rows(x_all, order) if isinstance(x_all, LazyRows) else IndexedRows(x_all, order),  # read when trained
         y=y_all[order],
         offsets=offsets,
         x_test=x_test,
@@ -292,14 +294,23 @@ def _clients(
     return [rows[parts[i]] for i in keep.tolist()], tuple(str(v) for v in ids)
 
 
-def _samples(source: _Source, cfg: DataConfig) -> tuple[np.ndarray, InputKind]:
-    """The sample array of ``source`` (``[N, C, H, W]`` images or ``[N, T]`` tokens) and its kind."""
+def _samples(source: _Source, cfg: DataConfig) -> tuple[Rows, InputKind]:
+    """The sample array of ``source`` (``[N, C, H, W]`` images or ``[N, T]`` tokens) and its kind; encoded images as
+    ``EncodedImages``, decoded when read."""
     import pyarrow as pa
+
+    from rayfl.data.encoded_images import encoded_images, is_encoded
 
     table = source.table
     inputs = list(cfg.input_columns) or [n for n in table.schema.names if n not in (cfg.label_column,
                                                                                     cfg.client_column)]  # fmt: skip
     key = "data.input_columns"
+    if len(inputs) == 1 and is_encoded(table.schema.field(inputs[0]).type):
+        images = encoded_images(table.column(inputs[0]), inputs[0], source.where)
+        if cfg.input_shape and tuple(cfg.input_shape) != images.shape[1:]:
+            raise ConfigError(f"is {list(cfg.input_shape)}, but the images of column {inputs[0]!r} decode to "
+                              f"{list(images.shape[1:])}", "data.input_shape", file=source.where)  # fmt: skip
+        return images, "image"
     if len(inputs) == 1 and _is_list(table.schema.field(inputs[0]).type):
         x = _list_column(table.column(inputs[0]), inputs[0], source.where)
     else:
@@ -342,10 +353,10 @@ def _is_list(t: pa.DataType) -> bool:
 
 
 def _encoded_hint(t: pa.DataType) -> str:
-    import pyarrow as pa
+    from rayfl.data.encoded_images import is_encoded
 
-    if pa.types.is_struct(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t):
-        return " (encoded images, e.g. a Hugging Face Image column, must be decoded to pixel lists first)"
+    if is_encoded(t):
+        return " (encoded images are read as the only sample column: data.input_columns: [that column])"
     return ""
 
 
@@ -430,9 +441,12 @@ def _labels(source: _Source, cfg: DataConfig, names: np.ndarray | None) -> npt.N
     return y
 
 
-def _channel_stats(x: np.ndarray, rows: npt.NDArray[np.int64]) -> dict[str, list[float]]:
+def _channel_stats(x: Rows, rows: npt.NDArray[np.int64], rng: np.random.Generator) -> dict[str, list[float]]:
     """Per-channel mean and standard deviation of the training rows (on ``to_input``'s scale: 0-1 for ``uint8``), in
-    float64, a chunk of rows at a time."""
+    float64, a chunk of rows at a time; of ``_STATS_SAMPLE`` random training rows when the rows are decoded when read
+    (encoded images: set-up decodes no more than those)."""
+    if isinstance(x, LazyRows) and len(rows) > _STATS_SAMPLE:
+        rows = rng.choice(rows, size=_STATS_SAMPLE, replace=False)
     channels = x.shape[1]
     total, squares, count = np.zeros(channels), np.zeros(channels), 0
     scale = 1.0 / 255.0 if x.dtype == np.uint8 else 1.0

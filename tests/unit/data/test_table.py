@@ -4,6 +4,7 @@ The files are made here, small."""
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -172,6 +173,59 @@ def test_hf_single_dataset_holds_out_test_fraction(tmp_path: Path) -> None:
     assert set(ds.client_names) == set(np.unique(rows["user"]).tolist())
 
 
+# ------------------------------------------------------------------------------------------ encoded images
+def _png(pixels: np.ndarray) -> bytes:
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, format="PNG")
+    return out.getvalue()
+
+
+def test_png_bytes_are_decoded_when_read(tmp_path: Path) -> None:
+    """A binary column of PNGs (a Parquet export of an image data set): the rows decode, lossless, to the pixels;
+    set-up decodes only the first image and the statistics' sample, and the clients' rows stay encoded."""
+    import pickle
+
+    rows = _rows()
+    pixels = rows["pixels"].reshape(N, 4, 4)
+    table = pa.table({"png": pa.array([_png(p) for p in pixels], pa.binary()), "label": rows["label"]})
+    pq.write_table(table, tmp_path / "png.parquet")
+    ds = build_federated_dataset(_cfg(path=str(tmp_path / "png.parquet"), input_columns=("png",), input_shape=()), 0)
+    assert ds.input_kind == "image" and ds.sample_shape == (1, 4, 4) and ds.x.dtype == np.uint8
+    reference = build_federated_dataset(_cfg(path=str(tmp_path / "png.parquet"), input_columns=("png",),
+                                              input_shape=()), 0)  # fmt: skip
+    assert np.array_equal(ds.offsets, reference.offsets)
+    by_row = {tuple(p.reshape(-1).tolist()): i for i, p in enumerate(pixels)}  # decoded rows are the written ones
+    decoded = np.asarray(ds.x).reshape(len(ds.y), -1)
+    assert all(rows["label"][by_row[tuple(r.tolist())]] == y for r, y in zip(decoded, ds.y, strict=True))
+    assert len(pickle.dumps(ds.x)) < 2 * len(pickle.dumps(table.column("png").combine_chunks().buffers()[2]))
+    big = pa.table({"png": pa.array([_png(np.zeros((5, 4), np.uint8))] + [_png(p) for p in pixels[1:]]),
+                    "label": rows["label"]})  # fmt: skip
+    assert "column 'png': image 1 is 4x4, the first 4x5 (239 differ): every image needs one size" in _error(
+        tmp_path, big, input_columns=("png",), input_shape=())
+    by_path = pa.table({"img": pa.array([{"bytes": None, "path": "a.png"}] * N,
+                                        pa.struct([("bytes", pa.binary()), ("path", pa.string())])),
+                        "label": rows["label"]})  # fmt: skip
+    assert "240 image(s) without bytes (images stored by path" in _error(tmp_path, by_path, input_columns=("img",))
+
+
+def test_a_hugging_face_image_column_is_decoded(tmp_path: Path) -> None:
+    datasets = pytest.importorskip("datasets")
+    rng = np.random.default_rng(0)
+    colour = rng.integers(0, 256, size=(60, 6, 5, 3), dtype=np.uint8)
+    labels = rng.integers(0, 3, size=60)
+    features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(num_classes=3)})
+    datasets.Dataset.from_dict({"image": list(colour), "label": labels.tolist()}, features=features).save_to_disk(
+        str(tmp_path / "img"))
+    ds = build_federated_dataset(_cfg(name="hf", path=str(tmp_path / "img"), input_columns=(), input_shape=(),
+                                      num_clients=3, test_fraction=0.2), 0)  # fmt: skip
+    assert ds.input_kind == "image" and ds.sample_shape == (3, 6, 5) and len(ds.y_test) == 12
+    every = np.concatenate([np.asarray(ds.x), np.asarray(ds.x_test)]).transpose(0, 2, 3, 1)
+    assert sorted(map(bytes, every)) == sorted(map(bytes, colour))  # lossless, channels first
+    assert len(ds.meta["mean"]) == 3  # type: ignore[arg-type]
+
+
 # ------------------------------------------------------------------------------------------------ errors
 def _error(tmp_path: Path, table: pa.Table, **kw: object) -> str:
     path = tmp_path / "bad.parquet"
@@ -203,7 +257,9 @@ def test_bad_tables_are_one_line_naming_the_key_and_file(tmp_path: Path) -> None
     features = pa.table({"a": np.ones(N, dtype=np.float32), "b": np.ones(N, dtype=np.float32), "label": rows["label"]})
     assert "neither tokens (integers) nor images" in _error(tmp_path, features, input_columns=(), input_shape=())
     images = pa.table({"img": pa.array([{"bytes": b"\x89PNG", "path": None}] * N), "label": rows["label"]})
-    assert "encoded images" in _error(tmp_path, images, input_columns=("img",))
+    assert "column 'img': its first image cannot be decoded" in _error(tmp_path, images, input_columns=("img",))
+    assert "encoded images are read as the only sample column" in _error(
+        tmp_path, images.append_column("more", pa.array(np.ones(N))), input_columns=("img", "more"))
     assert "data.partition: classes_per_client must be in [1, 4]" in _error(
         tmp_path, good, partition="pathological", classes_per_client=5)
     (tmp_path / "junk.parquet").write_bytes(b"not parquet")
