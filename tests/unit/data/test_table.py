@@ -284,3 +284,21 @@ def test_the_loader_refuses_what_cannot_be_split(tmp_path: Path) -> None:
         "data: {name: synthetic, partition: shards}\nmodel: {name: cnn}\n")
     hf = json.dumps({"name": "hf", "partition": "iid", "client_column": "user", "hf_name": "x"})
     assert "data.client_column: is read by partition 'natural' only" in refused(f"data: {hf}\n")
+
+
+def test_hf_reads_a_local_data_set_folder_with_load_dataset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A folder that is not a save_to_disk copy (here: train and test Parquet files, as a data set repository holds
+    them) goes through load_dataset, offline, its cache in data.root; the same rows as reading the files directly."""
+    datasets = pytest.importorskip("datasets")
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)  # read at import: the environment is too late here
+    rows, test_rows = _rows(), _rows(40, seed=1)
+    (tmp_path / "repo" / "data").mkdir(parents=True)
+    pq.write_table(_table(rows), tmp_path / "repo" / "data" / "train.parquet")
+    pq.write_table(_table(test_rows), tmp_path / "repo" / "data" / "test.parquet")
+    (tmp_path / "cache").mkdir()
+    ds = build_federated_dataset(_cfg(name="hf", path=str(tmp_path / "repo"), root=str(tmp_path / "cache")), 0)
+    ref = build_federated_dataset(_cfg(path=str(tmp_path / "repo" / "data" / "train.parquet"),
+                                       test_path=str(tmp_path / "repo" / "data" / "test.parquet")), 0)  # fmt: skip
+    assert np.array_equal(np.asarray(ds.x), np.asarray(ref.x)) and np.array_equal(ds.y_test, ref.y_test)
+    with pytest.raises(ConfigError, match=r"^nobody/nothing: data\.hf_name: cannot be loaded as a Hugging Face data"):
+        build_federated_dataset(_cfg(name="hf", hf_name="nobody/nothing", root=str(tmp_path / "cache")), 0)
