@@ -91,7 +91,19 @@ def _read_path(root: Path, cfg: DataConfig, key: str, test: bool = False) -> _So
         if not table.schema.equals(first.schema, check_metadata=False):
             raise ConfigError(f"its columns ({_schema_text(table.schema)}) differ from the first file's "
                               f"({_schema_text(first.schema)})", key, file=str(path))  # fmt: skip
-    return _Source(pa.concat_tables(tables) if len(tables) > 1 else first, str(root))
+    return _Source(_plain(pa.concat_tables(tables) if len(tables) > 1 else first), str(root))
+
+
+def _plain(table: pa.Table) -> pa.Table:
+    """``table`` with every extension-typed column (Hugging Face's ``Array2D``-``Array5D``: nested lists underneath)
+    as its storage, which the readers below understand; no copy."""
+    import pyarrow as pa
+
+    for i, f in enumerate(table.schema):
+        if isinstance(f.type, pa.ExtensionType):
+            chunks = [chunk.storage for chunk in table.column(i).chunks]
+            table = table.set_column(i, f.name, pa.chunked_array(chunks, type=f.type.storage_type))
+    return table
 
 
 def _schema_text(schema: pa.Schema) -> str:
@@ -189,7 +201,7 @@ def load_hf(cfg: DataConfig, seed: int) -> FederatedDataset:
 def _hf_source(ds: Any, cfg: DataConfig, where: str, test: bool = False) -> _Source:
     """A split's rows as an Arrow table (its memory-mapped table itself when no index mapping selects its rows)."""
     table = ds.with_format("arrow")[0 : len(ds)]
-    return _Source(table.select(_columns(table.schema.names, cfg, where, test)), where)
+    return _Source(_plain(table.select(_columns(table.schema.names, cfg, where, test))), where)
 
 
 def _one_line(err: BaseException) -> str:

@@ -162,6 +162,20 @@ def test_hf_save_to_disk_splits_match_the_same_rows_as_parquet(tmp_path: Path) -
         build_federated_dataset(_cfg(name="hf", path=str(tmp_path / "hf"), split="validation"), 0)
 
 
+def test_hf_fixed_shape_arrays_are_read_as_their_nested_lists(tmp_path: Path) -> None:
+    datasets = pytest.importorskip("datasets")
+    rows = _rows()
+    images = rows["pixels"].reshape(N, 1, 4, 4)
+    array = datasets.Array3D(shape=(1, 4, 4), dtype="uint8")
+    features = datasets.Features({"x": array, "label": datasets.Value("int64")})
+    datasets.Dataset.from_dict({"x": list(images), "label": rows["label"].tolist()}, features=features).save_to_disk(
+        str(tmp_path / "arr"))
+    ds = build_federated_dataset(_cfg(name="hf", path=str(tmp_path / "arr"), input_columns=(), input_shape=()), 0)
+    assert ds.input_kind == "image" and ds.sample_shape == (1, 4, 4)
+    every = np.concatenate([np.asarray(ds.x), np.asarray(ds.x_test)])
+    assert sorted(map(bytes, every)) == sorted(map(bytes, images))
+
+
 def test_hf_single_dataset_holds_out_test_fraction(tmp_path: Path) -> None:
     datasets = pytest.importorskip("datasets")
     rows = _rows()
