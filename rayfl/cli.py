@@ -8,6 +8,7 @@ rayfl sweep [--check] FILE [key=value]  a Ray Tune sweep (key=value: sweep field
 rayfl sweep --resume SWEEP_DIR        continue an interrupted sweep (finished trials kept, others resumed)
 rayfl data prepare shakespeare        build the embedded default data set into the cache
 rayfl report RUN_DIR [RUN_DIR ...]    markdown table and accuracy plot of finished runs (--paper: paper 000's layouts)
+rayfl export RUN_DIR [OUT]            a stopped run's models from its checkpoint, as a finished run exports them
 rayfl traces record|show|import|synth|fetch  resource traces: record, inspect, convert, generate, fetch a named set
 """
 
@@ -351,6 +352,22 @@ def _cmd_report(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_export(ns: argparse.Namespace) -> int:
+    from rayfl.engine.checkpoint_export import export_checkpoint
+    from rayfl.engine.persist.export import exported_models
+
+    out = Path(ns.out) if ns.out else None
+    written = export_checkpoint(Path(ns.run_dir), out)
+    for model in exported_models(out if out is not None else Path(ns.run_dir)):
+        if model.path in written:
+            print(f"{model.path}: model {model.model_id} ({model.name}), round {model.round_idx}, "
+                  f"test accuracy {model.accuracy:.4f}")  # fmt: skip
+    for path in written:
+        if path.is_dir():
+            print(f"{path}: save_pretrained directory")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     from rayfl.cli_help import OVERVIEW
 
@@ -408,6 +425,10 @@ def _parser() -> argparse.ArgumentParser:
         "more than one setting: config 'setting', else the folder holding the run)",
     )
     rep.set_defaults(func=_cmd_report)
+    export = _command(sub, "export")
+    export.add_argument("run_dir", metavar="RUN_DIR", help="the directory of a run that has checkpoints")
+    export.add_argument("out", metavar="OUT", nargs="?", default=None, help="folder to write (default RUN_DIR/models)")
+    export.set_defaults(func=_cmd_export)
     _add_traces_commands(sub)
     return parser
 

@@ -88,6 +88,15 @@ COMMANDS: dict[str, Help] = {
         "plots for one or more run directories; --paper adds paper 000's layouts.",
         "  rayfl report runs/default\n  rayfl report runs/fedavg runs/heterofl --out reports/",
     ),
+    "export": Help(
+        "the trained models of a stopped run, from its checkpoint",
+        "A run writes its models to RUN_DIR/models when it finishes or is stopped by Ctrl-C; one that ended in an "
+        "error or was killed has only its checkpoints. export writes the same files (one safetensors file per global "
+        "model, with its round and accuracy) from the newest checkpoint taken after an evaluated round, into OUT or "
+        "RUN_DIR/models; load them with rayfl.load_model(OUT). The data set is built again from the run's "
+        "config.yaml; run it where the run was started (a custom factory is imported from there).",
+        "  rayfl export runs/my-experiment\n  rayfl export runs/my-experiment exported/",
+    ),
     "traces": Help(
         "record, inspect, import and generate resource traces",
         "Resource traces give simulated clients their memory and network budgets over time: record this "

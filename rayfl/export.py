@@ -8,9 +8,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from rayfl.engine.checkpoint_export import export_checkpoint
 from rayfl.engine.persist.export import ExportedModel, exported_models, load_exported
 
-__all__ = ["ExportedModel", "exported_models", "load_model"]
+__all__ = ["ExportedModel", "export_checkpoint", "exported_models", "load_model"]
 
 
 def load_model(

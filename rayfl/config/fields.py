@@ -16,7 +16,7 @@ def bounded(
     gt: float | None = None,
     le: float | None = None,
     lt: float | None = None,
-    path: Literal["file", "dir"] | None = None,
+    path: Literal["file", "dir", "any"] | None = None,
 ) -> Any:
     """A dataclass field with numeric bounds (and, for strings, an existence check) that the loader enforces."""
     meta = {k: v for k, v in {"ge": ge, "gt": gt, "le": le, "lt": lt, "path": path}.items() if v is not None}

@@ -29,23 +29,52 @@ __all__ = [
 class DataConfig:
     """Where the data comes from and how it is split into clients.
 
-    ``partition: natural`` keeps the source's own users (Shakespeare roles, FEMNIST writers); ``iid`` and
-    ``dirichlet`` split a centralised training set (CIFAR-10) into ``num_clients`` shards.
+    ``partition: natural`` keeps the source's own users (Shakespeare roles, FEMNIST writers, the ids of a table's
+    ``client_column``); ``iid``, ``dirichlet``, ``shards``, ``pathological`` and ``size_skew`` split a centralised
+    training set (CIFAR-10, a custom factory's arrays, a Parquet or Hugging Face table) into ``num_clients`` clients.
     """
 
-    name: Literal["shakespeare", "cifar10", "leaf", "synthetic", "custom"] = "shakespeare"
+    # where samples come from: 'parquet' reads Parquet or Arrow files (``path``), 'hf' a Hugging Face data set
+    # (``path`` as saved by save_to_disk or a local data set folder, else ``hf_name`` from its cache); both read the
+    # ``*_column`` keys below (rayfl/data/table.py)
+    name: Literal["shakespeare", "cifar10", "leaf", "synthetic", "custom", "parquet", "hf"] = "shakespeare"
     # 'custom': "package.module:function" returning a FederatedDataset, or a mapping of arrays (x, y, x_test, y_test)
-    # that ``partition`` (iid or dirichlet) splits into ``num_clients`` clients; ``kwargs`` are passed to it
+    # that ``partition`` (any but natural) splits into ``num_clients`` clients; ``kwargs`` are passed to it
     factory: str = ""
     kwargs: dict[str, Any] = field(default_factory=dict)
-    root: str | None = bounded(None, path="dir")  # local copy of the data; None = rayfl's cache directory
+    root: str | None = bounded(None, path="dir")  # local copy of the data; None = rayfl's cache directory ('hf': cache)
     download: bool = False  # allow torchvision to download CIFAR-10 (needs internet)
-    partition: Literal["natural", "iid", "dirichlet"] = "natural"
-    dirichlet_alpha: float = bounded(0.5, gt=0.0)
-    num_clients: int = bounded(100, ge=1)  # iid/dirichlet: clients made; natural: at most this many kept (0 = all)
+    # how the training samples become clients: 'natural' the source's own users; 'iid' equal random shares;
+    # 'dirichlet' label skew with ``dirichlet_alpha``; 'shards' McMahan et al.'s label-sorted shards,
+    # ``shards_per_client`` each; 'pathological' ``classes_per_client`` labels each; 'size_skew' random samples in
+    # sizes drawn from Dirichlet(``dirichlet_alpha``) over the clients (rayfl/data/partition.py)
+    partition: Literal["natural", "iid", "dirichlet", "shards", "pathological", "size_skew"] = "natural"
+    dirichlet_alpha: float = bounded(0.5, gt=0.0)  # 'dirichlet': over labels; 'size_skew': over client sizes
+    shards_per_client: int = bounded(2, ge=1)  # 'shards': shards per client (McMahan et al. 2017 used 2)
+    classes_per_client: int = bounded(2, ge=1)  # 'pathological': distinct labels per client
+    num_clients: int = bounded(100, ge=1)  # partitioners: clients made; natural: at most this many kept (0 = all)
     min_samples: int = bounded(64, ge=1)  # natural users with fewer training samples are dropped (LEAF-style)
     max_samples_per_client: int = bounded(0, ge=0)  # 0 = no cap; a cap keeps CPU-sized runs small
-    test_fraction: float = bounded(0.1, gt=0.0, lt=1.0)  # per-client test split for natural data
+    # per-client test split for natural LEAF/Shakespeare data; 'parquet'/'hf' without a test set (``test_path``,
+    # ``test_split``): the fraction of rows held out at random as the global test set
+    test_fraction: float = bounded(0.1, gt=0.0, lt=1.0)
+    # 'parquet': a Parquet (.parquet) or Arrow IPC (.arrow, .feather) file, or a folder of them (read in sorted path
+    # order); 'hf': a folder written by save_to_disk (loaded with load_from_disk) or a local data set folder
+    path: str | None = bounded(None, path="any")
+    test_path: str | None = bounded(None, path="any")  # 'parquet': the test set's file or folder (None: test_fraction)
+    hf_name: str = ""  # 'hf' without ``path``: a data set's name, loaded with load_dataset from its cache (``root``)
+    split: str = "train"  # 'hf': the training split of a data set with splits
+    test_split: str = "test"  # 'hf': the test split; a data set without it holds out test_fraction of ``split``
+    label_column: str = "label"  # 'parquet'/'hf': the integer (or string: sorted names -> 0, 1, ...) label column
+    # 'parquet'/'hf': the sample column(s): one list column (tokens, or pixel values reshaped by ``input_shape``),
+    # several numeric columns stacked per row, or one column of encoded images (HF Image, PNG/JPEG bytes: decoded when
+    # read); empty = every column but the label and client columns
+    input_columns: tuple[str, ...] = ()
+    # 'parquet'/'hf': one sample's shape, e.g. [1, 28, 28] for images ([C, H, W]: image input; [T] or empty: tokens,
+    # which need integer values); empty = the column's own shape
+    input_shape: tuple[int, ...] = ()
+    client_column: str = ""  # 'parquet'/'hf' with partition 'natural': the column of client ids (one client per id)
+    num_classes: int = bounded(0, ge=0)  # 'parquet'/'hf': label count; 0 = the largest label + 1
     # data without per-client test sets (iid/dirichlet splits, synthetic): hold out this fraction of every client's
     # samples as its own test set (0 = none); the global test set becomes their union. Gives the average client
     # accuracy (paper 002) on data split by a partitioner

@@ -65,6 +65,18 @@ def _custom(cfg: DataConfig, seed: int, cache_dir: Path | None) -> FederatedData
     return load_custom(cfg, seed)
 
 
+def _parquet(cfg: DataConfig, seed: int, cache_dir: Path | None) -> FederatedDataset:
+    from rayfl.data.table import load_parquet
+
+    return load_parquet(cfg, seed)
+
+
+def _hf(cfg: DataConfig, seed: int, cache_dir: Path | None) -> FederatedDataset:
+    from rayfl.data.table import load_hf
+
+    return load_hf(cfg, seed)
+
+
 # data.name -> loader(cfg, seed, cache_dir)
 LOADERS: dict[str, Callable[[DataConfig, int, Path | None], FederatedDataset]] = {
     "shakespeare": _shakespeare,
@@ -72,6 +84,8 @@ LOADERS: dict[str, Callable[[DataConfig, int, Path | None], FederatedDataset]] =
     "leaf": _leaf,
     "synthetic": _synthetic,
     "custom": _custom,
+    "parquet": _parquet,
+    "hf": _hf,
 }
 
 

@@ -233,8 +233,8 @@ def _class_names(folder: Path) -> list[str]:
 def load_cifar10(cfg: DataConfig, seed: int, root: Path | None = None) -> FederatedDataset:
     """CIFAR-10's training set split into ``cfg.num_clients`` clients; the global test set is kept whole.
 
-    The data folder is ``root`` if given, else ``cfg.root``. ``cfg.partition`` is ``"iid"`` (equal random
-    shards) or ``"dirichlet"`` (label skew with ``cfg.dirichlet_alpha``); the split draws from
+    The data folder is ``root`` if given, else ``cfg.root``. ``cfg.partition`` is any partitioner but
+    ``natural`` (``partition.split``: ``iid`` equal random shards, ``dirichlet`` label skew ...); the split draws from
     ``derive_rng(seed, "partition")``. A positive ``cfg.max_samples_per_client`` then keeps a random subset of
     that many samples per client (``derive_rng(seed, "partition_cap")``).
     """
@@ -244,15 +244,13 @@ def load_cifar10(cfg: DataConfig, seed: int, root: Path | None = None) -> Federa
         root = Path(cfg.root)
     x_train, y_train, x_test, y_test = load_cifar10_arrays(Path(root), cfg.download)
 
-    rng = derive_rng(seed, "partition")
-    if cfg.partition == "iid":
-        parts = partition.iid(len(y_train), cfg.num_clients, rng)
-    elif cfg.partition == "dirichlet":
-        parts = partition.dirichlet(y_train, cfg.num_clients, cfg.dirichlet_alpha, rng)
-    else:
-        raise ValueError(
-            f"CIFAR-10 has no natural users; use data.partition 'iid' or 'dirichlet' (got {cfg.partition!r})"
-        )
+    if cfg.partition == "natural":
+        raise ValueError("CIFAR-10 has no natural users; use data.partition iid, dirichlet, shards, pathological or "
+                         "size_skew")  # fmt: skip
+    parts = partition.split(
+        cfg.partition, y_train, cfg.num_clients, derive_rng(seed, "partition"), alpha=cfg.dirichlet_alpha,
+        shards_per_client=cfg.shards_per_client, classes_per_client=cfg.classes_per_client,
+    )  # fmt: skip
     parts = partition.cap_per_client(parts, cfg.max_samples_per_client, derive_rng(seed, "partition_cap"))
 
     width = max(4, len(str(cfg.num_clients - 1)))

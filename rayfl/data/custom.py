@@ -6,7 +6,7 @@ The factory is called on the driver with ``data.kwargs`` (plus ``seed`` and ``nu
 - a ``FederatedDataset`` (its clients as they are), or
 - a mapping of centralised arrays ``x``, ``y``, ``x_test``, ``y_test`` (optional ``num_classes``, default
   ``max(label) + 1``, and ``input_kind``, default ``"image"`` for 4-d ``x`` and ``"tokens"`` for 2-d), which
-  ``data.partition`` (``iid`` or ``dirichlet`` with ``dirichlet_alpha``) splits into ``data.num_clients`` clients
+  ``data.partition`` (any partitioner but ``natural``: ``partition.split``) splits into ``data.num_clients`` clients
   with a generator derived from the seed. Arrays the factory memory-maps (``np.load(path, mmap_mode="r")``) stay
   memory maps, read in client order per client (``federated.client_major``), so a large data set is not copied
   into the driver.
@@ -82,17 +82,19 @@ def _from_arrays(out: Mapping[str, Any], cfg: DataConfig, seed: int) -> Federate
         raise _fault(factory, f"y must be integer labels of shape [N], got {y.dtype} {y.shape}")
     kind = out.get("input_kind", "image" if x.ndim == 4 else "tokens")
     num_classes = int(out.get("num_classes", int(max(y.max(initial=0), y_test.max(initial=0))) + 1))
-    rng = derive_rng(seed, "partition")
-    if cfg.partition == "dirichlet":
-        parts = partition.dirichlet(y, cfg.num_clients, cfg.dirichlet_alpha, rng)
-    elif cfg.partition == "iid":
-        parts = partition.iid(len(y), cfg.num_clients, rng)
-    else:
+    if cfg.partition == "natural":
         raise _fault(
             factory,
-            "returned arrays, which data.partition 'iid' or 'dirichlet' splits; 'natural' needs the "
-            "factory to return a FederatedDataset with its own clients",
+            "returned arrays, which a data.partition other than 'natural' splits (iid, dirichlet, shards, "
+            "pathological, size_skew); 'natural' needs the factory to return a FederatedDataset with its own clients",
         )
+    try:
+        parts = partition.split(
+            cfg.partition, y, cfg.num_clients, derive_rng(seed, "partition"), alpha=cfg.dirichlet_alpha,
+            shards_per_client=cfg.shards_per_client, classes_per_client=cfg.classes_per_client,
+        )  # fmt: skip
+    except ValueError as err:
+        raise ConfigError(str(err), "data.partition") from None
     order = np.concatenate(parts)
     offsets = np.concatenate([[0], np.cumsum([len(p) for p in parts])]).astype(np.int64)
     return FederatedDataset(

@@ -496,6 +496,8 @@ def _check_path(value: str, kind: str, path: KeyPath, ctx: _Context) -> str:
     if kind == "dir" and not resolved.is_dir():
         what = "is not a directory" if resolved.exists() else "does not exist"
         raise ctx.error(path, f"directory {value!r} {what} (resolved to {resolved})")
+    if kind == "any" and not resolved.exists():
+        raise ctx.error(path, f"{value!r} does not exist (resolved to {resolved})")
     if kind == "file" and not resolved.is_file():
         what = "is not a file" if resolved.exists() else "does not exist"
         raise ctx.error(path, f"file {value!r} {what} (resolved to {resolved})")

@@ -112,7 +112,8 @@ def _bounds_text(f: dataclasses.Field[Any]) -> str:
     signs = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<"}
     parts = [f"{sign} {f.metadata[k]:g}" for k, sign in signs.items() if k in f.metadata]
     if "path" in f.metadata:
-        parts.append(f"an existing {f.metadata['path']}")
+        kind = f.metadata["path"]
+        parts.append("an existing file or dir" if kind == "any" else f"an existing {kind}")
     return ", ".join(parts)
 
 

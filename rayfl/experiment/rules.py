@@ -100,6 +100,7 @@ def semantic_problems(cfg: ExperimentConfig) -> list[Problem]:
         if count > cfg.data.num_clients > 0:
             # iid/dirichlet make exactly num_clients clients; natural partitions keep at most that many
             problems.append((at, f"{count} exceeds data.num_clients={cfg.data.num_clients}: lower {at[-1]}"))
+    problems.extend(_data_problems(cfg))
     problems.extend(_resource_problems(cfg))
     problems.extend(_algorithm_problems(cfg))
     problems.extend(_phase_problems(cfg))
@@ -138,6 +139,32 @@ def _policy_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:
         )
     if server.policy == "fedasync" and server.buffer_size not in (0, 1):
         problems.append((("server", "buffer_size"), "fedasync steps on every arrival: leave it 0 (or 1)"))
+    return problems
+
+
+_SPLITTERS = ("iid", "dirichlet", "shards", "pathological", "size_skew")
+
+
+def _data_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:
+    """Where the tables (``parquet``, ``hf``) come from and how they become clients; which sources the partitioners
+    beyond iid and dirichlet split."""
+    data = cfg.data
+    problems: list[tuple[KeyPath, str]] = []
+    if data.name == "parquet" and data.path is None:
+        problems.append((("data", "path"), "data 'parquet' needs a Parquet or Arrow file, or a folder of them"))
+    if data.name == "hf" and data.path is None and not data.hf_name:
+        problems.append((("data", "path"), "data 'hf' needs data.path (a save_to_disk folder or a local data set "
+                         "folder) or data.hf_name"))  # fmt: skip
+    if data.name in ("parquet", "hf"):
+        if data.partition == "natural" and not data.client_column:
+            problems.append((("data", "partition"), f"'natural' needs data.client_column (the column of client ids); "
+                             f"or split the rows with one of {', '.join(_SPLITTERS)}"))  # fmt: skip
+        if data.partition != "natural" and data.client_column:
+            problems.append((("data", "client_column"), f"is read by partition 'natural' only (partition is "
+                             f"{data.partition!r})"))  # fmt: skip
+    elif data.partition in ("shards", "pathological", "size_skew") and data.name not in ("cifar10", "custom"):
+        problems.append((("data", "partition"), f"{data.partition!r} splits centralised data (cifar10, custom, "
+                         f"parquet, hf); data {data.name!r} keeps its own split"))  # fmt: skip
     return problems
 
 

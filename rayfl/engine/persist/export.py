@@ -18,7 +18,9 @@ units, the input spec the model was built for and converts inputs with, and the 
 ``config.yaml``. ``load_model`` builds the module from that metadata alone, a custom factory imported from the
 directory the run was started in, as the run imported it.
 
-The export works from the state the driver holds, not from checkpoints, so it costs a run nothing but the writes.
+The export works from the state the driver holds, not from checkpoints, so it costs a run nothing but the writes. A
+run that ended without it (an error, ``kill -9``) leaves its checkpoints: ``rayfl export RUN_DIR [OUT]``
+(``engine/checkpoint_export.py``) writes the same files from the newest one taken after an evaluation.
 """
 
 from __future__ import annotations
@@ -146,12 +148,13 @@ def write_models(
     accuracies: Sequence[float],
     *,
     best: bool = False,
+    out: Path | None = None,
 ) -> list[Path]:
-    """Write every global model of ``state`` under ``run_dir/models/``; returns what was written."""
+    """Write every global model of ``state`` under ``run_dir/models/`` (or ``out``); returns what was written."""
     from safetensors.torch import save_file
 
-    out = run_dir / EXPORT_DIR
-    out.mkdir(exist_ok=True)
+    out = run_dir / EXPORT_DIR if out is None else out
+    out.mkdir(parents=True, exist_ok=True)
     params = capabilities.eval_params(algorithm, state)
     names = algorithm.model_names(state)
     digest = config_digest(run_dir)
@@ -239,8 +242,11 @@ def _save_pretrained(config: CustomModelConfig, spec: InputSpec, tensors: Params
 
 
 def exported_models(run_dir: str | Path) -> list[ExportedModel]:
-    """Every exported model of a run directory, final ones first, each in model id order."""
+    """Every exported model of a run directory (or of a folder ``rayfl export`` wrote), final ones first, each in
+    model id order."""
     out = Path(run_dir) / EXPORT_DIR
+    if not out.is_dir() and any(Path(run_dir).glob("*.safetensors")):
+        out = Path(run_dir)
     found = [_read_meta(p) for p in sorted(out.glob("*.safetensors"))] if out.is_dir() else []
     return sorted(found, key=lambda m: (m.best, m.model_id))
 
