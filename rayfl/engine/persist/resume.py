@@ -10,6 +10,7 @@ other difference is refused before anything starts.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -98,12 +99,13 @@ def check_same_config(cfg: ExperimentConfig, run_dir: Path) -> None:
     given = yaml.safe_load(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))  # the same plain types as saved
     if not isinstance(saved, dict):
         raise ConfigError("is not a run's resolved config", file=str(path))
-    defaults = yaml.safe_load(yaml.safe_dump(config_to_dict(ExperimentConfig()), sort_keys=False))
+    # a key added to rayfl after the run was written (a section such as ``server``, a field such as ``data.path``)
+    # counts as its default, which is what the run ran with
+    saved = _filled(yaml.safe_load(yaml.safe_dump(_defaults_of(cfg), sort_keys=False)), saved)
     for key in sorted(set(saved) | set(given)):
         if key in _NOT_COMPARED:
             continue
-        # a section added after the run was written (e.g. ``server``) counts as its default
-        difference = _first_difference(saved.get(key, defaults.get(key)), given.get(key), key)
+        difference = _first_difference(saved.get(key), given.get(key), key)
         if difference is not None:
             at, was, now = difference
             raise ConfigError(
@@ -112,6 +114,34 @@ def check_same_config(cfg: ExperimentConfig, run_dir: Path) -> None:
                 at,
                 file=str(path),
             )
+
+
+def _defaults_of(section: Any) -> dict[str, Any]:
+    """A config section as a plain dict of its fields' defaults, nested sections (of the classes ``section`` holds:
+    a tagged section's own variant) likewise; a field without a default is left out."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(section):
+        value = getattr(section, f.name)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            out[f.name] = _defaults_of(value)
+        elif f.default is not dataclasses.MISSING:
+            out[f.name] = _plain(f.default)
+        elif f.default_factory is not dataclasses.MISSING:
+            out[f.name] = _plain(f.default_factory())
+    return out
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return config_to_dict(value)
+    return [_plain(v) for v in value] if isinstance(value, tuple | list) else value
+
+
+def _filled(defaults: Any, saved: Any) -> Any:
+    """``saved`` with the keys it lacks taken from ``defaults``, at every depth (``saved`` wins where both have one)."""
+    if not (isinstance(defaults, dict) and isinstance(saved, dict)):
+        return saved
+    return {**defaults, **{k: _filled(defaults.get(k), v) for k, v in saved.items()}}
 
 
 def _first_difference(a: Any, b: Any, at: str) -> tuple[str, Any, Any] | None:

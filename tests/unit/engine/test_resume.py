@@ -134,3 +134,25 @@ def test_a_resume_with_another_config_or_without_checkpoints_is_refused_in_one_l
 
 def _stop(record: object) -> None:
     raise RuntimeError("stopped in the first round")
+
+
+def test_a_run_written_before_a_key_existed_resumes_with_that_keys_default(tmp_path: Path) -> None:
+    """A run directory whose ``config.yaml`` predates keys added since (a whole section such as ``server``, a field
+    such as ``data.split``) resumes: a missing key counts as its default, what the run ran with; a key that was
+    written and differs is still refused."""
+    import yaml
+
+    cfg = dataclasses.replace(case("fedavg", None, rounds=3), output_dir=str(tmp_path))
+    result = run_experiment(cfg)
+    assert result.run_dir is not None
+    keep_checkpoints_up_to(result.run_dir, 2)
+    path = result.run_dir / "config.yaml"
+    saved = yaml.safe_load(path.read_text())
+    del saved["server"], saved["data"]["split"]
+    path.write_text(yaml.safe_dump(saved, sort_keys=False))
+    from rayfl.engine.persist.resume import check_same_config
+
+    check_same_config(cfg, result.run_dir)  # accepted
+    changed = dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, policy="overcommit"))
+    with pytest.raises(ConfigError, match=r"server\.policy: the run was started with 'sync'"):
+        check_same_config(changed, result.run_dir)
