@@ -47,3 +47,30 @@ def test_training_changes_the_model_and_learns() -> None:
     cfg = dataclasses.replace(tiny_config(kind="local", num_hosts=2), rounds=8)
     result = run_experiment(cfg, write=False, dataset=tiny_image_dataset())
     assert result.records[-1].test_loss < result.records[0].test_loss
+
+
+@pytest.mark.ray
+@pytest.mark.usefixtures("ray_local")
+def test_each_parameter_server_shard_is_sent_only_its_own_tensors() -> None:
+    """Issue 32, finding 8: the round's tensors go to the object store as one object per shard; shard ``s`` is sent
+    object ``s`` alone (its tensors, nothing else), and the parts together are the model, each tensor once."""
+    import ray
+
+    from rayfl.engine.build import build_backend, build_setup
+    from rayfl.engine.ray.backend import RayBackend
+
+    cfg = tiny_config(kind="ray", num_hosts=2, num_shards=3, cpus_per_host=0.25)
+    setup = build_setup(cfg, tiny_image_dataset())
+    backend = build_backend(cfg, setup)
+    try:
+        assert isinstance(backend, RayBackend)
+        refs = backend._put(setup.params)
+        parts = ray.get(refs)
+        assert len(parts) == 3
+        for s, part in enumerate(parts):
+            assert sorted(part) == sorted(n for n, k in backend.shard_of.items() if k == s)
+        assert sorted(n for part in parts for n in part) == sorted(setup.params)
+        whole = setup.params
+        assert all(torch.equal(torch.from_numpy(part[n]), whole[n]) for part in parts for n in part)
+    finally:
+        backend.close()

@@ -196,14 +196,17 @@ class RayBackend:
             .remote(self._run_arg, tasks, params_ref, self.shard_of, self.num_shards, initial_ref, *held)
         )
 
-    def _put(self, params: Params) -> Any:
-        """The round's global tensors in the object store (the shard plan first re-dealt when they changed: a model
-        was added or dropped; every reduce call names its shard's tensors, since a restarted shard knows only the
-        first plan)."""
+    def _put(self, params: Params) -> list[Any]:
+        """The round's global tensors in the object store, one object per parameter-server shard holding that shard's
+        tensors (the shard plan first re-dealt when they changed: a model was added or dropped; every reduce call
+        names its shard's tensors, since a restarted shard knows only the first plan). A shard is sent its own object
+        only, so S shards on S nodes move one model per round between them, not S; a host is sent the list and maps
+        every part (``RayClientHost``: zero-copy on its node)."""
         self.shard_of, names = shard_plan(self.shard_of, params, self.num_shards, self.shards)
         if names is not None:
             self._names = names
-        return ray.put(to_numpy(params))
+        arrays = to_numpy(params)
+        return [ray.put({n: arrays[n] for n in own}) for own in self._names]
 
     def _run_and_reduce(
         self, submits: Mapping[int, Callable[[], Sequence[Any]]], params_ref: Any, state: Mapping[int, str]
@@ -241,7 +244,7 @@ class RayBackend:
 
         def submit(s: int) -> list[Any]:
             parts = [ran[h][s] for h in sorted(ran)]
-            return [self.shards[s].reduce.remote(params_ref, *parts, names=self._names[s])]
+            return [self.shards[s].reduce.remote(params_ref[s], *parts, names=self._names[s])]
 
         return {
             s: Step(f"parameter-server shard {s}", partial(submit, s), _ready_call(shard), recompute_inputs=True)

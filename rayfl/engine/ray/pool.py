@@ -79,25 +79,36 @@ class RayClientHost(ClientHost):
             self._build(run)
         return self.host_id
 
-    def run_round_on(self, run: list[Any], *args: Any) -> tuple[object, ...]:
-        """``run_round`` (its arguments after the run's references)."""
+    def run_round_on(self, run: list[Any], tasks: Any, params: Any, *args: Any) -> tuple[object, ...]:
+        """``run_round`` (its arguments after the run's references; ``params``: the global tensors, or the list of
+        the parameter-server shards' parts of them, ``RayBackend._put``)."""
         self._build(run)
-        return self.run_round(*args)
+        return self.run_round(tasks, _joined(params), *args)
 
     def run_clients_on(self, run: list[Any], *args: Any) -> tuple[object, ...]:
         """``run_clients`` (its arguments after the run's references)."""
         self._build(run)
         return self.run_clients(*args)
 
-    def reduce_uploads_on(self, run: list[Any], *args: Any) -> tuple[object, ...]:
-        """``reduce_uploads`` (its arguments after the run's references)."""
+    def reduce_uploads_on(self, run: list[Any], params: Any, *args: Any) -> tuple[object, ...]:
+        """``reduce_uploads`` (its arguments after the run's references; ``params`` as in ``run_round_on``)."""
         self._build(run)
-        return self.reduce_uploads(*args)
+        return self.reduce_uploads(_joined(params), *args)
 
     def evaluate_on(self, run: list[Any], *args: Any) -> EvalStats:
         """``evaluate`` (its arguments after the run's references)."""
         self._build(run)
         return self.evaluate(*args)
+
+
+def _joined(params: Any) -> Any:
+    """The global tensors from the shards' parts (a list of object references, fetched zero-copy), or as given."""
+    if isinstance(params, list):
+        whole: dict[str, Any] = {}
+        for part in ray.get(params):
+            whole.update(part)
+        return whole
+    return params
 
 
 def host_cpu_share(num_hosts: int) -> float:
