@@ -34,9 +34,8 @@ Choices this implementation makes where the paper is open:
 * **Random draws.** Client ``c`` in round ``r`` uses ``derive_rng(seed, "search", r, c)``, read as the sequential
   algorithm reads it: one uniform ``u`` for the epsilon test, then ``G`` uniforms ``x`` for a structure (layer
   ``g`` takes its allowed ratio number ``floor(x[g] * n_allowed[g])``; ``G = D`` without groups), then the next
-  ``u``, and so on. A client's
-  result therefore depends only on its budgets, the pool and its own generator, not on which other clients share its
-  round (except through the pool they grew before it).
+  ``u``, and so on. A client's result therefore depends only on its budgets, the pool and its own generator, not on
+  which other clients share its round (except through the pool they grew before it).
 
 Speed: the draws of a whole round are made up front (``t_max`` rows of ``1 + D`` uniforms per client, of which only
 the rows the epsilon test lets through are used, exactly as the sequential loop would), the round's new structures are

@@ -20,8 +20,9 @@ EXPLORE_PROBABILITY_DEFAULT = 0.2
 class SmallestConfig:
     """The search's smallest structure as a named model (the pool starts with it and the largest; a client that
     fits nothing in the pool gets the space's own smallest structure when that fits, else this one, failing): every
-    searchable width at ``ratio`` and, per stage, only the first ``blocks[s]`` blocks (the others removed). ResNets have four stages (ResNet18 inside ResNet34/152: ``[2, 2, 2, 2]``), the ViT and the character
-    BERT one (ViT-tiny-tiny, "ViT-tiny with only one depth": ``[1]``); ``[]`` keeps every block. Paper 000, Table 2's
+    searchable width at ``ratio`` and, per stage, only the first ``blocks[s]`` blocks (the others removed).
+    ResNets have four stages (ResNet18 inside ResNet34/152: ``[2, 2, 2, 2]``), the ViT and the character BERT one
+    (ViT-tiny-tiny, "ViT-tiny with only one depth": ``[1]``); ``[]`` keeps every block. Paper 000, Table 2's
     "smallest client model"."""
 
     # the width ratio of every kept searchable dimension (0 < ratio <= 1)
