@@ -3,7 +3,8 @@
     .venv/bin/python experiments/paper/model_costs.py CONFIG [--reference FULL_CONFIG] [key=value ...]
 
 For CONFIG's model it prints the full model, the smallest structure of the search space S (``algorithm.ratios``,
-or ``[0, 0.5, 1]``) and every uniform width of S and of HeteroFL's rates: parameters, megabytes moved each way,
+or ``[0, 0.5, 1]``), the named smallest structure (``algorithm.smallest``, Table 2's smallest client model) when
+the config sets one, and every uniform width of S and of HeteroFL's rates: parameters, megabytes moved each way,
 peak training memory at the config's batch size (plus the runtime overhead ``system.memory_overhead_mib``), the
 bandwidth that moves the model down and up within ``system.comm_limit_s``, the training GFLOPs per sample and the
 share of client-rounds whose budgets the structure fits (the clock's rule: memory need within the memory budget,
@@ -30,6 +31,7 @@ import numpy as np
 from rayfl.engine.sampling import sample_clients
 from rayfl.experiment.loader import load_config
 from rayfl.experiment.schema import ExperimentConfig
+from rayfl.fl.common.search import named_structure
 from rayfl.fl.common.widths import HETEROFL_RATES
 from rayfl.models.elastic import CostModel
 from rayfl.models.families import build_family
@@ -83,6 +85,10 @@ def structures(cfg: ExperimentConfig) -> list[tuple[str, tuple[int, ...]]]:
     low = min(r for r in ratios if r > 0.0)
     smallest = space.units([0.0 if (d.skippable and 0.0 in ratios) else low for d in space.dims])
     out = [("full", tuple(int(s) for s in space.sizes)), (f"smallest of S={ratios}", smallest)]
+    named = getattr(cfg.algorithm, "smallest", None)
+    if named is not None:  # Table 2's smallest client model (algorithm.smallest)
+        units = named_structure(build_family(cfg.model, input_spec(cfg)), named.ratio, named.blocks)
+        out.append((f"algorithm.smallest {named.ratio:g} x {list(named.blocks)}", units))
     widths = sorted({r for r in ratios if r > 0.0} | set(HETEROFL_RATES), reverse=True)
     out += [(f"uniform width {r:g}", space.units([r] * len(space.dims))) for r in widths if r < 1.0]
     return out
@@ -137,11 +143,13 @@ def main(argv: list[str]) -> int:
             f" {mbps:>9.4g} {c.gflops_per_sample:>13.4f} {100 * fits:>5.1f}%"
         )
     levels = [table["full"]] + [table[f"uniform width {r:g}"] for r in HETEROFL_RATES[1:]]
-    memory = [math.ceil(10.0 * (c.memory_mib + overhead)) / 10.0 for c in levels]
-    bandwidth = [round_up(16.0 * c.mb_each_way / limit) for c in levels]
+    # 7 significant digits: a band [values[i], values[i - 1]) then reaches model i - 1's need only in the last
+    # 1e-6 of its width or so, where HeteroFL would get the larger rate (level_budget: band)
+    memory = [round_up(c.memory_mib + overhead, 7) for c in levels]
+    bandwidth = [round_up(16.0 * c.mb_each_way / limit, 7) for c in levels]
     print(f"levels of HeteroFL's rates {list(HETEROFL_RATES)}:")
-    print(f"  memory values (MiB): [{', '.join(f'{v:g}' for v in memory)}]")
-    print(f"  bandwidth values (Mbit/s): [{', '.join(f'{v:g}' for v in bandwidth)}]")
+    print(f"  memory values (MiB): [{', '.join(f'{v:.7g}' for v in memory)}]")
+    print(f"  bandwidth values (Mbit/s): [{', '.join(f'{v:.7g}' for v in bandwidth)}]")
     if reference is not None:
         ref = costs(load_config(reference))["full"]
         full = table["full"]

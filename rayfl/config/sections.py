@@ -4,6 +4,7 @@ bounds live in field metadata (``bounded``). Importing this module imports neith
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -153,6 +154,13 @@ class ResourceConfig:
       (ascending client ids, one fewer than ``values``) the level is fixed by client id instead: ids below
       ``id_bounds[0]`` get ``values[0]``, ids from ``id_bounds[i - 1]`` below ``id_bounds[i]`` get ``values[i]``
       (FedHeN's setting: the first 50 of 100 clients simple devices, the last 50 complex ones).
+      ``level_budget`` says what a level's client gets: ``exact`` (``values[i]`` itself) or ``band`` (a value drawn
+      uniformly in ``[values[i], values[i - 1])``, its band up to the next level, per client and round with
+      ``per_round`` or once per client; level 0, the largest, keeps ``values[0]``: nothing larger exists to use more).
+      With ``values`` the needs of HeteroFL's models (paper 000 settings 1-2) ``band`` keeps HeteroFL's rates (a
+      client of level ``i`` still fits model ``i`` and not model ``i - 1``) while a budget lies between the levels,
+      as "the available resources corresponding to" a level (Sec. 4.1.2) do on real devices; ``band`` needs
+      ``values`` strictly decreasing. Memory and bandwidth draw their places in the band independently.
     * ``trace``: replay logs of ``(timestamp, value)``: ``file`` (one log) or ``directory`` (every log in it, sorted by
       name), in ``format``; clients get logs round-robin (``assign: round_robin``) or at random, start at a random
       offset into the log (``offset: random``) or at 0, and the log loops at its end. ``pattern`` picks the logs
@@ -166,6 +174,8 @@ class ResourceConfig:
     high: float = bounded(0.0, ge=0.0)
     values: tuple[float, ...] = ()
     id_bounds: tuple[int, ...] = ()  # levels: fixed per client by id (see above); empty = split each round's cohort
+    # levels: a level's client gets values[i] exactly, or a value drawn in its band [values[i], values[i - 1])
+    level_budget: Literal["exact", "band"] = "exact"
     per_round: bool = True
     file: str | None = bounded(None, path="file")
     directory: str | None = bounded(None, path="dir")
@@ -176,6 +186,12 @@ class ResourceConfig:
     assign: Literal["round_robin", "random"] = "round_robin"
     offset: Literal["random", "zero"] = "random"
     scale: float = bounded(1.0, gt=0.0)  # multiply every value (e.g. to map a host's free RAM onto a phone's)
+
+    def __post_init__(self) -> None:
+        if self.level_budget == "band" and self.source == "levels":
+            v = self.values
+            if len(v) < 2 or any(a <= b for a, b in itertools.pairwise(v)):
+                raise ValueError(f"level_budget 'band' needs values strictly decreasing (2 or more), got {list(v)}")
 
 
 @dataclass(frozen=True, kw_only=True)

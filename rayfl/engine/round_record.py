@@ -147,6 +147,7 @@ def round_record(
         sim_duration_s=sim_duration_s,
         clients_sampled=len(plan.client_id),
         **system_fields(plan.memory_util[runs], plan.bandwidth_util[runs], clients, stats),
+        memory_overhead_share=mean_finite(plan.memory_overhead_share[runs]),
         phase=phase,
         **model_fields(
             None if evaluation is None else evaluation.models,

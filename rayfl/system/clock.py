@@ -20,7 +20,12 @@ Per client in round ``r`` starting at simulated time ``T`` (all times in simulat
    planned for the client's own level, an upper bound when it trains less without padding); a client that receives
    nothing and cannot pad fails ``link_down``. The budget check uses the whole assignment, as the client plans for.
 4. *Duration* = the latest finish among the clients that run (``comm_limit_s`` when none does: the server waits out
-   the round), plus the measured server time with ``server_time: measured``.
+   the round), plus the measured server time with ``server_time: measured`` (the round's search, aggregation and
+   distillation on the driver: paper 000's latency counts them, Sec. 4.3).
+
+Memory utilisation (``ClientPlan.memory_util``) is the model's own need over the memory the runtime overhead leaves
+(``system.memory_overhead_mib`` is in every need the fit check uses, and out of the utilisation); the overhead's
+share of the budget is reported beside it (``memory_overhead_share``).
 
 Everything here is a function of the seed, the traces and the assignments: the host's speed never enters the clock
 (``compute_time: measured`` is the one opt-in exception, and then memory dips are checked at check-in only).
@@ -64,6 +69,7 @@ class ClientPlan:
     links: tuple[LinkDraw | None, ...] = ()  # per client: what its unstable links deliver ((): perfect links)
     # per client: FLOPs of its round's local training (3 x forward FLOPs x samples processed; empty: not planned)
     train_flops: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    memory_overhead: float = 0.0  # bytes of runtime overhead inside every memory_need (system.memory_overhead_mib)
 
     def link(self, i: int) -> LinkDraw | None:
         """The link draw of the ``i``-th client (None with perfect links)."""
@@ -85,9 +91,26 @@ class ClientPlan:
 
     @property
     def memory_util(self) -> np.ndarray:
+        """The model's own need over the memory left to it: ``(need - overhead) / (budget - overhead)``, so that a
+        model filling what the runtime leaves reads 1 whatever the overhead (paper 000's Figure 6 measures the
+        model's GPU memory; the runtime's share is ``memory_overhead_share``). NaN for unlimited budgets and for
+        budgets that the overhead alone fills."""
+        ovh = self.memory_overhead
+        room = self.memory_budget - ovh
         with np.errstate(divide="ignore", invalid="ignore"):
-            util: np.ndarray = np.where(np.isfinite(self.memory_budget), self.memory_need / self.memory_budget, np.nan)
+            util: np.ndarray = np.where(
+                np.isfinite(self.memory_budget) & (room > 0), (self.memory_need - ovh) / room, np.nan
+            )
         return util
+
+    @property
+    def memory_overhead_share(self) -> np.ndarray:
+        """The runtime overhead's share of each memory budget (NaN for unlimited budgets)."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            share: np.ndarray = np.where(
+                np.isfinite(self.memory_budget), self.memory_overhead / self.memory_budget, np.nan
+            )
+        return share
 
     @property
     def bandwidth_util(self) -> np.ndarray:
@@ -241,6 +264,7 @@ class SimClock:
             over_budget=tuple(over_budget),
             links=tuple(draws) if self.links.enabled else (),
             train_flops=work,
+            memory_overhead=self.oracle.overhead_bytes,
         )
 
     def _link_bytes(

@@ -61,6 +61,7 @@ class CostOracle:
 
         self.model_cfg = model_cfg
         self._rebuild = (spec, train, overhead_bytes)  # for the other global models of a multi-model run
+        self.overhead_bytes = float(overhead_bytes)  # the runtime overhead inside every memory need
         self._siblings: dict[ModelConfig, CostOracle] = {}
         self.shapes = dict(shapes)
         self.dtype_bytes = dtype_bytes

@@ -103,22 +103,36 @@ class Levels(ResourceSource):
 
     With ``id_bounds`` a client's level is fixed by its id instead (ids below ``id_bounds[0]`` level 0, and so on),
     whatever the round's cohort: FedHeN's first half of the clients simple devices, the last half complex ones.
+
+    With ``band`` a client of level ``i >= 1`` gets a value drawn uniformly in ``[values[i], values[i - 1])`` (its
+    band, up to the next level; ``values`` decreasing) instead of ``values[i]``; level 0 keeps ``values[0]``. The
+    place in the band is drawn per client and round (``per_round``) or once per client, from a generator keyed by
+    the source's ``purpose``: memory and bandwidth of one client lie at independent places of their bands.
     """
 
     values: tuple[float, ...]
     seed: int
     purpose: str
     id_bounds: tuple[int, ...] = ()  # non-empty: the level is fixed by client id, not drawn per round
+    band: bool = False
+    per_round: bool = True
 
     def at(self, clients: np.ndarray, t: float, round_idx: int) -> np.ndarray:
+        values = np.asarray(self.values, dtype=np.float64)
         if self.id_bounds:
-            fixed = np.searchsorted(np.asarray(self.id_bounds), np.asarray(clients, dtype=np.int64), side="right")
-            return np.asarray(self.values, dtype=np.float64)[fixed]
-        order = np.argsort(np.asarray(clients), kind="stable")  # canonical: independent of the caller's order
-        perm = derive_rng(self.seed, "levels", len(self.values), round_idx).permutation(len(clients))
-        level = np.empty(len(clients), dtype=np.int64)
-        level[order[perm]] = np.arange(len(clients)) * len(self.values) // max(len(clients), 1)
-        return np.asarray(self.values, dtype=np.float64)[level]
+            level = np.searchsorted(np.asarray(self.id_bounds), np.asarray(clients, dtype=np.int64), side="right")
+        else:
+            order = np.argsort(np.asarray(clients), kind="stable")  # canonical: independent of the caller's order
+            perm = derive_rng(self.seed, "levels", len(self.values), round_idx).permutation(len(clients))
+            level = np.empty(len(clients), dtype=np.int64)
+            level[order[perm]] = np.arange(len(clients)) * len(self.values) // max(len(clients), 1)
+        if not self.band:
+            return values[level]
+        key = round_idx if self.per_round else -1
+        u = np.array([derive_rng(self.seed, f"{self.purpose}/band", int(c), key).random() for c in clients])
+        upper = values[np.maximum(level - 1, 0)]
+        # u < 1, so a value stays below the next level's; level 0 has upper == values[0]
+        return values[level] + u * (upper - values[level])
 
 
 @dataclass(frozen=True)
@@ -316,7 +330,8 @@ def build_source(cfg: ResourceConfig | None, kind: str, seed: int, purpose: str)
     if cfg.source in ("uniform", "binary"):
         return RangeSource(cfg.low * unit, cfg.high * unit, cfg.source == "binary", cfg.per_round, seed, purpose)
     if cfg.source == "levels":
-        return Levels(tuple(v * unit for v in cfg.values), seed, purpose, tuple(cfg.id_bounds))
+        band = cfg.level_budget == "band"
+        return Levels(tuple(v * unit for v in cfg.values), seed, purpose, tuple(cfg.id_bounds), band, cfg.per_round)
     if cfg.source == "empirical":
         from rayfl.system.logs import load_distribution_si
 

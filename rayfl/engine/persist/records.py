@@ -68,7 +68,9 @@ class RoundRecord:
     lr: float
     sim_duration_s: float = 0.0
     clients_sampled: int = 0
-    memory_util: float = math.nan  # mean need / budget over the clients that ran (finite budgets only)
+    # mean over the clients that ran (finite budgets only) of the model's own need / the budget left after the runtime
+    # overhead (system/clock.py: ClientPlan.memory_util)
+    memory_util: float = math.nan
     bandwidth_util: float = math.nan
     failed_memory: int = 0  # at check-in: the model does not fit the memory budget
     failed_bandwidth: int = 0
@@ -118,6 +120,9 @@ class RoundRecord:
     staleness_mean: float = math.nan
     staleness_max: float = math.nan
     in_flight: int = 0
+    # mean over the clients that ran of the runtime overhead's share of the memory budget (system.memory_overhead_mib;
+    # 0 without one, NaN for unlimited budgets): memory need / budget = share + memory_util x (1 - share)
+    memory_overhead_share: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -128,7 +133,7 @@ class ClientRecord:
     client_id: int
     memory_budget_mib: float
     memory_need_mib: float
-    memory_util: float
+    memory_util: float  # the model's own need / the budget left after the runtime overhead
     bandwidth_budget_mb: float  # megabytes movable within the communication limit
     bandwidth_need_mb: float  # megabytes down + up
     bandwidth_util: float

@@ -5,30 +5,37 @@ Per round and per sampled client (in client-id order), the server
 1. picks from the sampling pool ``P`` the member with the largest *criterion* (parameters by default) that fits the
    client's budgets: ``peak_memory <= memory_budget`` and ``bytes_down + bytes_up <= bandwidth_budget``;
 2. then, while a uniform draw ``u`` exceeds ``epsilon`` and fewer than ``t_max`` structures were drawn, samples a
-   structure uniformly from the whole space (each dimension uniformly from its allowed ratios), adds it to ``P`` and
-   adopts it if it fits and its criterion is strictly larger than the current choice's;
+   structure uniformly from the whole space (each layer uniformly from its allowed ratios), adds it to ``P`` and
+   adopts it if it fits and its criterion is strictly larger than the current choice's. ``epsilon`` here is
+   Algorithm 2's threshold (line 9), so the search explores with probability ``1 - epsilon`` per test; the method's
+   config names the probability itself (``explore_probability``, whose docstring gives the paper's two readings);
 3. falls back to the smallest structure when nothing fits (reported with ``fits=False``; never an error, unlike the
-   Plato prototype's ``max_loop``).
+   Plato prototype's ``max_loop``). When the smallest is a named model (Table 2's smallest client model, larger than
+   the space's own smallest structure), a client that fits nothing in the pool gets the space's smallest structure
+   if that fits (Sec. 3.2: "in the worst cases, the smallest model will be chosen to meet current sampling
+   requirements"), else the named one with ``fits=False``.
 
 ``P`` persists across rounds and starts as {smallest, largest}. A client reaching ``t_max`` draws is a *hit* (the
 paper's hit rate, App. E.1).
 
 Choices this implementation makes where the paper is open:
 
-* **Ratios.** A structure gives every dimension a ratio from ``S``; 0 (the block removed) is allowed only for
-  skippable dimensions, the others draw from the positive ratios of ``S`` only. The smallest structure sets every
-  dimension to its smallest allowed ratio, the largest to ``max(S)`` (1 in every setting of the paper). Structures are
-  kept as unit counts (``SearchSpace.units``), so two ratios that round to the same width are the same structure.
+* **Ratios.** A structure gives every *layer* a ratio from ``S``; a layer is one dimension, or a group of dimensions
+  that share one ratio (``groups``: a transformer block's heads and MLP width at the paper's granularity). 0 (the
+  block removed) is allowed only for skippable layers, the others draw from the positive ratios of ``S`` only. The
+  smallest structure sets every dimension to its smallest allowed ratio unless ``smallest`` names one (Table 2's
+  smallest client model), the largest to ``max(S)`` (1 in every setting of the paper). Structures are kept as unit
+  counts (``SearchSpace.units``), so two ratios that round to the same width are the same structure.
 * **Pool admission.** ``admit="all"`` (default) follows Algorithm 2, line 11: *every* sampled structure enters ``P``,
   including ones that do not fit the client that sampled them (they may fit a later, richer client).
   ``admit="fitting"`` follows the prose of Sec. 3.2 ("add it to the pool if it meets the constraints").
 * **Ties.** ``P`` is ordered by criterion descending, then by insertion order; the pick is the first member in that
   order that fits. A sampled structure replaces the current choice only when its criterion is strictly larger.
 * **Random draws.** Client ``c`` in round ``r`` uses ``derive_rng(seed, "search", r, c)``, read as the sequential
-  algorithm reads it: one uniform ``u`` for the epsilon test, then ``D`` uniforms ``x`` for a structure (dimension
-  ``d`` takes its allowed ratio number ``floor(x[d] * n_allowed[d])``), then the next ``u``, and so on. A client's
-  result therefore depends only on its budgets, the pool and its own generator, not on which other clients share its
-  round (except through the pool they grew before it).
+  algorithm reads it: one uniform ``u`` for the epsilon test, then ``G`` uniforms ``x`` for a structure (layer
+  ``g`` takes its allowed ratio number ``floor(x[g] * n_allowed[g])``; ``G = D`` without groups), then the next
+  ``u``, and so on. A client's result therefore depends only on its budgets, the pool and its own generator, not on
+  which other clients share its round (except through the pool they grew before it).
 
 Speed: the draws of a whole round are made up front (``t_max`` rows of ``1 + D`` uniforms per client, of which only
 the rows the epsilon test lets through are used, exactly as the sequential loop would), the round's new structures are
@@ -52,9 +59,10 @@ import numpy as np
 from rayfl.core.messages import ClientView
 from rayfl.core.rng import derive_rng
 from rayfl.models.elastic.cost import CostModel, Costs, units_from_ratios
-from rayfl.models.elastic.space import SearchSpace
+from rayfl.models.elastic.family import ElasticFamily
+from rayfl.models.elastic.space import SearchSpace, units_for
 
-__all__ = ["ClientChoice", "ModelSearch", "SearchPool", "SearchResult"]
+__all__ = ["ClientChoice", "ModelSearch", "SearchPool", "SearchResult", "named_structure"]
 
 Criterion = Literal["params", "memory", "bytes"]
 
@@ -99,6 +107,32 @@ class SearchResult:
         return {c.client_id: c for c in self.choices}
 
 
+def named_structure(family: ElasticFamily, ratio: float, blocks: Sequence[int]) -> tuple[int, ...]:
+    """Unit counts of a named smaller model inside ``family``'s space: every dimension at ``ratio`` and, in stage
+    ``s``, only the first ``blocks[s]`` blocks (the rest removed: their removing dimension at 0 units); empty
+    ``blocks`` keeps every block. Paper 000's Table 2 names a smallest client model per setting: ResNet18 inside
+    ResNet34 or ResNet152 (two blocks per stage), ViT-tiny-tiny (ViT-tiny with one block). Raises ``ValueError``
+    naming what does not fit the family (wrong number of stages, more blocks than a stage has, a block that cannot
+    be removed)."""
+    space = family.space
+    units = [units_for(d, ratio) for d in space.dims]
+    if not blocks:
+        return tuple(units)
+    stages = family.stage_blocks()
+    if len(blocks) != len(stages):
+        raise ValueError(f"blocks needs one count per stage of the model ({len(stages)}), got {list(blocks)}")
+    for s, (keep, stage) in enumerate(zip(blocks, stages, strict=True)):
+        if not 0 <= keep <= len(stage):
+            raise ValueError(f"blocks[{s}] = {keep}: stage {s + 1} has {len(stage)} blocks")
+        for b, dims in enumerate(stage[keep:], start=keep):
+            removable = [d for d in dims if space.dims[d].skippable]
+            if not removable:
+                raise ValueError(f"blocks[{s}] = {keep}: block {b} of stage {s + 1} cannot be removed")
+            for d in removable:
+                units[d] = 0
+    return tuple(units)
+
+
 class ModelSearch:
     """The sampling pool and the per-round search of Algorithm 2 (see module docstring)."""
 
@@ -112,8 +146,15 @@ class ModelSearch:
         t_max: int = 5,
         criterion: Criterion = "params",
         admit: Literal["all", "fitting"] = "all",
+        groups: Sequence[Sequence[int]] | None = None,
+        smallest: Sequence[int] | None = None,
         seed: int,
     ) -> None:
+        """``groups``: the dimensions each layer's one ratio covers (every dimension exactly once; None = one layer
+        per dimension). ``smallest``: the smallest structure's unit counts (None = every dimension at its smallest
+        allowed ratio); when it is given and a client fits nothing in the pool, the client gets the space's own
+        smallest structure if that fits (``floor``: "in the worst cases, the smallest model will be chosen to meet
+        current sampling requirements", Sec. 3.2), else ``smallest`` (``fits=False``)."""
         s = sorted({float(r) for r in ratios})
         if not s or s[0] < 0.0 or s[-1] > 1.0 or s[-1] <= 0.0:
             raise ValueError(f"ratios must lie in [0, 1] and include a positive value, got {list(ratios)}")
@@ -139,17 +180,36 @@ class ModelSearch:
 
         positive = [r for r in s if r > 0.0]
         skippable = space.skippable
-        allowed = [s if skip else positive for skip in skippable]
+        layers = [[d] for d in range(self.num_dims)] if groups is None else [list(g) for g in groups]
+        if sorted(d for g in layers for d in g) != list(range(self.num_dims)) or any(not g for g in layers):
+            raise ValueError(f"groups must cover each of the {self.num_dims} dimensions exactly once")
+        if any(len({bool(skippable[d]) for d in g}) > 1 for g in layers):
+            raise ValueError("the dimensions of a group must all be skippable or all not")
+        self.groups: tuple[tuple[int, ...], ...] = tuple(tuple(g) for g in layers)
+        self.layer_of = np.empty(self.num_dims, dtype=np.int64)  # the layer (group) of every dimension
+        for k, g in enumerate(layers):
+            self.layer_of[g] = k
+        allowed = [s if skippable[d] else positive for d in range(self.num_dims)]
         self.num_allowed = np.array([len(a) for a in allowed], dtype=np.int64)
+        self.num_layers = len(layers)
+        self.layer_allowed = self.num_allowed[[g[0] for g in layers]]  # (G,) allowed ratios per layer
         width = int(self.num_allowed.max())
         table = np.array([a + [a[-1]] * (width - len(a)) for a in allowed], dtype=np.float64)  # (D, K) ratios
         self.allowed_ratios: tuple[tuple[float, ...], ...] = tuple(tuple(a) for a in allowed)
         self._unit_table = units_from_ratios(table.T, space.sizes, skippable).T.copy()  # (D, K) unit counts
         self._dim_index = np.arange(self.num_dims)[None, :]
 
-        smallest = self._unit_table[:, 0].copy()
+        if smallest is None:
+            low = self._unit_table[:, 0].copy()
+        else:
+            low = np.asarray(smallest, dtype=np.int64).copy()
+            if low.shape != (self.num_dims,) or (low < 0).any() or (low > space.sizes).any():
+                raise ValueError(f"smallest must give 0..size units for each of the {self.num_dims} dimensions")
+        floor = self._unit_table[:, 0].copy()
+        self.floor: tuple[int, ...] = tuple(int(u) for u in floor)
+        self._floor_costs = tuple(float(c[0]) for c in self._costs(floor[None, :]))  # params, memory, traffic
         largest = units_from_ratios(np.full((1, self.num_dims), s[-1]), space.sizes, skippable)[0]
-        self.smallest: tuple[int, ...] = tuple(int(u) for u in smallest)
+        self.smallest: tuple[int, ...] = tuple(int(u) for u in low)
         self.largest: tuple[int, ...] = tuple(int(u) for u in largest)
 
         # The pool, in insertion order (id = row): unit counts and cached costs.
@@ -163,7 +223,7 @@ class ModelSearch:
         self._memory_sorted = np.empty(0)
         self._comm_sorted = np.empty(0)
         self._assigned: set[bytes] = set()
-        initial = np.stack([smallest, largest] if self.smallest != self.largest else [smallest])
+        initial = np.stack([low, largest] if self.smallest != self.largest else [low])
         self._add(initial, self._costs(initial))
 
     # ------------------------------------------------------------------------------------------ pool
@@ -237,7 +297,7 @@ class ModelSearch:
         ids = [v.client_id for v in clients]
         if len(set(ids)) != len(ids):
             raise ValueError("duplicate client ids in the round")
-        n, d, t_max = len(clients), self.num_dims, self.t_max
+        n, d, t_max = len(clients), self.num_layers, self.t_max
         mem_b = np.array([v.memory_budget for v in clients], dtype=np.float64)
         comm_b = np.array([v.bandwidth_budget for v in clients], dtype=np.float64)
 
@@ -252,8 +312,8 @@ class ModelSearch:
         owner = np.repeat(np.arange(n), draws)
         first_row = np.cumsum(draws) - draws
         x = block[:, :, 1:][np.arange(t_max)[None, :] < draws[:, None]]  # (m, D), client by client, draw by draw
-        pick = np.minimum((x * self.num_allowed).astype(np.int64), self.num_allowed - 1)
-        cand = np.ascontiguousarray(self._unit_table[self._dim_index, pick])  # (m, D) unit counts
+        pick = np.minimum((x * self.layer_allowed).astype(np.int64), self.layer_allowed - 1)  # (m, G)
+        cand = np.ascontiguousarray(self._unit_table[self._dim_index, pick[:, self.layer_of]])  # (m, D) unit counts
 
         # Candidate costs: pooled structures from the cache, the others with one cost-model call.
         keys = [row.tobytes() for row in cand]
@@ -323,6 +383,13 @@ class ModelSearch:
                 c_mem[r],
                 c_comm[r],
             )
+        # Nothing fits: the space's own smallest structure when the pool's smallest is a larger named model
+        f_params, f_mem, f_comm = self._floor_costs
+        floored = ~fitted & (f_mem <= mem_b) & (f_comm <= comm_b) & (self.floor != self.smallest)
+        if floored.any():
+            chosen[floored] = np.asarray(self.floor)
+            params[floored], memory[floored], comm[floored] = f_params, f_mem, f_comm
+            fitted = fitted | floored
 
         if len(new):
             self._add(cand[new], (c_params[new], c_mem[new], c_comm[new]))

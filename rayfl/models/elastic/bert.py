@@ -36,6 +36,7 @@ from rayfl.models.elastic.transformer import (
     TransformerShape,
     add_block_layouts,
     block_cost_units,
+    block_groups,
     hidden_states,
     init_transformer,
     make_dropout,
@@ -142,6 +143,12 @@ class CharBertFamily(ElasticFamily):
         layouts["decoder.weight"] = TensorLayout((vocab_size, e), (None, None))
         layouts["decoder.bias"] = TensorLayout((vocab_size,), (None,))
         self.space = SearchSpace(tuple(dims), layouts, classifier=("decoder.weight", "decoder.bias"))
+
+    def layer_groups(self) -> tuple[tuple[int, ...], ...]:
+        return block_groups(self.block_dims)
+
+    def stage_blocks(self) -> tuple[tuple[tuple[int, ...], ...], ...]:
+        return (block_groups(self.block_dims),)
 
     def build(self, units: Sequence[int]) -> nn.Module:
         return ElasticCharBert(

@@ -97,6 +97,18 @@ class ElasticFamily(ABC):
     def global_model(self) -> nn.Module:
         return self.build(self.full_units)
 
+    def layer_groups(self) -> tuple[tuple[int, ...], ...]:
+        """The dimensions that one of paper 000's per-layer ratios covers together (Definition 3.1), each group a
+        tuple of dimension indices, every dimension in exactly one. By default every dimension is a layer; the
+        transformer families make each block one layer (its heads and MLP width together)."""
+        return tuple((d,) for d in range(len(self.space.dims)))
+
+    def stage_blocks(self) -> tuple[tuple[tuple[int, ...], ...], ...]:
+        """Per stage, per block (in order), the block's own dimensions, the one whose 0 removes it first: what "the
+        first n blocks of each stage" means for a named smaller model (ResNet18 inside ResNet34). Families without
+        removable blocks have none."""
+        return ()
+
     def side_exit_units(self) -> tuple[int, ...]:
         """Units of the sub-model that ends at the family's early-exit side head (FedHeN's simple model: an index
         subset of the global model). Families that can have one override this; the rest have none."""

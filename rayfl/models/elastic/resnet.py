@@ -328,6 +328,16 @@ class ResNetFamily(ElasticFamily):
         self.side = side
         classifier = ("linear.weight", "linear.bias") + (("side.linear.weight", "side.linear.bias") if side else ())
         self.space = SearchSpace(tuple(dims), layouts, classifier=classifier)
+        self.stage_sizes = blocks
+
+    def stage_blocks(self) -> tuple[tuple[tuple[int, ...], ...], ...]:
+        """Per stage, each block's inner dimensions (``mid`` or ``mid1, mid2``; the first removes the block)."""
+        out: list[tuple[tuple[int, ...], ...]] = []
+        start = 0
+        for n in self.stage_sizes:
+            out.append(tuple(plan.mids for plan in self.plans[start : start + n]))
+            start += n
+        return tuple(out)
 
     def cost_units(self) -> list[CostUnit]:
         cfg, res0 = self.cfg, self.image_size

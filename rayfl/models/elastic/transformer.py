@@ -12,6 +12,8 @@ Searchable dimensions, per block ``i``:
 
 Both are skippable. 0 heads removes the whole attention branch including ``norm1`` (its tensors are gated on the
 heads dimension); 0 MLP units removes the MLP branch including ``norm2``; with both at 0 the block is the identity.
+At paper 000's granularity a block is one layer (``block_groups``: its two dimensions share one ratio, so 0 removes
+the whole block and 0.5 halves both its heads and its MLP); searching the two separately is the finer space.
 The embedding width (the residual stream) is not searchable, which keeps every residual add aligned.
 
 Attention is written out (scores, softmax, weighted sum) rather than calling ``scaled_dot_product_attention``: the
@@ -40,6 +42,7 @@ __all__ = [
     "TransformerShape",
     "add_block_layouts",
     "block_cost_units",
+    "block_groups",
     "hidden_states",
     "init_transformer",
     "make_act",
@@ -214,6 +217,12 @@ def add_block_layouts(
             layouts[p + name] = TensorLayout(size, axes, gate)
         out.append(BlockDims(hd, md))
     return tuple(out)
+
+
+def block_groups(block_dims: Sequence[BlockDims]) -> tuple[tuple[int, ...], ...]:
+    """Each block's dimensions as one layer of paper 000's search space: ``(heads, mlp)`` per block, heads first
+    (0 heads with 0 MLP units removes the block)."""
+    return tuple((bd.heads, bd.mlp) for bd in block_dims)
 
 
 def hidden_states(tokens: int, embed_dim: int) -> Callable[[int, torch.device], torch.Tensor]:

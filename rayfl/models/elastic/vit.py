@@ -26,6 +26,7 @@ from rayfl.models.elastic.transformer import (
     TransformerShape,
     add_block_layouts,
     block_cost_units,
+    block_groups,
     hidden_states,
     init_transformer,
     make_dropout,
@@ -137,6 +138,12 @@ class ViTFamily(ElasticFamily):
         layouts["head.weight"] = TensorLayout((num_classes, e), (None, None))
         layouts["head.bias"] = TensorLayout((num_classes,), (None,))
         self.space = SearchSpace(tuple(dims), layouts, classifier=("head.weight", "head.bias"))
+
+    def layer_groups(self) -> tuple[tuple[int, ...], ...]:
+        return block_groups(self.block_dims)
+
+    def stage_blocks(self) -> tuple[tuple[tuple[int, ...], ...], ...]:
+        return (block_groups(self.block_dims),)
 
     def build(self, units: Sequence[int]) -> nn.Module:
         return ElasticViT(

@@ -162,3 +162,27 @@ def test_the_search_stays_on_the_driver(data: FederatedDataset) -> None:
     assert copy.family is not None
     with pytest.raises(RuntimeError, match="bind_server"):
         _ = copy.search
+
+
+def test_measured_server_time_puts_search_and_distillation_into_the_rounds_duration(data: FederatedDataset) -> None:
+    """Issue 33: with ``system.server_time: measured`` (the paper settings) a round lasts its planned client time
+    plus the server's measured time, which includes the in-place distillation (``server_train_s``); the clients'
+    part is the same as with ``none`` (constant budgets, the same assignments)."""
+    algo = ModelSearchConfig(ratios=(0.0, 0.5, 1.0), explore_probability=0.8, granularity="layer", distill=DISTILL)
+    cfg = config(algo, model=RESNET, rounds=3)
+    system = SystemConfig(bandwidth_down=ResourceConfig(source="constant", low=1.0))
+    off = run_experiment(dataclasses.replace(cfg, system=system), write=False, dataset=data).records
+    measured = dataclasses.replace(system, server_time="measured")
+    on = run_experiment(dataclasses.replace(cfg, system=measured), write=False, dataset=data).records
+    for a, b in zip(off, on, strict=True):
+        assert b.server_train_s > 0.0
+        assert b.sim_duration_s - a.sim_duration_s >= b.server_train_s + b.search_s
+        assert b.sim_duration_s - a.sim_duration_s <= b.round_wall_s
+
+
+def test_a_named_smallest_that_the_model_cannot_hold_is_refused_naming_the_key(data: FederatedDataset) -> None:
+    from rayfl.fl.methods.model_search.config import SmallestConfig
+
+    algo = ModelSearchConfig(ratios=(0.0, 0.5, 1.0), smallest=SmallestConfig(blocks=(1, 1)), distill=DISTILL)
+    with pytest.raises(ValueError, match=r"algorithm\.smallest: blocks needs one count per stage"):
+        bound(config(algo, model=RESNET), data)

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
 import pytest
 
-from rayfl.config.model import ResNetConfig
+from rayfl.config.model import ResNetConfig, ViTConfig
 from rayfl.core.messages import ClientView
 from rayfl.core.rng import derive_rng
-from rayfl.fl.common.search import ModelSearch, SearchResult
+from rayfl.fl.common.search import ModelSearch, SearchResult, named_structure
+from rayfl.fl.methods.model_search.config import ModelSearchConfig
 from rayfl.models.elastic.cost import CostModel
 from rayfl.models.elastic.resnet import ResNetFamily
+from rayfl.models.elastic.vit import ViTFamily
+from rayfl.system.resources import Levels
 
 S = (0.0, 0.25, 0.5, 1.0)
 
@@ -318,3 +322,109 @@ def test_empty_round_and_duplicate_ids(fam: ResNetFamily, cost: CostModel) -> No
     assert res.choices == () and res.hit_rate == 0.0
     with pytest.raises(ValueError):
         ms.assign_round([ClientView(1, 1), ClientView(1, 2)], 0)
+
+
+# ------------------------------------------------------------------------------------------------------ issue 33
+@pytest.mark.parametrize(
+    ("config", "explore"),
+    [
+        (ModelSearchConfig(explore_probability=0.8), 0.8),  # App. E.1 / Fig. 10's reading of the paper's 0.8
+        (ModelSearchConfig(explore_probability=0.2), 0.2),  # Algorithm 2's reading of the paper's 0.8
+        (ModelSearchConfig(epsilon=0.8), 0.2),  # the deprecated alias keeps Algorithm 2's meaning
+        (ModelSearchConfig(epsilon=0.2), 0.8),
+        (ModelSearchConfig(), 0.2),  # neither: what the old default epsilon 0.8 meant
+    ],
+)
+def test_explore_probability_is_the_frequency_of_exploring(
+    fam: ResNetFamily, cost: CostModel, config: ModelSearchConfig, explore: float
+) -> None:
+    """Over many clients each test draws another structure with probability ``explore``: with t_max = 1 the share
+    of clients that draw one, with t_max = 5 the mean number of draws (sum of explore^k, k = 1..5)."""
+    assert config.explore == pytest.approx(explore)
+    n = 4000
+    views = [ClientView(i, 10) for i in range(n)]
+    one = make(fam, cost, epsilon=config.stop_threshold, t_max=1).assign_round(views, 0)
+    share = np.mean([c.draws for c in one.choices])
+    assert abs(share - explore) < 4.0 * math.sqrt(explore * (1.0 - explore) / n)
+    five = make(fam, cost, epsilon=config.stop_threshold, t_max=5).assign_round(views, 1)
+    mean = np.mean([c.draws for c in five.choices])
+    assert mean == pytest.approx(sum(explore**k for k in range(1, 6)), abs=0.1)
+    assert np.mean([c.hit for c in five.choices]) == pytest.approx(explore**5, abs=0.03)
+
+
+def test_setting_both_explore_probability_and_epsilon_is_refused() -> None:
+    with pytest.raises(ValueError, match="set explore_probability only"):
+        ModelSearchConfig(explore_probability=0.8, epsilon=0.2)
+
+
+def test_a_band_budget_between_two_levels_lets_the_search_exceed_heterofls_model(
+    fam: ResNetFamily, cost: CostModel
+) -> None:
+    """Two levels, HeteroFL's full model and its half-width model (their memory needs): a client of the lower level
+    gets a memory budget strictly between the two, so HeteroFL's largest fitting rate stays 0.5 while the search
+    finds structures with more parameters than the half-width model; with the exact level it cannot."""
+    dims = len(fam.space.dims)
+    half = fam.space.units([0.5] * dims)
+    p_half, m_half, _ = needs(cost, half)
+    _, m_full, _ = needs(cost, fam.full_units)
+    cohort = np.arange(40)
+    band = Levels((m_full, m_half), seed=0, purpose="memory", band=True).at(cohort, 0.0, 0)
+    lower = band < m_full
+    assert lower.sum() == 20 and ((band[lower] > m_half) & (band[lower] < m_full)).all()
+    views = [ClientView(int(c), 10, float(b)) for c, b in zip(cohort[lower], band[lower], strict=True)]
+    # HeteroFL's model for these clients: the largest of its rates (1, 0.5) that fits, 0.5
+    assert all(needs(cost, fam.full_units)[1] > v.memory_budget >= m_half for v in views)
+    chosen = make(fam, cost, ratios=(0.5, 1.0), epsilon=0.0, t_max=30).assign_round(views, 0).choices
+    assert all(c.fits and c.params >= p_half for c in chosen)
+    assert sum(c.params > p_half for c in chosen) >= len(chosen) // 2
+    exact = [ClientView(v.client_id, 10, m_half) for v in views]
+    chosen = make(fam, cost, ratios=(0.5, 1.0), epsilon=0.0, t_max=30).assign_round(exact, 0).choices
+    assert all(c.params == p_half for c in chosen)  # at the exact level HeteroFL's model is the ceiling
+
+
+def small_vit(depth: int) -> ViTFamily:
+    return ViTFamily(ViTConfig(patch_size=8), embed_dim=16, depth=depth, heads=2, head_dim=8, mlp_dim=32)
+
+
+def test_named_structures_equal_the_smaller_models_they_name() -> None:
+    """Table 2's smallest client models: ResNet18 inside ResNet34 (the first two blocks of each stage) has exactly
+    ResNet18's parameters and memory; ViT-tiny-tiny inside a ViT (its first block) a one-block ViT's."""
+    widths = (4, 8, 16, 32)
+    r34 = ResNetFamily(ResNetConfig(depth=34, widths=widths))
+    r18 = ResNetFamily(ResNetConfig(depth=18, widths=widths))
+    units = named_structure(r34, 1.0, (2, 2, 2, 2))
+    c34, c18 = CostModel(r34, batch_size=8), CostModel(r18, batch_size=8)
+    assert c34.model_cost(units)["params"] == c18.model_cost(r18.full_units)["params"]
+    assert c34.model_cost(units)["peak_memory"] == pytest.approx(c18.model_cost(r18.full_units)["peak_memory"])
+    vit = small_vit(4)
+    one = small_vit(1)
+    units = named_structure(vit, 1.0, (1,))
+    assert units == (2, 32) + (0, 0) * 3
+    assert CostModel(vit, 8).model_cost(units)["params"] == CostModel(one, 8).model_cost(one.full_units)["params"]
+    assert named_structure(r18, 0.0625, ()) == r18.space.units([0.0625] * len(r18.space.dims))  # HeteroFL's smallest
+    with pytest.raises(ValueError, match="one count per stage"):
+        named_structure(r34, 1.0, (2, 2))
+    with pytest.raises(ValueError, match="cannot be removed"):
+        named_structure(r34, 1.0, (2, 0, 2, 2))  # stage 2's first block changes the stream's shape
+    search = ModelSearch(r34.space, c34, (0.0, 0.5, 1.0), smallest=named_structure(r34, 1.0, (2, 2, 2, 2)), seed=0)
+    assert search.smallest == named_structure(r34, 1.0, (2, 2, 2, 2)) and search.pool()[-1] == search.smallest
+    floor_memory = needs(c34, search.floor)[1]
+    below, nothing = search.assign_round([ClientView(0, 10, floor_memory), ClientView(1, 10, 1.0, 1.0)], 0).choices
+    assert below.fits and below.units == search.floor  # the space's smallest when the named model does not fit
+    assert not nothing.fits and nothing.units == search.smallest  # nothing fits: the named model, failing
+
+
+def test_layer_granularity_gives_a_transformer_block_one_ratio() -> None:
+    """``granularity: layer``: a block's heads and MLP share one ratio of S (0 removes the whole block); the finer
+    space draws them apart."""
+    vit = small_vit(4)
+    cost = CostModel(vit, 8)
+    views = [ClientView(i, 10) for i in range(300)]
+    tied = ModelSearch(vit.space, cost, (0.0, 0.5, 1.0), epsilon=0.0, t_max=3, groups=vit.layer_groups(), seed=1)
+    free = ModelSearch(vit.space, cost, (0.0, 0.5, 1.0), epsilon=0.0, t_max=3, seed=1)
+    for search, same in ((tied, True), (free, False)):
+        search.assign_round(views, 0)
+        pool = np.array(search.pool())
+        ratio_heads, ratio_mlp = pool[:, 0::2] / 2, pool[:, 1::2] / 32
+        assert (ratio_heads == ratio_mlp).all() == same
+    assert len(tied.pool()) <= 3**4 < len(free.pool())

@@ -14,7 +14,7 @@ from rayfl.core.messages import Assignment
 from rayfl.engine.build import build_clock, build_setup
 from rayfl.engine.driver import run_experiment
 from rayfl.fl.methods.fedavg.algorithm import FedAvg
-from rayfl.system.clock import SimClock
+from rayfl.system.clock import ClientPlan, SimClock
 from rayfl.system.resources import Log, TraceReplay
 from tests.helpers import tiny_config, tiny_image_dataset
 
@@ -141,3 +141,54 @@ def test_simulated_time_does_not_depend_on_the_host(monkeypatch: pytest.MonkeyPa
     )
     sim = [r.sim_time_s for r in fast.records]
     assert all(b > a for a, b in itertools.pairwise(sim)) and sim[0] > 0
+
+
+def test_memory_utilisation_is_the_models_own_need_over_what_the_overhead_leaves() -> None:
+    """Issue 33, by hand: a 100 MiB budget, a 20 MiB runtime overhead and a model needing 40 MiB of its own (60 MiB
+    with the overhead) use half of the 80 MiB left to them; the overhead's share of the budget (0.2) is apart."""
+    mib = 2.0**20
+    plan = ClientPlan(
+        round_idx=0,
+        start_s=0.0,
+        client_id=np.array([0, 1, 2]),
+        memory_budget=np.array([100.0, 60.0, np.inf]) * mib,
+        memory_need=np.array([60.0, 60.0, 60.0]) * mib,
+        bandwidth_budget=np.full(3, np.inf),
+        bytes_down=np.zeros(3),
+        bytes_up=np.zeros(3),
+        download_s=np.zeros(3),
+        compute_s=np.zeros(3),
+        upload_s=np.zeros(3),
+        failure=(None, None, None),
+        memory_overhead=20.0 * mib,
+    )
+    np.testing.assert_allclose(plan.memory_util, [0.5, 1.0, np.nan])
+    np.testing.assert_allclose(plan.memory_overhead_share, [0.2, 20.0 / 60.0, np.nan])
+
+
+def test_the_clock_reports_utilisation_without_the_overhead() -> None:
+    """Through the clock: the tiny CNN's own need over (budget - system.memory_overhead_mib)."""
+    _, need, _ = clock_for(SystemConfig())  # the model's own need (no overhead)
+    mib = 2.0**20
+    budget_mib = 4.0 * need / mib + 10.0
+    clock, with_overhead, _ = clock_for(
+        SystemConfig(memory=ResourceConfig(source="constant", low=budget_mib), memory_overhead_mib=10.0)
+    )
+    assert with_overhead == pytest.approx(need + 10.0 * mib)
+    plan = plan_one(clock, [0, 1])
+    np.testing.assert_allclose(plan.memory_util, 0.25)
+    np.testing.assert_allclose(plan.memory_overhead_share, 10.0 / budget_mib)
+
+
+def test_server_time_is_part_of_a_rounds_simulated_duration() -> None:
+    """``server_time: measured`` adds the server's measured seconds (search, aggregation, distillation) to the
+    planned round; ``none`` leaves them out."""
+    system = SystemConfig(bandwidth_down=ResourceConfig(source="constant", low=1.0), server_time="measured")
+    clock, _, _ = clock_for(system)
+    plan = plan_one(clock, [0, 1])
+    planned = plan.duration_s(clock.cfg.comm_limit_s)
+    before = clock.now
+    assert clock.advance(plan, server_s=7.5) == pytest.approx(planned + 7.5)
+    assert clock.now == pytest.approx(before + planned + 7.5)
+    off, _, _ = clock_for(dataclasses.replace(system, server_time="none"))
+    assert off.advance(plan_one(off, [0, 1]), server_s=7.5) == pytest.approx(planned)

@@ -163,3 +163,47 @@ def test_range_sources_are_pure_functions_of_client_and_round() -> None:
 def test_log_validation() -> None:
     with pytest.raises(ValueError, match="at least one"):
         Log(np.array([]), np.array([]))
+
+
+def test_band_levels_lie_strictly_between_their_level_and_the_next() -> None:
+    """``level_budget: band`` (issue 33): a client of level i >= 1 gets a value in [values[i], values[i - 1]); the
+    top level keeps values[0]; the levels themselves (1/5 each) are those of the exact source."""
+    values = (50.0, 40.0, 30.0, 20.0, 10.0)
+    exact = Levels(values, seed=3, purpose="memory")
+    band = Levels(values, seed=3, purpose="memory", band=True)
+    for round_idx in range(20):
+        cohort = np.random.default_rng(round_idx).choice(1000, size=50, replace=False)
+        low, got = exact.at(cohort, 0.0, round_idx), band.at(cohort, 0.0, round_idx)
+        top = low == 50.0
+        assert (got[top] == 50.0).all()
+        assert (got[~top] > low[~top]).all() and (got[~top] < low[~top] + 10.0).all()
+    cohort = np.arange(1000)
+    spread = band.at(cohort, 0.0, 0) - exact.at(cohort, 0.0, 0)
+    assert 4.0 < spread[spread > 0].mean() < 6.0  # uniform in each band of width 10
+
+
+def test_band_places_are_drawn_per_round_or_fixed_per_client_and_per_resource() -> None:
+    values = (4.0, 2.0, 1.0)
+    cohort = np.arange(30)
+    fixed = Levels(values, seed=1, purpose="memory", band=True, per_round=False)
+    moving = Levels(values, seed=1, purpose="memory", band=True)
+    other = Levels(values, seed=1, purpose="bandwidth_down", band=True)
+
+    def place(src: Levels, r: int) -> np.ndarray:  # the client's place within its band, in [0, 1)
+        lo = Levels(values, seed=1, purpose="memory").at(cohort, 0.0, r)
+        hi = np.select([lo == 1.0, lo == 2.0], [2.0, 4.0], np.nan)  # the top level has no band
+        out: np.ndarray = (src.at(cohort, 0.0, r) - lo) / (hi - lo)
+        return out
+
+    both = ~np.isnan(place(fixed, 0)) & ~np.isnan(place(fixed, 1))
+    assert both.any()
+    np.testing.assert_allclose(place(fixed, 0)[both], place(fixed, 1)[both])  # fixed per client
+    assert not np.allclose(place(moving, 0)[both], place(moving, 1)[both])  # redrawn every round
+    m, b = place(moving, 0), place(other, 0)
+    assert not np.allclose(m[~np.isnan(m)], b[~np.isnan(b)])  # memory and bandwidth independent
+
+
+def test_band_needs_strictly_decreasing_values() -> None:
+    with pytest.raises(ValueError, match="level_budget 'band' needs values strictly decreasing"):
+        ResourceConfig(source="levels", values=(1.0, 2.0), level_budget="band")
+    ResourceConfig(source="levels", values=(1.0, 2.0))  # exact levels take any order

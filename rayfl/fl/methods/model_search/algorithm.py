@@ -4,7 +4,11 @@ Per round (Algorithm 2):
 
 * **Assignment.** ``ModelSearch`` (``fl/common/search.py``) picks for every sampled client the structure with the
   largest criterion (parameters by default) that fits its memory and bandwidth budgets, from a sampling pool grown by
-  the epsilon / ``t_max`` constrained random search over per-dimension ratios ``S`` (0 removes a skippable block).
+  the constrained random search (``explore_probability`` / ``t_max``; the config's docstring gives the paper's two
+  readings of epsilon) over per-layer ratios ``S`` (0 removes a skippable block; ``granularity: layer`` ties a
+  transformer block's heads and MLP into one layer, as the paper counts them); the pool starts from the smallest
+  structure (``smallest``: Table 2's smallest client model, else every dimension at its smallest ratio) and the
+  largest.
   The client gets the first-k sub-model of that structure (parameters "from the corresponding position").
 * **State.** The pool grows every round and later rounds read it, so it lives in ``ServerState.algo_state`` (a
   ``SearchPool``: structures and assigned structures; ``assign_with_state`` returns it), and checkpoints carry it; the
@@ -69,19 +73,27 @@ class ModelSearchAlgorithm(SubModelAlgorithm):
         return state
 
     def bind_server(self, ctx: ServerContext) -> None:
-        from rayfl.fl.common.search import ModelSearch
+        from rayfl.fl.common.search import ModelSearch, named_structure
 
         super().bind_server(ctx)
         family = self.require_family()
         cfg = self.config
+        smallest = None
+        if cfg.smallest is not None:
+            try:
+                smallest = named_structure(family, cfg.smallest.ratio, cfg.smallest.blocks)
+            except ValueError as err:
+                raise ValueError(f"algorithm.smallest: {err}") from err
         self._search = ModelSearch(
             family.space,
             self.cost,
             cfg.ratios,
-            epsilon=cfg.epsilon,
+            epsilon=cfg.stop_threshold,
             t_max=cfg.t_max,
             criterion=cfg.criterion,
             admit=cfg.admit,
+            groups=family.layer_groups() if cfg.granularity == "layer" else None,
+            smallest=smallest,
             seed=ctx.seed,
         )
         self._pool = None
