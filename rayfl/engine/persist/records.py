@@ -233,11 +233,22 @@ def make_run_dir(output_dir: str | Path, name: str) -> Path:
 class _CsvTable:
     """One record file: ``<name>.csv`` appended and flushed row by row, the rows kept for ``<name>.parquet``."""
 
-    def __init__(self, run_dir: Path, name: str, cls: type, schema: pa.Schema, rows: list[Any] | None = None) -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        name: str,
+        cls: type,
+        schema: pa.Schema,
+        rows: list[Any] | None = None,
+        columns: list[str] | None = None,
+    ) -> None:
         self.name, self.cls, self.schema = name, cls, schema
         self.optional = name in _OPTIONAL_PARQUET
         self.path = run_dir / f"{name}.csv"
         self.rows: list[Any] = [] if rows is None else rows
+        # the CSV's columns: every field of the record, or (a run resumed from an earlier rayfl) the columns its file
+        # has, so that its checkpoints' byte sizes stay true; the Parquet twin always holds every field
+        self.columns = columns if columns is not None else [f.name for f in fields(cls)]
         self.file, self.writer = self._open("w" if rows is None else "a")
         if rows is None:
             with writing(self.path):
@@ -247,7 +258,7 @@ class _CsvTable:
     def _open(self, mode: str) -> tuple[TextIO, csv.DictWriter[str]]:
         with writing(self.path):
             file = cast(TextIO, self.path.open(mode, newline=""))
-        return file, csv.DictWriter(file, fieldnames=[f.name for f in fields(self.cls)])
+        return file, csv.DictWriter(file, fieldnames=self.columns, extrasaction="ignore")
 
     @classmethod
     def reopen(cls, run_dir: Path, name: str, record: type, schema: pa.Schema, size: int) -> _CsvTable:
@@ -262,10 +273,13 @@ class _CsvTable:
         kinds = {f.name: _PARSERS.get(str(f.type), float) for f in fields(record)}
         with path.open(newline="") as text:
             reader = csv.DictReader(text)
-            if reader.fieldnames != list(kinds):
+            columns = list(reader.fieldnames or [])
+            # a run written by an earlier rayfl has fewer columns, in the same order: later fields take their
+            # defaults in the rows read back, and the file keeps its own columns (its checkpoints measure it)
+            if [k for k in kinds if k in columns] != columns or not columns:
                 raise ValueError(f"{path}: its columns are not the ones this version of rayfl writes")
             rows = [record(**{k: kinds[k](v) for k, v in row.items()}) for row in reader]
-        return cls(run_dir, name, record, schema, rows)
+        return cls(run_dir, name, record, schema, rows, columns)
 
     def append(self, records: Sequence[Any]) -> None:
         self.rows.extend(records)

@@ -292,13 +292,20 @@ class _Decoder:
             raise SnapshotFormatError(f"{at}: {node['type']} is not a dataclass")
         given = _field(node, "fields", dict, at)
         fields = dataclasses.fields(cls)
-        if set(given) != {f.name for f in fields}:
+        names = {f.name for f in fields}
+        # a field added to the class since the checkpoint was written takes its default (a checkpoint of an earlier
+        # rayfl stays readable); a field the class does not have, or a missing one without a default, is refused
+        missing = {f.name for f in fields if f.name not in given and not _has_default(f)}
+        if not set(given) <= names or missing:
             raise SnapshotFormatError(
                 f"{at}: fields {sorted(given)}, {cls.__qualname__} has {[f.name for f in fields]}"
             )
         hints = _hints(cls)
         obj = cls.__new__(cls)
         for f in fields:
+            if f.name not in given:
+                object.__setattr__(obj, f.name, _default(f))
+                continue
             value = self.value(given[f.name], f"{at}.{f.name}")
             hint = hints.get(f.name)
             if hint is not None and not _conforms(value, hint):
@@ -347,6 +354,14 @@ class _Decoder:
         "bytes": _bytes,
         "generator": _generator,
     }
+
+
+def _has_default(f: dataclasses.Field[Any]) -> bool:
+    return f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+
+
+def _default(f: dataclasses.Field[Any]) -> Any:
+    return f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[operator]
 
 
 def _field(node: dict[str, Any], key: str, kind: type, at: str) -> Any:

@@ -289,3 +289,41 @@ def snapshot_codec_state() -> Any:
     from rayfl.core.messages import ServerState
 
     return ServerState({"w": torch.ones(2)}, round_idx=1)
+
+
+def test_a_checkpoint_written_before_a_field_existed_reads_with_the_fields_default() -> None:
+    """A snapshot of an earlier rayfl lacks fields added since (``RunSnapshot.policy_state``, ``initial_params``):
+    they take their defaults; a field the class does not have is still refused (nothing is built from it)."""
+    import safetensors.torch
+
+    from rayfl.core.messages import ServerState
+    from rayfl.engine.persist import snapshot_codec
+    from rayfl.engine.persist.checkpoint import RunSnapshot
+
+    snap = RunSnapshot(
+        rounds_done=2,
+        state=ServerState(params={"w": torch.ones(2)}),
+        sim_time_s=1.5,
+        client_states={},
+        phase_results={},
+        last_eval=(0.5, 1.0, 10),
+        nonfinite_streak=0,
+        wall_time_s=3.0,
+        initial_params={"w": torch.zeros(2)},
+        policy_state={"serial": 3},
+    )
+    raw = snapshot_codec.encode(snap)
+
+    def rewritten(edit: Any) -> bytes:
+        (size,) = struct.unpack("<Q", raw[:8])
+        header = json.loads(raw[8 : 8 + size])
+        tree = json.loads(header["__metadata__"]["rayfl.snapshot"])
+        edit(tree["fields"])
+        tensors = safetensors.torch.load(raw)
+        return safetensors.torch.save(tensors, metadata={"rayfl.snapshot": json.dumps(tree)})
+
+    old = snapshot_codec.decode(rewritten(lambda f: [f.pop("policy_state"), f.pop("initial_params")]))
+    assert isinstance(old, RunSnapshot) and old.policy_state is None and old.initial_params == {}
+    assert old.rounds_done == 2 and torch.equal(old.state.params["w"], torch.ones(2))
+    with pytest.raises(snapshot_codec.SnapshotFormatError, match="RunSnapshot has"):
+        snapshot_codec.decode(rewritten(lambda f: f.update(unknown=f["rounds_done"])))
