@@ -18,6 +18,7 @@ from rayfl.data.synthetic import SyntheticImages
 from rayfl.engine.driver import RunResult, run_experiment
 from rayfl.experiment.schema import ExperimentConfig
 from rayfl.fl.methods.fedavg.config import FedAvgConfig
+from rayfl.system.resources import Constant, ResourceSource, Unlimited
 
 NUM_CLIENTS = 1_000_000
 
@@ -25,7 +26,9 @@ NUM_CLIENTS = 1_000_000
 def test_a_million_clients_set_up_without_touching_each(monkeypatch: pytest.MonkeyPatch) -> None:
     """Two rounds of 10 clients out of 1,000,000 (each evaluated): the run makes the images and labels of the clients
     it trains and a bounded sample (the test set, the trivial baseline's first rows), and it makes as many Python and
-    builtin calls as the same run over 1,000 clients, so no step loops over the population."""
+    builtin calls as the same run over 1,000 clients, so no step loops over the population; it reads the budgets of
+    the clients it samples and the pre-flight check's first chunk only (no compute speed of every client at bind
+    time, a vectorised lookup the call count cannot see)."""
     made = Counter[str]()
     pool, label = SyntheticImages.pool, image_labels.label_images
 
@@ -37,16 +40,30 @@ def test_a_million_clients_set_up_without_touching_each(monkeypatch: pytest.Monk
         made["labels"] += len(x)
         return label(x, directions)
 
+    def counted(at: Any) -> Any:
+        def counted_at(self: ResourceSource, clients: np.ndarray, t: float, round_idx: int) -> np.ndarray:
+            made["budget lookups"] += len(clients)
+            return at(self, clients, t, round_idx)
+
+        return counted_at
+
     monkeypatch.setattr(SyntheticImages, "pool", counted_pool)
     monkeypatch.setattr(image_labels, "label_images", counted_label)
+    for source in (Unlimited, Constant):  # the run's budgets: unlimited, and a constant compute speed
+        monkeypatch.setattr(source, "at", counted(source.at))
     _counted_run(1000, count=False)  # the cost model's cache filled (on a fresh machine), for the counted runs
+    made.clear()
     small, calls_small = _counted_run(1000)
+    lookups_small = made["budget lookups"]
     made.clear()
     result, calls = _counted_run(NUM_CLIENTS)
     assert len(result.records) == 2 and all(r.clients_run == 10 for r in result.records)
     # the 40 trained rows, the 1,000 test images, the baseline's 8,192 rows; never one per client
     assert made["labels"] <= 8192 + 10 * 2 * 2 * 4
     assert made["images"] <= 1000 + 8192 + 10 * 2 * 2 * 8
+    # budgets (memory, bandwidth, compute, availability) of the sampled clients and of the pre-flight check's first
+    # chunk, as many as over 1,000 clients: no client's compute speed read at bind time, no census of every client
+    assert made["budget lookups"] == lookups_small < 10_000, (made, lookups_small)
     # the same run over 1,000 clients calls as many functions, give or take the sampler's few differences
     assert len(small.records) == 2 and abs(calls - calls_small) < 10_000, (calls, calls_small)
 
