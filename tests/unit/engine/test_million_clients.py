@@ -15,6 +15,7 @@ from rayfl.config.model import CNNConfig
 from rayfl.config.sections import BackendConfig, DataConfig, TrainConfig
 from rayfl.data import image_labels
 from rayfl.data.synthetic import SyntheticImages
+from rayfl.engine import steps
 from rayfl.engine.driver import RunResult, run_experiment
 from rayfl.experiment.schema import ExperimentConfig
 from rayfl.fl.methods.fedavg.config import FedAvgConfig
@@ -95,3 +96,46 @@ def _counted_run(num_clients: int, count: bool = True) -> tuple[RunResult, int]:
     finally:
         sys.setprofile(None)
     return result, calls[0]
+
+
+def test_a_single_model_all_device_average_needs_no_census(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ``eval_all_devices`` a single-model run's device averages (on the global and on the all-device model) are
+    one evaluation's accuracy over every device: the records equal those of the census of every client, bit for bit,
+    and the budgets of every client are not read again in each evaluated round."""
+    lookups = Counter[str]()
+
+    def counted(at: Any) -> Any:
+        def counted_at(self: ResourceSource, clients: np.ndarray, t: float, round_idx: int) -> np.ndarray:
+            lookups["budgets"] += len(clients)
+            return at(self, clients, t, round_idx)
+
+        return counted_at
+
+    for source in (Unlimited, Constant):
+        monkeypatch.setattr(source, "at", counted(source.at))
+    fast = _all_devices_run()
+    fast_lookups = lookups["budgets"]
+    lookups.clear()
+    monkeypatch.setattr(steps, "uniform_device_eval", lambda algorithm, state: None)  # the census, as before
+    census = _all_devices_run()
+    fields = ("test_acc", "device_acc", "all_devices_acc", "all_devices_loss", "all_devices_device_acc")
+    for a, b in zip(fast.records, census.records, strict=True):
+        assert all(getattr(a, f) == getattr(b, f) for f in fields), [(getattr(a, f), getattr(b, f)) for f in fields]
+    assert not any(np.isnan(r.all_devices_device_acc) for r in fast.records)
+    assert lookups["budgets"] - fast_lookups >= 2 * 400  # the census: every client's budgets in each evaluated round
+
+
+def _all_devices_run() -> RunResult:
+    cfg = ExperimentConfig(
+        name="all-devices",
+        rounds=2,
+        clients_per_round=10,
+        eval_every=1,
+        eval_all_devices=True,
+        data=DataConfig(name="synthetic", partition="iid", num_clients=400, synthetic_samples=2),
+        model=CNNConfig(channels=(4, 8)),
+        algorithm=FedAvgConfig(),
+        train=TrainConfig(epochs=1, batch_size=2, lr=0.05),
+        backend=BackendConfig(kind="local", num_hosts=2),
+    )
+    return run_experiment(cfg, write=False)
