@@ -92,8 +92,14 @@ class DataConfig:
     synthetic_noise: float = bounded(1.0, ge=0.0, le=1.0)
     # 'synthetic': 'pool' labels the whole image pool at start-up in float32 chunks (the labels runs have always had);
     # 'image' labels each image alone, when a client trains (rayfl/data/image_labels.py): set-up that does not grow
-    # with data.num_clients (a Dirichlet split still labels every image), labels equal to the pool's but in near-ties
+    # with data.num_clients (a Dirichlet split labels every image unless dirichlet_split: counts), labels equal to the
+    # pool's but in near-ties
     synthetic_labels: Literal["pool", "image"] = "pool"
+    # 'synthetic' with partition 'dirichlet': 'pool' labels the pool of num_clients x synthetic_samples images and
+    # splits it (the split runs have always had); 'counts' draws each client's label counts from the label
+    # distribution and finds its images by label when it trains (rayfl/data/dirichlet_counts.py): set-up labels no
+    # image and client i's data does not depend on num_clients; per-image labels, a different split of other images
+    dirichlet_split: Literal["pool", "counts"] = "pool"
     # Image inputs: 'dataset' normalises every sample with the data set's channel statistics; 'client' has each client
     # normalise its training samples to zero mean and unit variance per channel with its own statistics before
     # training starts (paper 000, Sec. 3.3: what makes the server's N(0, 1) distillation inputs match the data).

@@ -168,7 +168,7 @@ class FederatedDataset:
     client_names: Sequence[str] = ()
     meta: dict[str, object] = field(default_factory=dict)
     x_val: Rows | None = None
-    y_val: np.ndarray | None = None
+    y_val: Rows | None = None
 
     def __post_init__(self) -> None:
         if self.offsets.ndim != 1 or self.offsets[0] != 0 or self.offsets[-1] != len(self.x):
@@ -287,7 +287,7 @@ def hold_out_validation(ds: FederatedDataset, fraction: float, rng: np.random.Ge
     (``data.val_fraction``). The rows are chosen by one permutation per client drawn from ``rng`` in client order; the
     clients keep the rest in their order, and the validation set is the held-out rows in client order, so its labels
     follow the pooled data's (paper 003 App. J.1: "a held-out portion of the clients' datasets"). Training rows made on
-    demand stay so (``RowSubset``); the test set is untouched."""
+    demand stay so (``RowSubset``), in the validation set too; the test set is untouched."""
     if ds.x_val is not None:
         raise ValueError(f"data {ds.name!r} already has a validation set")
     keep: list[np.ndarray] = []
@@ -308,6 +308,6 @@ def hold_out_validation(ds: FederatedDataset, fraction: float, rng: np.random.Ge
         y=take_rows(ds.y, kept),
         offsets=offsets,
         x_val=take_rows(ds.x, val),
-        y_val=np.asarray(ds.y[val]),
+        y_val=take_rows(ds.y, val),  # labels made on demand stay so: a fraction of every client's is O(population)
         meta={**ds.meta, "val_fraction": fraction},
     )

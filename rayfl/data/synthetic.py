@@ -35,6 +35,12 @@ about 27 s, a million: minutes). ``data.synthetic_labels: image`` labels each im
 trains (``rayfl/data/image_labels.py``): the same teacher in arithmetic that no other row can change, so nothing is
 labelled at set-up, and client ``i``'s images and labels are the same whatever ``num_clients`` is. Its labels equal
 the pool's except in near-ties, so it is a separate setting and ``pool`` stays the default.
+
+Dirichlet splits by counts. A pool split needs every image's label. ``data.dirichlet_split: counts`` draws each client's
+label counts from the label distribution instead and finds the client's images by label when it trains
+(``rayfl/data/dirichlet_counts.py``): nothing is labelled at set-up, client ``i``'s data does not depend on
+``num_clients``, and the images and labels are per-image ones (``synthetic_labels`` is then ``image`` in effect). It is
+a different split of different images, so ``pool`` stays the default and old records stay as they were.
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ from rayfl.config.sections import DataConfig
 from rayfl.core.rng import derive_rng
 from rayfl.data import partition
 from rayfl.data.client_names import NumberedNames
+from rayfl.data.dirichlet_counts import CountedImages, CountedLabels, client_label_counts
 from rayfl.data.federated import FederatedDataset, LazyRows, Rows
 from rayfl.data.image_labels import ImageLabels, label_images, teacher_directions
 
@@ -204,7 +211,8 @@ def load_synthetic(cfg: DataConfig, seed: int) -> FederatedDataset:
     if num_clients < 1 or per_client < 1:
         raise ValueError("synthetic data needs data.num_clients >= 1 and data.synthetic_samples >= 1")
     pool = SyntheticImages(seed, "synthetic_train", num_clients * per_client, cfg.synthetic_noise)
-    per_image = cfg.synthetic_labels == "image"
+    # a counts split labels each image alone (its images are found by label), and the pool's labels are not needed
+    per_image = cfg.synthetic_labels == "image" or (cfg.partition == "dirichlet" and cfg.dirichlet_split == "counts")
     y: Rows = ImageLabels(pool, seed) if per_image else _pool_labels(pool)
     if per_image:
         x_test = SyntheticImages(seed, "synthetic_test", TEST_SIZE, cfg.synthetic_noise).pool(
@@ -224,8 +232,16 @@ def load_synthetic(cfg: DataConfig, seed: int) -> FederatedDataset:
     }
     if per_image:
         meta["labels"] = "image"
-    x = pool
-    if cfg.partition == "dirichlet":
+    x: LazyRows = pool
+    if cfg.partition == "dirichlet" and cfg.dirichlet_split == "counts":
+        share = np.bincount(y_test, minlength=NUM_CLASSES) / len(y_test)
+        rng = derive_rng(seed, "partition/counts")
+        counts = client_label_counts(num_clients, per_client, cfg.dirichlet_alpha, share, rng)
+        stream = SyntheticImages(seed, "synthetic_train/dirichlet", 1, cfg.synthetic_noise)
+        counted = CountedImages(counts, seed, stream)
+        x, y, offsets = counted, CountedLabels(counts), counted.offsets
+        meta.update(dirichlet_alpha=cfg.dirichlet_alpha, dirichlet_split="counts", labels="image")
+    elif cfg.partition == "dirichlet":
         labels = y.every() if isinstance(y, ImageLabels) else np.asarray(y)
         parts = partition.dirichlet(labels, num_clients, cfg.dirichlet_alpha, derive_rng(seed, "partition"))
         order = np.concatenate(parts).astype(np.int64)

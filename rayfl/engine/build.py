@@ -11,6 +11,7 @@ receive, with ``Setup.pool`` in ``build_backend``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -18,8 +19,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from rayfl.config.sections import BackendConfig
 from rayfl.core.messages import Params
@@ -155,7 +154,7 @@ def bind_algorithm(cfg: ExperimentConfig, setup: Setup, clock: SimClock) -> None
             model=cfg.model,
             oracle=clock.oracle,
             eval_widths=cfg.eval_widths,
-            compute_flops_per_s=clock.compute.at(np.arange(setup.dataset.num_clients), 0.0, 0),
+            compute_flops_per_s_of=functools.partial(clock.compute.at, t=0.0, round_idx=0),
         )
     )
 

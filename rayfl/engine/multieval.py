@@ -53,6 +53,7 @@ __all__ = [
     "model_fields",
     "named_accuracies",
     "named_evaluations",
+    "uniform_device_accuracy",
     "uniform_device_eval",
     "width_structures",
 ]
@@ -114,6 +115,12 @@ def device_accuracy(
     return float(np.mean([accs[name] for name in names]))
 
 
+def uniform_device_accuracy(accuracy: float, num_devices: int) -> float:
+    """``device_accuracy`` when every one of ``num_devices`` devices is scored by one evaluation of ``accuracy``: the
+    same mean of as many equal values, bit for bit, without a view of any device."""
+    return float(np.mean(np.full(num_devices, accuracy)))
+
+
 def uniform_device_eval(algorithm: Algorithm, state: ServerState) -> str | None:
     """The evaluation that scores every device when no device's budgets can change it (one global model and the
     default ``Algorithm.device_evals``: every device uses that model), else ``None``. The device average is then that
@@ -132,12 +139,13 @@ def evaluate_all_devices(
     algorithm: Algorithm,
     state: ServerState,
     structures: Mapping[str, tuple[int, ...] | None],
-    views: Sequence[ClientView],
+    views: Sequence[ClientView] | int,
     round_idx: int,
 ) -> tuple[dict[str, float], list[EvalRecord]]:
     """The all-device model's record fields (its main evaluation's accuracy and loss, the device average on it) and
     its evals.csv rows (each of ``structures`` and each further global model), after the round's state ``state``;
-    NaN and no rows while no client has uploaded."""
+    NaN and no rows while no client has uploaded. ``views``: every device with its budgets now, or only their number
+    where one evaluation scores every device (``uniform_device_eval``)."""
     aggregate = backend.reduce_uploads(state.params)
     if aggregate.num_clients == 0:
         return {}, []
@@ -151,9 +159,21 @@ def evaluate_all_devices(
     fields = {
         f"{ALL_DEVICES}_acc": main.accuracy,
         f"{ALL_DEVICES}_loss": main.loss,
-        f"{ALL_DEVICES}_device_acc": device_accuracy(accs, algorithm, report, views),
+        f"{ALL_DEVICES}_device_acc": _device_accuracy(accs, algorithm, report, views),
     }
     return fields, [EvalRecord(round_idx, f"{ALL_DEVICES}/{n}", e.accuracy, e.loss) for n, e in named]
+
+
+def _device_accuracy(
+    accs: Mapping[str, float], algorithm: Algorithm, state: ServerState, views: Sequence[ClientView] | int
+) -> float:
+    """``device_accuracy`` over ``views``, or over their number of devices all scored by ``uniform_device_eval``."""
+    if not isinstance(views, int):
+        return device_accuracy(accs, algorithm, state, views)
+    uniform = uniform_device_eval(algorithm, state)
+    if uniform is None or uniform not in accs:
+        raise ValueError(f"{algorithm.name}: the device average needs every device's view")
+    return uniform_device_accuracy(accs[uniform], views)
 
 
 def client_accuracies(

@@ -38,10 +38,11 @@ from rayfl.engine.multieval import (
     evaluate_all_devices,
     evaluate_models,
     named_evaluations,
+    uniform_device_accuracy,
     uniform_device_eval,
     width_structures,
 )
-from rayfl.engine.persist.records import ClientRecord, EvalRecord, RoundRecord, RunWriter
+from rayfl.engine.persist.records import ClientAccRecord, ClientRecord, EvalRecord, RoundRecord, RunWriter
 from rayfl.engine.round_record import RoundEvaluation
 from rayfl.engine.sampling import sample_clients
 from rayfl.experiment.schema import ExperimentConfig
@@ -181,15 +182,18 @@ def evaluate_round(
     named = [*structures.items(), *zip(algorithm.model_names(state)[1:], evals[1:], strict=True)]
     structure_evals = [EvalRecord(round_idx, n, e.accuracy, e.loss) for n, e in named]
     uniform = uniform_device_eval(algorithm, state)
-    if uniform is not None and uniform in accs and ds.test_offsets is None and not cfg.eval_all_devices:
-        # every device uses the one model: the same mean (bit for bit) without a census of the whole population
-        device_acc = float(np.mean(np.full(ds.num_clients, accs[uniform])))
-        return RoundEvaluation(main, evals, structure_evals, {"device_acc": device_acc}, [])
-    # every device of the run, with its budgets now, for the average over devices' models
-    everyone = np.arange(ds.num_clients)
-    census = clock.check_in(round_idx, everyone, ds.client_sizes().tolist())
-    client_accs = client_accuracies(ds, named_evals, algorithm, state, census, round_idx)
-    fields = {"device_acc": device_accuracy(accs, algorithm, state, census)}
+    census: Sequence[ClientView] | int
+    client_accs: list[ClientAccRecord] = []
+    if uniform is not None and uniform in accs and ds.test_offsets is None:
+        # every device uses the one model (the all-device model's too): the same means (bit for bit) without a census
+        # of the whole population; per-client test sets need every client's own figure, so they keep the census
+        census = ds.num_clients
+        fields = {"device_acc": uniform_device_accuracy(accs[uniform], census)}
+    else:
+        # every device of the run, with its budgets now, for the average over devices' models
+        census = clock.check_in(round_idx, np.arange(ds.num_clients), ds.client_sizes().tolist())
+        client_accs = client_accuracies(ds, named_evals, algorithm, state, census, round_idx)
+        fields = {"device_acc": device_accuracy(accs, algorithm, state, census)}
     if cfg.eval_all_devices:
         all_fields, all_rows = evaluate_all_devices(backend, algorithm, state, wanted, census, round_idx)
         fields.update(all_fields)

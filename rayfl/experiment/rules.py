@@ -185,7 +185,7 @@ def _transform_problems(model: CellNetConfig) -> list[tuple[KeyPath, str]]:
 
 def _cellnet_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:
     """A cellnet's sizes and transformation log; FedTrans needs a cellnet; per-client test sets are held out only
-    from data that has none."""
+    from data that has none; a counts split is of synthetic Dirichlet data only."""
     problems: list[tuple[KeyPath, str]] = []
     model = cfg.model
     if isinstance(model, CellNetConfig):
@@ -200,6 +200,10 @@ def _cellnet_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:
             problems.append((("model", "blocks"), "must list at least one block per stage"))
         if not problems:
             problems.extend(_transform_problems(model))
+    if cfg.data.dirichlet_split == "counts" and (cfg.data.name != "synthetic" or cfg.data.partition != "dirichlet"):
+        problems.append((("data", "dirichlet_split"), "'counts' splits the synthetic task by label counts (data.name: "
+                         f"synthetic, partition: dirichlet), not data '{cfg.data.name}' with partition "
+                         f"'{cfg.data.partition}': set it to 'pool'"))  # fmt: skip
     if (
         cfg.data.client_test_fraction > 0
         and cfg.data.partition == "natural"

@@ -37,7 +37,7 @@ draw randomness only from the task's derived generators. Algorithms never import
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
@@ -86,9 +86,10 @@ class ServerContext:
     # creates models (FedTrans) prices them with, exactly as the clock will
     oracle: CostOracle | None = None
     eval_widths: tuple[float, ...] = ()  # the x p sub-models the engine evaluates (``eval_widths``), named ``x{p:g}``
-    # every client's compute speed (FLOP/s; inf when unconstrained) at the first round's check-in, in client-id order
-    # (FedorAS's tiers by compute); None when the engine did not provide it
-    compute_flops_per_s: np.ndarray | None = None
+    # the compute speeds (FLOP/s; inf when unconstrained) of the given clients at the first round's check-in, looked
+    # up when asked (FedorAS's tiers by compute ask for every client; no other method asks, so binding a run of a
+    # million clients reads none); None when the engine did not provide it
+    compute_flops_per_s_of: Callable[[np.ndarray], np.ndarray] | None = None
 
 
 @dataclass(frozen=True)

@@ -124,9 +124,9 @@ def tier_plan(config: FedorASTiersConfig, tables: OpTables, ctx: ServerContext) 
     num_clients = ctx.dataset.num_clients
     if config.by == "shares":
         return TierPlan(tiers_by_shares(num_clients, config.shares, rng_tiers), edges)
-    speeds = ctx.compute_flops_per_s
-    if speeds is None or len(speeds) != num_clients:
+    if ctx.compute_flops_per_s_of is None:
         raise ValueError("fedoras: tiers by compute need every client's compute speed from the engine")
+    speeds = ctx.compute_flops_per_s_of(np.arange(num_clients))  # a rank among every client: all of them read
     return TierPlan(tiers_by_compute(speeds, config.shares, rng_tiers), edges)
 
 
