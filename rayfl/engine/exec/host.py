@@ -21,7 +21,7 @@ import math
 import time
 import warnings
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -203,23 +203,12 @@ class ClientHost:
         the run's initial value of every global tensor (``client_state.first_values``), what padding falls back to
         where a client's memory has nothing; it is needed only when a client pads.
         """
-        torch.set_num_threads(self.torch_threads)
-        base = as_tensors(params)
-        first = as_tensors(initial) if initial is not None else None
-        shapes = {k: v.shape for k, v in base.items()}
-        keep = keeps_state(self.algorithm, tasks)
-        held = dict(zip((t.client_id for t in tasks), memories, strict=False)) if keep else {}
         partial: Partial = {}
-        outcomes: list[ClientOutcome] = []
-        kept: dict[int, ClientMemory | None] = {}
-        for task in sorted(tasks, key=lambda t: t.client_id):
-            update, outcome, kept[task.client_id] = self._run_client(
-                task, base, shapes, held.get(task.client_id), first
-            )
-            if update is not None and outcome.failure is None:
-                self.algorithm.reducer.accumulate(partial, update, shapes)
-            outcomes.append(outcome)
-        after = [kept[t.client_id] for t in tasks] if keep else []
+
+        def reduce(_: int, update: ClientUpdate, shapes: Mapping[str, torch.Size]) -> None:
+            self.algorithm.reducer.accumulate(partial, update, shapes)
+
+        outcomes, after = self._train_all(tasks, params, initial, memories, reduce)
         shares = [as_arrays(p) for p in split_partial(partial, shard_of, num_shards)]  # numpy: shards load no torch
         return (*shares, outcomes, *after)
 
@@ -234,13 +223,33 @@ class ClientHost:
         returns ``(uploads, outcomes)`` (each successful client's upload as the server receives it, by client id) and
         then, when the clients carry memories, every task's next memory in the order of ``tasks``. An asynchronous
         run's server applies each upload when it arrives in simulated time (``engine/policies/buffered.py``)."""
+        uploads: dict[int, KeptUpload] = {}
+
+        def keep(client_id: int, update: ClientUpdate, _: Mapping[str, torch.Size]) -> None:
+            uploads[client_id] = KeptUpload.of(update)
+
+        outcomes, after = self._train_all(tasks, params, initial, memories, keep)
+        return ((uploads, outcomes), *after)
+
+    def _train_all(
+        self,
+        tasks: Sequence[TrainTask],
+        params: NumpyParams,
+        initial: NumpyParams | None,
+        memories: Sequence[ClientMemory | None],
+        take: Callable[[int, ClientUpdate, Mapping[str, torch.Size]], None],
+    ) -> tuple[list[ClientOutcome], list[ClientMemory | None]]:
+        """Train ``tasks`` in client-id order, handing each successful update to ``take`` as it is made (with its
+        client's id and the global tensors' shapes); returns every outcome and, when the clients carry memories,
+        every task's next memory in the order of ``tasks`` (``run_round``, ``run_clients``)."""Train ``tasks`` in client-id order, handing each successful update to ``take`` as it is made (with its
+        client's id and the global tensors' shapes); returns every outcome and, when the clients carry memories, every task's next memory
+        in the order of ``tasks`` (``run_round``, ``run_clients``)."""
         torch.set_num_threads(self.torch_threads)
         base = as_tensors(params)
         first = as_tensors(initial) if initial is not None else None
         shapes = {k: v.shape for k, v in base.items()}
         keep = keeps_state(self.algorithm, tasks)
         held = dict(zip((t.client_id for t in tasks), memories, strict=False)) if keep else {}
-        uploads: dict[int, KeptUpload] = {}
         outcomes: list[ClientOutcome] = []
         kept: dict[int, ClientMemory | None] = {}
         for task in sorted(tasks, key=lambda t: t.client_id):
@@ -248,10 +257,9 @@ class ClientHost:
                 task, base, shapes, held.get(task.client_id), first
             )
             if update is not None and outcome.failure is None:
-                uploads[task.client_id] = KeptUpload.of(update)
+                take(task.client_id, update, shapes)
             outcomes.append(outcome)
-        after = [kept[t.client_id] for t in tasks] if keep else []
-        return ((uploads, outcomes), *after)
+        return outcomes, [kept[t.client_id] for t in tasks] if keep else []
 
     def reduce_uploads(
         self, params: NumpyParams, shard_of: Mapping[str, int], num_shards: int, *memories: ClientMemory | None
