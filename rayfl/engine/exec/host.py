@@ -241,9 +241,7 @@ class ClientHost:
     ) -> tuple[list[ClientOutcome], list[ClientMemory | None]]:
         """Train ``tasks`` in client-id order, handing each successful update to ``take`` as it is made (with its
         client's id and the global tensors' shapes); returns every outcome and, when the clients carry memories,
-        every task's next memory in the order of ``tasks`` (``run_round``, ``run_clients``)."""Train ``tasks`` in client-id order, handing each successful update to ``take`` as it is made (with its
-        client's id and the global tensors' shapes); returns every outcome and, when the clients carry memories, every task's next memory
-        in the order of ``tasks`` (``run_round``, ``run_clients``)."""
+        every task's next memory in the order of ``tasks`` (``run_round``, ``run_clients``)."""
         torch.set_num_threads(self.torch_threads)
         base = as_tensors(params)
         first = as_tensors(initial) if initial is not None else None
