@@ -48,8 +48,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", nargs="+", default=["auto", "ray"], choices=["auto", "local", "ray"])
     parser.add_argument("--point", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--out", type=Path, default=None, help="JSON file for the rows (default: print only)")
     parser.add_argument("args", nargs="*", help="FILE and key=value overrides, as for rayfl run")
     ns = parser.parse_args()
+    rows: list[dict[str, object]] = []
     if ns.point:
         print(json.dumps(point(ns.args)))
         return
@@ -62,8 +64,12 @@ def main() -> None:
             print(f"| {kind} | failed (exit {done.returncode}): {done.stderr.strip().splitlines()[-1:]} | | |")
             continue
         row = json.loads(done.stdout.strip().splitlines()[-1])
+        rows.append({"kind": kind, "args": ns.args, **row})
         taken = str(row["first_line"]).split("backend ", 1)[-1]
         print(f"| {kind} | {taken} | {row['wall_s']:.1f} | {row['peak_pss_mib']:.0f} |")
+    if ns.out is not None:
+        ns.out.parent.mkdir(parents=True, exist_ok=True)
+        ns.out.write_text(json.dumps(rows, indent=2) + "\n")
 
 
 if __name__ == "__main__":

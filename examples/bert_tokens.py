@@ -43,16 +43,30 @@ def tiny_bert(num_classes: int, input_shape: tuple[int, ...], vocab_size: int = 
 
 
 def federated_tokens(
-    seed: int, num_clients: int, per_client: int = 16, seq_len: int = 12, vocab_size: int = 32
+    seed: int,
+    num_clients: int,
+    per_client: int = 128,
+    seq_len: int = 12,
+    vocab_size: int = 32,
+    num_test: int = 512,
+    num_classes: int = 4,
 ) -> FederatedDataset:
-    """Random token sequences labelled by whether token 1 occurs more often than token 2; one client per block."""
+    """Random token sequences, each holding one keyword token; the label is which keyword. One client per block.
+
+    Tokens ``1 .. num_classes`` are the keywords; every other position holds a filler token drawn from
+    ``num_classes + 1 .. vocab_size - 1``. The labels are uniform, so the most-frequent-label baseline is about
+    ``1 / num_classes``, and a model must find the keyword wherever it sits (attention) to beat it.
+    """
+    if not 2 <= num_classes <= vocab_size - 2:
+        raise ValueError(f"data.kwargs.num_classes must be in 2..{vocab_size - 2}, got {num_classes}")
     rng = np.random.default_rng(seed)
 
     def sample(n: int) -> tuple[np.ndarray, np.ndarray]:
-        x = rng.integers(0, vocab_size, size=(n, seq_len), dtype=np.int64)
-        y = ((x == 1).sum(axis=1) > (x == 2).sum(axis=1)).astype(np.int64)
+        x = rng.integers(num_classes + 1, vocab_size, size=(n, seq_len), dtype=np.int64)
+        y = rng.integers(0, num_classes, size=n, dtype=np.int64)
+        x[np.arange(n), rng.integers(0, seq_len, size=n)] = y + 1
         return x, y
 
     train = [sample(per_client) for _ in range(num_clients)]
-    x_test, y_test = sample(4 * per_client)
-    return from_client_arrays("bert_tokens", "tokens", 2, train, x_test, y_test)
+    x_test, y_test = sample(num_test)
+    return from_client_arrays("bert_tokens", "tokens", num_classes, train, x_test, y_test)

@@ -48,8 +48,9 @@ def _assert_identical(a: RunResult, b: RunResult) -> None:
 @pytest.mark.usefixtures("ray_local")
 def test_custom_bert_and_data_train_the_same_on_both_backends() -> None:
     pytest.importorskip("transformers")
-    local = run_experiment(_example("bert_tokens.yaml"), write=False)
-    cfg = _example("bert_tokens.yaml", "backend.kind=ray", "backend.num_hosts=2", "backend.cpus_per_host=0.25")
+    small = ("rounds=2", "data.kwargs.per_client=16", "train.epochs=1")
+    local = run_experiment(_example("bert_tokens.yaml", *small), write=False)
+    cfg = _example("bert_tokens.yaml", *small, "backend.kind=ray", "backend.num_hosts=2", "backend.cpus_per_host=0.25")
     remote = run_experiment(cfg, write=False)
     assert len(local.records) == 2 and all(r.clients_run == 4 for r in local.records)
     assert np.isfinite(local.records[-1].train_loss)
@@ -99,7 +100,7 @@ def test_a_bad_model_factory_is_one_clear_error(factory: str, kwargs: dict[str, 
         ("examples.resnet_synthetic:nothing", {}, r"data.factory: .*has no attribute 'nothing'"),
         (
             "examples.resnet_synthetic:images",
-            {"num_samples": -100},
+            {"num_samples": -1000},
             r"data.factory: 'examples.resnet_synthetic:images' raised ValueError: negative dim",
         ),
         ("examples.resnet_synthetic:resnet18", {"num_classes": 2}, r"returned a torchvision.*ResNet, expected a rayfl"),
@@ -221,9 +222,9 @@ def test_a_bad_factory_from_the_command_line_is_one_line_exit_2_and_nothing_writ
             assert err.startswith(f"rayfl: error: {config}: override '{override}': {message}"), err
             assert "\n" not in err and "Traceback" not in err
     # the factory itself fails (validate loads no data, so only the run finds it): located at data.factory's line
-    assert main(["run", config, "data.kwargs={num_samples: -100}", f"output_dir={out}", "rounds=1"]) == 2
+    assert main(["run", config, "data.kwargs={num_samples: -1000}", f"output_dir={out}", "rounds=1"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(
-        f"rayfl: error: {config}:12: data.factory: 'examples.resnet_synthetic:images' raised ValueError: negative"
+        f"rayfl: error: {config}:15: data.factory: 'examples.resnet_synthetic:images' raised ValueError: negative"
     ), err
     assert not out.exists()
