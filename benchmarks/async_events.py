@@ -33,7 +33,9 @@ def config(n: int, c: int, b: int, steps: int, train: bool, policy: str) -> Expe
         rounds=steps,
         clients_per_round=c,
         eval_every=steps,
-        data=DataConfig(name="synthetic", partition="iid", num_clients=n, synthetic_samples=8, synthetic_labels="image"),
+        data=DataConfig(
+            name="synthetic", partition="iid", num_clients=n, synthetic_samples=8, synthetic_labels="image"
+        ),
         model=CNNConfig(channels=(4, 8)),
         train=TrainConfig(lr=0.05, batch_size=8, noop=not train),
         backend=BackendConfig(kind="local", num_hosts=1),

@@ -462,7 +462,7 @@ def _add_traces_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser
     fetch = tsub.add_parser("fetch", help="download a named real trace set into the cache (checksums pinned)")
     fetch.add_argument("name", metavar="NAME", help="mahimahi-cellular, mobilebandwidth-sigcomm22 (list: show them)")
     fetch.add_argument(
-        "--mirror", default=None, help="a URL or folder laid out as the source, or holding the set's files (no internet)"
+        "--mirror", default=None, help="a URL or folder laid out as the source, or holding its files (no internet)"
     )
     fetch.add_argument("--cache-dir", default=None, help="default: $RAYFL_CACHE/traces or ~/.cache/rayfl/traces")
     for parser in (rec, show, imp, syn, fetch):
