@@ -482,7 +482,9 @@ def _add_traces_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser
     syn.add_argument("--interval", type=float, default=1.0, help="seconds between samples (default 1)")
     fetch = tsub.add_parser("fetch", help="download a named real trace set into the cache (checksums pinned)")
     fetch.add_argument("name", metavar="NAME", help="mahimahi-cellular, mobilebandwidth-sigcomm22 (list: show them)")
-    fetch.add_argument("--mirror", default=None, help="a URL or folder laid out as the source (no internet)")
+    fetch.add_argument(
+        "--mirror", default=None, help="a URL or folder laid out as the source, or holding its files (no internet)"
+    )
     fetch.add_argument("--cache-dir", default=None, help="default: $RAYFL_CACHE/traces or ~/.cache/rayfl/traces")
     for parser in (rec, show, imp, syn, fetch):
         parser.set_defaults(func=run)

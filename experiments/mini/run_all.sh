@@ -6,10 +6,15 @@
 # Extra arguments are overrides applied to every run (e.g. rounds=10 backend.kind=local).
 # Runs land in runs/mini/<name>; the report in runs/mini/report.md.
 #
-# Environment: METHODS, the methods to run, space separated (default: all of them): largest smallest heterofl
-# heterofl-distill fedrolex feddropout anycostfl fjord model_search-no-distill model_search model_search-copies
-# (the core method with the earlier copy-and-average distillation, `algorithm.distill.update=copies`)
+# Environment: METHODS, the methods to run, space separated (default: all but model_search-frozen). First the
+# comparison, the methods without server-side distillation, which all learn at this scale: largest smallest heterofl
+# fedrolex feddropout anycostfl fjord model_search-no-distill (the core method without distillation); then the
+# variants with paper 000's in-place distillation, kept by name: model_search (Eq. 2 as the paper writes it, the
+# YAML's own method; at CPU scale it ends near the most-frequent-label baseline, README "Methods"), heterofl-distill
+# (likewise), model_search-copies (the earlier copy-and-average distillation, `algorithm.distill.update=copies`) and
 # model_search-frozen (Eq. 2 with the teacher frozen for the round, `algorithm.distill.teacher=round`).
+# KEEP=DIR copies each run's rounds.csv, evals.csv, config.yaml and summary.json to DIR/<name>/ (the README's table
+# comes from experiments/mini/results: python experiments/mini/table.py).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 CFG=experiments/mini/shakespeare_bert.yaml
@@ -17,7 +22,7 @@ OUT=runs/mini
 for arg in "$@"; do  # an output_dir override moves the report's inputs too
   case $arg in output_dir=*) OUT=${arg#output_dir=} ;; esac
 done
-METHODS=${METHODS:-largest smallest heterofl heterofl-distill fedrolex feddropout anycostfl fjord model_search-no-distill model_search model_search-copies}
+METHODS=${METHODS:-largest smallest heterofl fedrolex feddropout anycostfl fjord model_search-no-distill model_search heterofl-distill model_search-copies}
 RAYFL=rayfl
 PYTHON=python
 if [[ -x .venv/bin/rayfl ]]; then RAYFL=.venv/bin/rayfl PYTHON=.venv/bin/python; fi
@@ -62,3 +67,10 @@ for dir in "$OUT"/mini-*; do
   [[ -f $dir/config.yaml ]] && RUNS+=("$dir")
 done
 "$RAYFL" report "${RUNS[@]}" --out "$OUT"
+if [[ -n ${KEEP:-} ]]; then
+  for dir in "${RUNS[@]}"; do
+    mkdir -p "$KEEP/${dir##*/}"
+    cp "$dir"/{rounds.csv,evals.csv,config.yaml,summary.json} "$KEEP/${dir##*/}/"
+  done
+  "$PYTHON" experiments/mini/table.py "$KEEP"
+fi

@@ -144,32 +144,54 @@ def _sha256(path: Path) -> str:
 
 def fetch_trace_set(name: str, cache_dir: Path | None = None, mirror: str | None = None) -> Path:
     """Download set ``name`` into the cache (files already there with the right SHA-256 are kept) from its pinned
-    source, or from ``mirror`` (a URL or folder laid out as the source is); returns the folder. A file whose SHA-256
-    differs is refused (``TraceError``) and not kept."""
+    source, or from ``mirror`` (a URL or folder laid out as the source is, or holding the set's files side by side);
+    returns the folder. A file whose SHA-256 differs is refused (``TraceError``) and not kept; a first fetch that
+    fails leaves no empty folder behind."""
     trace_set = _trace_set(name)
     target = _cache_root(cache_dir) / name
+    made = not target.exists()
     target.mkdir(parents=True, exist_ok=True)
+    try:
+        _fetch_files(trace_set, target, mirror)
+    except TraceError:
+        if made and not any(target.iterdir()):
+            target.rmdir()  # a failed first fetch leaves no empty folder in the cache
+        raise
+    return target
+
+
+def _download(urls: list[str], partial: Path) -> str:
+    """Copy the first of ``urls`` that opens into ``partial``; returns that URL (``TraceError`` when none does)."""
+    errors = []
+    for url in urls:
+        try:
+            with urllib.request.urlopen(url, timeout=60) as response, partial.open("wb") as out:
+                for block in iter(lambda: response.read(1 << 20), b""):
+                    out.write(block)
+            return url
+        except OSError as err:
+            partial.unlink(missing_ok=True)
+            errors.append(f"{url} ({err})")
+    raise TraceError(f"cannot download {' or '.join(errors)}; with no internet, give --mirror FOLDER")
+
+
+def _fetch_files(trace_set: TraceSet, target: Path, mirror: str | None) -> None:
     base = trace_set.base_url if mirror is None else _as_url(mirror)
     for file, expected in trace_set.files.items():
         local = target / file
         if local.is_file() and _sha256(local) == expected:
             continue
-        url = base + trace_set.remote_path(file)
+        urls = [base + trace_set.remote_path(file)]
+        if mirror is not None and trace_set.remote_path(file) != file:
+            urls.append(base + file)  # a mirror may also be a flat copy of the set (as ../shared/traces-real/NAME)
         partial = target / f".{file}.part"
-        try:
-            with urllib.request.urlopen(url, timeout=60) as response, partial.open("wb") as out:
-                for block in iter(lambda: response.read(1 << 20), b""):
-                    out.write(block)
-        except OSError as err:
-            partial.unlink(missing_ok=True)
-            raise TraceError(f"cannot download {url} ({err}); with no internet, give --mirror FOLDER") from None
+        url = _download(urls, partial)
         got = _sha256(partial)
         if got != expected:
             partial.unlink()
             raise TraceError(f"{url}: SHA-256 {got} is not the pinned {expected}: not kept (a changed or cut file)")
         os.replace(partial, local)
         log.info("fetched %s", local)
-    return target
 
 
 def _as_url(mirror: str) -> str:

@@ -79,3 +79,19 @@ def test_a_config_names_a_set_found_beside_the_checkout(tmp_path: Path, monkeypa
         ],
     )
     assert cfg.system.bandwidth_down.file == str(REAL / "wifi5.csv")
+
+
+@needs_copy
+def test_a_flat_copy_of_the_set_serves_as_a_mirror(tmp_path: Path) -> None:
+    """A folder holding the set's files side by side (as the copies beside the checkout) is a mirror too, though
+    the source keeps them under data/."""
+    cache = tmp_path / "cache"
+    assert fetch_trace_set("mobilebandwidth-sigcomm22", cache, str(REAL)) == cache / "mobilebandwidth-sigcomm22"
+    assert (cache / "mobilebandwidth-sigcomm22" / "5G.csv").read_bytes() == (REAL / "5G.csv").read_bytes()
+
+
+def test_a_failed_first_fetch_leaves_no_folder_in_the_cache(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    with pytest.raises(TraceError, match=r"cannot download .*empty.* or .*; with no internet, give --mirror"):
+        fetch_trace_set("mobilebandwidth-sigcomm22", cache, str(tmp_path / "empty"))
+    assert not (cache / "mobilebandwidth-sigcomm22").exists()
