@@ -8,12 +8,13 @@ imports included, to the end of the last round), ``first_update_s`` (from the st
 update) and ``first_update_after_call_s`` (from ``algorithm.run``), ``steady_updates_per_s`` (rounds after the
 first) and the process tree's ``peak_pss_mib`` (``process_roles.PssSampler``, as scale.py samples).
 
-pfl must not go into rayfl's venv: make a separate one whose torch is rayfl's, then run with it::
+pfl must not go into rayfl's venv: make a separate one (here ``.pflvenv`` beside ``.venv`` in the repository root)
+whose torch is rayfl's, then run with it::
 
-    python -m venv /tmp/pflvenv && /tmp/pflvenv/bin/pip install pfl
-    /work/main/.venv/bin/python -c "import site; print(site.getsitepackages()[0])" \\
-        > /tmp/pflvenv/lib/python3.11/site-packages/zz_rayfl_torch.pth
-    PYTHONPATH=$PWD /tmp/pflvenv/bin/python benchmarks/pfl_side.py --n 100 --k 10 [--threads 1]
+    python3.11 -m venv .pflvenv && .pflvenv/bin/pip install pfl
+    .venv/bin/python -c "import site; print(site.getsitepackages()[0])" \\
+        > .pflvenv/lib/python3.11/site-packages/zz_rayfl_torch.pth
+    PYTHONPATH=$PWD .pflvenv/bin/python benchmarks/pfl_side.py --n 100 --k 10 [--threads 1]
 
 On a shared, loaded machine torch's default of a thread per core spins against the other processes (each conv and
 backward several times slower); ``--threads 1`` trains as one of rayfl's in-process hosts does.
