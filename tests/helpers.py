@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections import Counter
+from typing import Any
+
 import numpy as np
 
 from rayfl.config.model import CNNConfig
@@ -46,3 +49,27 @@ def tiny_yaml(name: str, rounds: int, extra: str = "") -> str:
         "train: {{lr: 0.05, batch_size: 8}}\n"
         "backend: {{kind: local, num_hosts: 1}}\n" + extra
     )
+
+
+def count_data_work(monkeypatch: Any, *label_users: Any) -> Counter[str]:
+    """Count the synthetic images made (``made["images"]``, ``SyntheticImages.pool``) and labelled
+    (``made["labels"]``, ``image_labels.label_images``, also where ``label_users`` imported it by name), through
+    ``monkeypatch``: the tests that show a set-up does not grow with the population read these counts."""
+    from rayfl.data import image_labels
+    from rayfl.data.synthetic import SyntheticImages
+
+    made = Counter[str]()
+    pool, label = SyntheticImages.pool, image_labels.label_images
+
+    def counted_pool(self: SyntheticImages, index: np.ndarray) -> np.ndarray:
+        made["images"] += len(index)
+        return pool(self, index)
+
+    def counted_label(x: np.ndarray, directions: np.ndarray) -> np.ndarray:
+        made["labels"] += len(x)
+        return label(x, directions)
+
+    monkeypatch.setattr(SyntheticImages, "pool", counted_pool)
+    for module in (image_labels, *label_users):
+        monkeypatch.setattr(module, "label_images", counted_label)
+    return made

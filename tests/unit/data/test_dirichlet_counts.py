@@ -4,7 +4,6 @@ image, client ``i``'s data does not depend on the population, and the split is t
 from __future__ import annotations
 
 import pickle
-from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -12,10 +11,11 @@ import pytest
 
 from rayfl.config.sections import DataConfig
 from rayfl.core.rng import derive_rng
-from rayfl.data import dirichlet_counts, image_labels, synthetic
+from rayfl.data import dirichlet_counts, synthetic
 from rayfl.data.dirichlet_counts import CountedImages, CountedLabels, client_label_counts
 from rayfl.data.image_labels import label_images, teacher_directions
-from rayfl.data.synthetic import SyntheticImages, load_synthetic
+from rayfl.data.synthetic import load_synthetic
+from tests.helpers import count_data_work
 
 
 def _cfg(num_clients: int, **kwargs: Any) -> DataConfig:
@@ -69,21 +69,8 @@ def test_counts_are_the_pool_splits_large_population_limit() -> None:
 def test_set_up_labels_no_image_however_many_clients(monkeypatch: pytest.MonkeyPatch) -> None:
     """Loading 1,000,000 clients makes and labels the 1,000 test images only, as loading 10 does; a client's rows
     cost candidates of that client alone; the data set pickles as its recipe (the counts), not images."""
-    made = Counter[str]()
-    pool, label = SyntheticImages.pool, image_labels.label_images
+    made = count_data_work(monkeypatch, dirichlet_counts, synthetic)
 
-    def counted_pool(self: SyntheticImages, index: np.ndarray) -> np.ndarray:
-        made["images"] += len(index)
-        return pool(self, index)
-
-    def counted_label(x: np.ndarray, directions: np.ndarray) -> np.ndarray:
-        made["labels"] += len(x)
-        return label(x, directions)
-
-    monkeypatch.setattr(SyntheticImages, "pool", counted_pool)
-    monkeypatch.setattr(image_labels, "label_images", counted_label)
-    monkeypatch.setattr(dirichlet_counts, "label_images", counted_label)
-    monkeypatch.setattr(synthetic, "label_images", counted_label)
     seen = {}
     for n in (10, 1_000_000):
         made.clear()

@@ -3,34 +3,22 @@ not timed (``benchmarks/population_setup.py`` gives the seconds)."""
 
 from __future__ import annotations
 
-from collections import Counter
-
 import numpy as np
 import pytest
 
 from rayfl.config.sections import DataConfig
 from rayfl.data import build_federated_dataset, image_labels
 from rayfl.data.federated import LazyRows
-from rayfl.data.synthetic import SyntheticImages
+from rayfl.data.image_labels import label_images  # the original, as imported before any test patches it
+from tests.helpers import count_data_work
 
 
 def test_a_validation_split_makes_no_image_or_label(monkeypatch: pytest.MonkeyPatch) -> None:
     """``data.val_fraction`` over 20,000 clients whose images and labels are made on demand holds out rows, not data:
     set-up makes the 1,000 test images and labels only, as with 20 clients; the validation set's labels are made when
     read (FedorAS's search reads a seeded sample of them), and are its images' labels."""
-    made = Counter[str]()
-    pool, label = SyntheticImages.pool, image_labels.label_images
+    made = count_data_work(monkeypatch)
 
-    def counted_pool(self: SyntheticImages, index: np.ndarray) -> np.ndarray:
-        made["images"] += len(index)
-        return pool(self, index)
-
-    def counted_label(x: np.ndarray, directions: np.ndarray) -> np.ndarray:
-        made["labels"] += len(x)
-        return label(x, directions)
-
-    monkeypatch.setattr(SyntheticImages, "pool", counted_pool)
-    monkeypatch.setattr(image_labels, "label_images", counted_label)
     seen = {}
     for n in (20, 20_000):
         cfg = DataConfig(
@@ -44,4 +32,4 @@ def test_a_validation_split_makes_no_image_or_label(monkeypatch: pytest.MonkeyPa
     assert isinstance(split.y_val, LazyRows) and len(split.y_val) == 2 * 20_000
     assert split.x_val is not None
     rows = np.asarray(split.x_val[-16:])
-    assert np.array_equal(split.y_val[-16:], label(rows, image_labels.teacher_directions(1)))
+    assert np.array_equal(split.y_val[-16:], label_images(rows, image_labels.teacher_directions(1)))

@@ -13,13 +13,12 @@ import pytest
 
 from rayfl.config.model import CNNConfig
 from rayfl.config.sections import BackendConfig, DataConfig, TrainConfig
-from rayfl.data import image_labels
-from rayfl.data.synthetic import SyntheticImages
 from rayfl.engine import steps
 from rayfl.engine.driver import RunResult, run_experiment
 from rayfl.experiment.schema import ExperimentConfig
 from rayfl.fl.methods.fedavg.config import FedAvgConfig
 from rayfl.system.resources import Constant, ResourceSource, Unlimited
+from tests.helpers import count_data_work
 
 NUM_CLIENTS = 1_000_000
 
@@ -30,16 +29,7 @@ def test_a_million_clients_set_up_without_touching_each(monkeypatch: pytest.Monk
     builtin calls as the same run over 1,000 clients, so no step loops over the population; it reads the budgets of
     the clients it samples and the pre-flight check's first chunk only (no compute speed of every client at bind
     time, a vectorised lookup the call count cannot see)."""
-    made = Counter[str]()
-    pool, label = SyntheticImages.pool, image_labels.label_images
-
-    def counted_pool(self: SyntheticImages, index: np.ndarray) -> np.ndarray:
-        made["images"] += len(index)
-        return pool(self, index)
-
-    def counted_label(x: np.ndarray, directions: np.ndarray) -> np.ndarray:
-        made["labels"] += len(x)
-        return label(x, directions)
+    made = count_data_work(monkeypatch)
 
     def counted(at: Any) -> Any:
         def counted_at(self: ResourceSource, clients: np.ndarray, t: float, round_idx: int) -> np.ndarray:
@@ -48,8 +38,6 @@ def test_a_million_clients_set_up_without_touching_each(monkeypatch: pytest.Monk
 
         return counted_at
 
-    monkeypatch.setattr(SyntheticImages, "pool", counted_pool)
-    monkeypatch.setattr(image_labels, "label_images", counted_label)
     for source in (Unlimited, Constant):  # the run's budgets: unlimited, and a constant compute speed
         monkeypatch.setattr(source, "at", counted(source.at))
     _counted_run(1000, count=False)  # the cost model's cache filled (on a fresh machine), for the counted runs
