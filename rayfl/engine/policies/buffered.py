@@ -44,6 +44,7 @@ import numpy as np
 import torch
 
 from rayfl.core.messages import Aggregate, Assignment, ClientOutcome, ClientUpdate, ServerState, TrainTask
+from rayfl.core.reducers import Partial
 from rayfl.core.rng import derive_rng
 from rayfl.engine.exec.client_state import KeptUpload, first_values, pads
 from rayfl.engine.parts import RunParts
@@ -55,6 +56,7 @@ from rayfl.engine.sampling import sample_clients
 from rayfl.engine.steps import evaluate_round, evaluation_due, plan_clients, train_task, update_server
 from rayfl.experiment.schema import ExperimentConfig
 from rayfl.fl.api import capabilities
+from rayfl.fl.api.algorithm import Algorithm
 from rayfl.system.clock import ClientPlan
 
 __all__ = ["AsyncState", "BufferedRounds", "Flight", "buffer_size", "concurrency"]
@@ -158,7 +160,6 @@ class BufferedRounds:
         weights = staleness_weight(self.server, np.array([round_idx - f.start_version for f in applied]))
         aggregate, shares = self._aggregate(algorithm, run.state, round_idx, applied, weights)
         outcomes = sorted((f.outcome for f in arrived if f.outcome is not None), key=lambda o: o.client_id)
-        aggregate = dataclasses.replace(aggregate, outcomes=())
         new_state, rolled_back = update_server(algorithm, run.guard, run.state, round_idx, aggregate, outcomes)
         run.state = new_state
         server_s = (time.perf_counter() - train_done) + (train_start - round_start)
@@ -175,7 +176,7 @@ class BufferedRounds:
         state.started_on_version = []
         self._forget_busy()
         if round_idx + 1 < cfg.rounds:
-            self._start(parts, run, round_idx + 1, self.concurrency - self._holding(state), clock.now)
+            self._start(parts, run, round_idx + 1, self.concurrency - len(state.flights), clock.now)  # the freed slots
         self._forget_busy()
         # 5. Evaluation and records: the step's arrivals are its clients.
         eval_start = time.perf_counter()
@@ -233,10 +234,6 @@ class BufferedRounds:
 
     def _forget_busy(self) -> None:
         self._busy_ids = None
-
-    def _holding(self, state: AsyncState) -> int:
-        """Slots held now: every client in flight (arrived clients were removed at the step)."""
-        return len(state.flights)
 
     def _start(self, parts: RunParts, run: RunProgress, version: int, count: int, at: float) -> list[Flight]:
         """Start ``count`` clients at simulated time ``at`` on ``version``: sampled, checked in there, assigned with
@@ -328,16 +325,16 @@ class BufferedRounds:
 
     # -- the server's aggregate ----------------------------------------------------------------------------------
     def _aggregate(
-        self, algorithm: object, state: ServerState, version: int, applied: Sequence[Flight], weights: np.ndarray
+        self, algorithm: Algorithm, state: ServerState, version: int, applied: Sequence[Flight], weights: np.ndarray
     ) -> tuple[Aggregate, dict[int, float]]:
         """The reducer's mean of the applied updates rebased on the current version (module docstring), in arrival
         order; returns it with each update's share of the step (its weight x staleness weight over the weights)."""
         if not applied:
             return Aggregate(params={}, coverage={}, num_clients=0), {}
-        reducer = algorithm.reducer  # type: ignore[attr-defined]
+        reducer = algorithm.reducer
         current = state.params
         shapes = {k: v.shape for k, v in current.items()}
-        partial: dict[str, object] = {}
+        partial: Partial = {}
         mixing = self.server.mixing if self.server.policy == "fedasync" else 1.0
         for flight, s in zip(applied, weights.tolist(), strict=True):
             upload = flight.upload
