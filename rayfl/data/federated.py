@@ -281,6 +281,9 @@ def hold_out_client_tests(ds: FederatedDataset, fraction: float, rng: np.random.
     )  # fmt: skip
 
 
+_VAL_CHUNK = 1 << 16  # clients whose held-out rows are marked at once (their permutations' memory)
+
+
 def hold_out_validation(ds: FederatedDataset, fraction: float, rng: np.random.Generator) -> FederatedDataset:
     """``ds`` with ``round(fraction x n)`` of every client's ``n`` training samples (at least one when ``n >= 2``,
     never all) moved to the server's validation set ``x_val``/``y_val``, which no client trains on
@@ -290,17 +293,27 @@ def hold_out_validation(ds: FederatedDataset, fraction: float, rng: np.random.Ge
     demand stay so (``RowSubset``), in the validation set too; the test set is untouched."""
     if ds.x_val is not None:
         raise ValueError(f"data {ds.name!r} already has a validation set")
-    keep: list[np.ndarray] = []
-    held: list[np.ndarray] = []
-    sizes = np.zeros(ds.num_clients, dtype=np.int64)
-    for client in range(ds.num_clients):
-        lo, n = int(ds.offsets[client]), ds.num_examples(client)
-        k = min(max(round(fraction * n), 1 if n >= 2 else 0), max(n - 1, 0))
-        order = rng.permutation(n)
-        keep.append(lo + np.sort(order[k:]))
-        held.append(lo + np.sort(order[:k]))
-        sizes[client] = n - k
-    kept, val = np.concatenate(keep).astype(np.int64), np.concatenate(held).astype(np.int64)
+    n_all = ds.client_sizes().astype(np.int64)
+    k_all = np.minimum(
+        np.maximum(np.rint(fraction * n_all).astype(np.int64), (n_all >= 2).astype(np.int64)), np.maximum(n_all - 1, 0)
+    )
+    base = int(ds.offsets[0])
+    held_flag = np.zeros(int(ds.offsets[-1]) - base, dtype=bool)
+    for start in range(0, ds.num_clients, _VAL_CHUNK):
+        stop = min(start + _VAL_CHUNK, ds.num_clients)
+        # the permutations drawn one per client in client order (the generator's stream, as records have it); which
+        # rows each holds out is then marked for the whole chunk at once: the first k of its permutation
+        n, k = n_all[start:stop], k_all[start:stop]
+        ends = np.cumsum(n)
+        first = np.repeat(ends - n, n)
+        rank = np.arange(int(ends[-1]) if len(ends) else 0, dtype=np.int64) - first
+        orders = rank.copy()
+        for lo, hi in zip((ends - n).tolist(), ends.tolist(), strict=True):
+            rng.shuffle(orders[lo:hi])  # ``rng.permutation(hi - lo)``, shuffled in place: the same draws
+        held_flag[np.repeat(ds.offsets[start:stop].astype(np.int64) - base, n) + orders] = rank < np.repeat(k, n)
+    kept = np.flatnonzero(~held_flag).astype(np.int64) + base
+    val = np.flatnonzero(held_flag).astype(np.int64) + base
+    sizes = n_all - k_all
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     return replace(
         ds,

@@ -195,13 +195,13 @@ def client_accuracies(
     if any(named[name].correct_mask is None for name in set(names)):
         return []
     rows: list[ClientAccRecord] = []
-    for view, name in zip(views, names, strict=True):
+    model_ids = capabilities.client_models(algorithm, state, views)
+    for view, name, model_id in zip(views, names, model_ids, strict=True):
         lo, hi = int(offsets[view.client_id]), int(offsets[view.client_id + 1])
         if hi == lo:
             continue
         mask = named[name].correct_mask
         assert mask is not None
-        model_id = capabilities.client_model(algorithm, state, view)
         rows.append(ClientAccRecord(round_idx, view.client_id, model_id, name, float(np.mean(mask[lo:hi])), hi - lo))
     return rows
 

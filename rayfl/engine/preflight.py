@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from rayfl.system.clock import SimClock
 
 __all__ = [
+    "budgets_time_invariant",
     "check_custom_model",
     "check_someone_can_train",
     "fixed_model_problem",
@@ -107,7 +108,8 @@ def check_custom_model(cfg: ExperimentConfig, input_kind: str | None = None) -> 
 
 # round starts at which a run's budgets are looked at before it starts (spread over its rounds)
 _CENSUS_ROUNDS = 16
-_CHUNK = 512  # clients planned at once
+_CHUNK = 512  # clients planned at once at first (a run where someone fits stops at its first chunk) ...
+_MAX_CHUNK = 1 << 16  # ... then twice as many each chunk where nobody did, up to this
 _FIT_CAUSES = {"memory": "memory", "bandwidth": "bandwidth", "compute": "compute", "memory_dip": "memory"}
 
 
@@ -118,13 +120,16 @@ def nobody_can_train_problem(cfg: ExperimentConfig, setup: Setup, clock: SimCloc
 
     "Ever" is checked on every client's budgets at ``_CENSUS_ROUNDS`` round starts spread over the run, each at the
     simulated time it would have if every round lasted ``system.comm_limit_s`` (round-seeded budgets and traces are
-    looked at over that span). Methods that pick a sub-model per client, and phased runs, are not checked here."""
+    looked at over that span); where every budget source is time-invariant (``budgets_time_invariant``) the first
+    round start alone. Methods that pick a sub-model per client, and phased runs, are not checked here."""
     algorithm = setup.algorithm
     if cfg.phases or algorithm.needs_family():
         return ""
     num_clients = setup.dataset.num_clients
     state = algorithm.init_state(setup.params)
     rounds = sorted({int(r) for r in np.linspace(0, max(cfg.rounds - 1, 0), min(cfg.rounds, _CENSUS_ROUNDS))})
+    if budgets_time_invariant(clock):
+        rounds = rounds[:1]  # every round start would give every client the budgets of the first
     now, causes = clock.now, Counter[str]()
     largest = {"memory": 0.0, "bandwidth": 0.0}
     need = (math.inf, math.inf)
@@ -132,8 +137,10 @@ def nobody_can_train_problem(cfg: ExperimentConfig, setup: Setup, clock: SimCloc
         for round_idx in rounds:
             clock.now = round_idx * cfg.system.comm_limit_s
             # chunks made as they are looked at: a run where clients fit stops at the first, whatever the population
-            for lo in range(0, num_clients, _CHUNK):
-                chunk = np.arange(lo, min(num_clients, lo + _CHUNK))
+            lo, size = 0, _CHUNK
+            while lo < num_clients:
+                chunk = np.arange(lo, min(num_clients, lo + size))
+                lo, size = lo + size, min(2 * size, _MAX_CHUNK)
                 views = clock.check_in(round_idx, chunk, [setup.dataset.num_examples(int(c)) for c in chunk])
                 given = algorithm.assign(state, round_idx, views)
                 if not all(a.enforce_budgets for a in given.values()):
@@ -170,6 +177,13 @@ def nobody_can_train_problem(cfg: ExperimentConfig, setup: Setup, clock: SimCloc
         f"model unchanged: set algorithm.budgets=ignore to train every sampled client regardless of its budgets, use "
         f"a method that gives each client a sub-model that fits (heterofl, fedrolex, fjord, ...), or a smaller model"
     )
+
+
+def budgets_time_invariant(clock: SimClock) -> bool:
+    """Whether every budget the check reads (memory, both links' bandwidth, compute, availability) is the same for
+    a client at every round start: then one round start decides for all of them."""
+    sources = (clock.memory, clock.down, clock.up, clock.compute, clock.availability)
+    return all(source.time_invariant for source in sources)
 
 
 def check_someone_can_train(cfg: ExperimentConfig, setup: Setup, clock: SimClock) -> None:

@@ -154,10 +154,18 @@ class SimClock:
         mem = self.memory.at(clients, t, round_idx)
         bw = self._bandwidth_budget(clients, round_idx, t)
         flops = self._compute_budget(clients, round_idx, t)
-        return [
-            ClientView(int(c), int(n), float(m), float(b), float(f))
-            for c, n, m, b, f in zip(clients, num_examples, mem, bw, flops, strict=True)
-        ]
+        # plain Python numbers from ``tolist`` (the same values as ``int``/``float`` of each element, at a tenth of the
+        # cost: a census checks in every client of the run)
+        return list(
+            map(
+                ClientView,
+                np.asarray(clients, dtype=np.int64).tolist(),
+                [int(n) for n in num_examples],
+                np.asarray(mem, dtype=np.float64).tolist(),
+                np.asarray(bw, dtype=np.float64).tolist(),
+                np.asarray(flops, dtype=np.float64).tolist(),
+            )
+        )
 
     def _compute_budget(self, clients: np.ndarray, round_idx: int, t: float) -> np.ndarray:
         """Training FLOPs each client can do within ``compute_limit_s`` at its compute speed (inf without a limit)."""

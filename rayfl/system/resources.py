@@ -42,6 +42,12 @@ class ResourceSource(ABC):
     def at(self, clients: np.ndarray, t: float, round_idx: int) -> np.ndarray:
         """Value per client (SI units)."""
 
+    @property
+    def time_invariant(self) -> bool:
+        """Whether a client's value is the same at every time and round (a check over the run's budgets then needs
+        one round start, not several); ``False`` unless a source knows better."""
+        return False
+
     def window_min(self, clients: np.ndarray, start: np.ndarray, end: np.ndarray, round_idx: int) -> np.ndarray:
         """Lowest value per client over ``[start, end]``; sources that hold a value for the round return it."""
         return self.at(clients, float(np.min(start)) if len(start) else 0.0, round_idx)
@@ -58,6 +64,10 @@ class Unlimited(ResourceSource):
     def at(self, clients: np.ndarray, t: float, round_idx: int) -> np.ndarray:
         return np.full(len(clients), np.inf)
 
+    @property
+    def time_invariant(self) -> bool:
+        return True
+
 
 @dataclass(frozen=True)
 class Constant(ResourceSource):
@@ -65,6 +75,10 @@ class Constant(ResourceSource):
 
     def at(self, clients: np.ndarray, t: float, round_idx: int) -> np.ndarray:
         return np.full(len(clients), self.value)
+
+    @property
+    def time_invariant(self) -> bool:
+        return True
 
 
 @dataclass(frozen=True)
@@ -85,6 +99,10 @@ class RangeSource(ResourceSource):
             u = derive_rng(self.seed, self.purpose, int(c), key).random()
             out[i] = (self.high if u >= 0.5 else self.low) if self.binary else self.low + u * (self.high - self.low)
         return out
+
+    @property
+    def time_invariant(self) -> bool:
+        return not self.per_round
 
 
 @dataclass(frozen=True)
@@ -134,6 +152,12 @@ class Levels(ResourceSource):
         # u < 1, so a value stays below the next level's; level 0 has upper == values[0]
         return values[level] + u * (upper - values[level])
 
+    @property
+    def time_invariant(self) -> bool:
+        # a level drawn per round's cohort changes; a level fixed by id keeps, and so does its place in the band
+        # unless that is drawn per round
+        return bool(self.id_bounds) and not (self.band and self.per_round)
+
 
 @dataclass(frozen=True)
 class Empirical(ResourceSource):
@@ -148,6 +172,10 @@ class Empirical(ResourceSource):
         key = round_idx if self.per_round else -1
         idx = [derive_rng(self.seed, self.purpose, int(c), key).integers(len(self.samples)) for c in clients]
         return self.samples[np.asarray(idx, dtype=np.int64)]
+
+    @property
+    def time_invariant(self) -> bool:
+        return not self.per_round
 
 
 @dataclass(frozen=True)

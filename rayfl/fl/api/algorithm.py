@@ -50,7 +50,7 @@ from rayfl.config.sections import TrainConfig
 from rayfl.core.messages import Aggregate, Assignment, ClientUpdate, ClientView, Params, ServerState, TrainTask
 from rayfl.core.reducers import MaskedWeightedMean
 from rayfl.core.rng import derive_torch_generator
-from rayfl.fl.api.capabilities import client_model
+from rayfl.fl.api.capabilities import client_models
 from rayfl.fl.api.optim import ClientOptimizer, client_optimizer
 from rayfl.models.inputs import InputSpec, module_device, to_input
 
@@ -220,7 +220,7 @@ class Algorithm:
         weighted by how many devices use it, paper 001's average over devices' models). The default is the model
         ``capabilities.client_model`` names (the main evaluation in a single-model run)."""
         names = self.model_names(state)
-        return [names[client_model(self, state, v)] for v in views]
+        return [names[k] for k in client_models(self, state, views)]
 
     # ------------------------------------------------------------------------------------------ client side
     def local_loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, task: TrainTask) -> torch.Tensor:

@@ -162,6 +162,14 @@ def client_model(algorithm: _Assigns, state: ServerState, view: ClientView) -> i
     return algorithm.client_model_id(state, view.client_id)
 
 
+def client_models(algorithm: _Assigns, state: ServerState, views: Sequence[ClientView]) -> list[int]:
+    """``client_model`` for every view, the protocol checked once (an ``isinstance`` against a runtime-checkable
+    protocol costs ~35 us: most of a census of a million devices when asked per view)."""
+    if isinstance(algorithm, ClientModel):
+        return [algorithm.client_model(state, v) for v in views]
+    return [algorithm.client_model_id(state, v.client_id) for v in views]
+
+
 # ---------------------------------------------------------------------------------------------- run's end
 @runtime_checkable
 class RunSummary(Protocol):

@@ -33,3 +33,39 @@ def test_a_validation_split_makes_no_image_or_label(monkeypatch: pytest.MonkeyPa
     assert split.x_val is not None
     rows = np.asarray(split.x_val[-16:])
     assert np.array_equal(split.y_val[-16:], label_images(rows, image_labels.teacher_directions(1)))
+
+
+def _per_client_split(offsets: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The validation split as one loop over clients (the rule ``hold_out_validation`` documents, written plainly)."""
+    rng = np.random.default_rng(seed)
+    keep, held = [], []
+    for c in range(len(offsets) - 1):
+        lo, n = int(offsets[c]), int(offsets[c + 1] - offsets[c])
+        k = min(max(round(fraction * n), 1 if n >= 2 else 0), max(n - 1, 0))
+        order = rng.permutation(n)
+        keep.append(lo + np.sort(order[k:]))
+        held.append(lo + np.sort(order[:k]))
+    return np.concatenate(keep), np.concatenate(held)
+
+
+@pytest.mark.parametrize("fraction", [0.1, 0.25, 0.5])
+def test_the_validation_split_holds_out_the_rows_a_per_client_loop_does(
+    monkeypatch: pytest.MonkeyPatch, fraction: float
+) -> None:
+    """Marking every client's held-out rows at once (chunks of clients) picks the rows one loop over clients picks,
+    from the same generator stream: clients of 0, 1, 2 and uneven sizes, over more than one chunk."""
+    from rayfl.data import federated
+
+    monkeypatch.setattr(federated, "_VAL_CHUNK", 7)
+    sizes = np.random.default_rng(3).choice([0, 1, 2, 3, 5, 8, 13, 40], size=50)
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    rows = np.arange(int(offsets[-1]) * 2, dtype=np.float32).reshape(-1, 2)
+    ds = federated.FederatedDataset(
+        name="rows", input_kind="image", num_classes=2, x=rows, y=np.arange(len(rows)) % 2, offsets=offsets,
+        x_test=rows[:4], y_test=np.zeros(4, dtype=np.int64),
+    )  # fmt: skip
+    split = federated.hold_out_validation(ds, fraction, np.random.default_rng(11))
+    keep, held = _per_client_split(offsets, fraction, 11)
+    assert np.array_equal(np.asarray(split.x)[:, 0] // 2, keep)
+    assert np.array_equal(np.asarray(split.x_val)[:, 0] // 2, held)
+    assert np.array_equal(np.diff(split.offsets), np.diff(np.searchsorted(keep, offsets)))  # kept rows per client
