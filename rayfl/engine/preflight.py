@@ -25,7 +25,7 @@ from rayfl.experiment.schema import ExperimentConfig
 from rayfl.fl.registry import build_algorithm
 
 if TYPE_CHECKING:
-    from rayfl.core.messages import Params
+    from rayfl.core.messages import Assignment, Params
     from rayfl.data.federated import FederatedDataset
     from rayfl.fl.api.algorithm import Algorithm
     from rayfl.system.clock import SimClock
@@ -145,7 +145,12 @@ def nobody_can_train_problem(cfg: ExperimentConfig, setup: Setup, clock: SimCloc
                 given = algorithm.assign(state, round_idx, views)
                 if not all(a.enforce_budgets for a in given.values()):
                     return ""  # budgets ignored: everyone trains
-                free = {c: dataclasses.replace(a, enforce_budgets=False) for c, a in given.items()}
+                unenforced: dict[int, Assignment] = {}  # one copy per distinct assignment (FedAvg: one in all)
+                free = {
+                    c: unenforced.get(id(a))
+                    or unenforced.setdefault(id(a), dataclasses.replace(a, enforce_budgets=False))
+                    for c, a in given.items()
+                }
                 plan = clock.plan(round_idx, views, free, state.models)
                 # a client offline at check-in (no network, or not available) is not a budget too small: its failure
                 # is "unavailable" or "no_network" whatever the model, so such runs are left to run (and say so per

@@ -87,7 +87,13 @@ class CostOracle:
 
     def costs(self, assignments: Sequence[Assignment]) -> AssignmentCosts:
         n = len(assignments)
-        numels = [self._numels(a) for a in assignments]
+        # one count per distinct assignment object: a method that gives everyone one assignment (FedAvg) is priced
+        # once, whatever the number of clients (the pre-flight check prices a whole population)
+        by_object: dict[int, list[int]] = {}
+        numels = [
+            by_object[id(a)] if id(a) in by_object else by_object.setdefault(id(a), self._numels(a))
+            for a in assignments
+        ]
         down = np.array([sum(e) * self.dtype_bytes for e in numels], dtype=np.float64)
         if self.compression.kind == "none":
             up = down.copy()
