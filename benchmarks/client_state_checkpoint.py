@@ -126,7 +126,8 @@ def main() -> None:
     print("|---|---|---|---|")
     print(f"| RSS | {rss0 / _MIB:.0f} | {rss1 / _MIB:.0f} | {(rss1 - rss0) / _MIB:.0f} |")
     print(f"| PSS | {pss0 / _MIB:.0f} | {pss1 / _MIB:.0f} | {(pss1 - pss0) / _MIB:.0f} |")
-    print(f"checkpoint: {pending.state_bytes / 1e6:.1f} MB state file, written in {pending.write_s:.2f} s")
+    written_bytes = getattr(pending, "total_bytes", pending.state_bytes)  # client part files included
+    print(f"checkpoint: {written_bytes / 1e6:.1f} MB written in {pending.write_s:.2f} s (memories fetched included)")
 
 
 if __name__ == "__main__":

@@ -95,7 +95,9 @@ class RayBackend:
         self.memories = ClientStateStores(self.node_ids)
         self._initial: tuple[Params | None, Any] = (None, None)  # the initial tensors last put, and their reference
         # dead hosts and shards: Ray restarts them, the driver re-runs their lost calls (engine/ray/recovery.py)
-        self.recovery = Recovery(backend_cfg.max_actor_failures, backend_cfg.start_timeout_s)
+        self.recovery = Recovery(
+            backend_cfg.max_actor_failures, backend_cfg.replace_timeout_s, backend_cfg.hang_timeout_s
+        )
         self._names = [[n for n, k in self.shard_of.items() if k == s] for s in range(self.num_shards)]
         # started by ``build.prepare_run`` while the data was prepared, or here (``ray_pool.py``)
         self.pool = pool if pool is not None else take_pool(backend_cfg)
@@ -183,6 +185,7 @@ class RayBackend:
                 partial(submit, h, g),
                 _ready_call(self.hosts[h], self._run_arg),
                 state=_memories_of(g) if keep and any(t.client_id in self.memories.held for t in g) else "",
+                **self._watched(h),
             )
             for h, g in groups.items()
         }
@@ -212,6 +215,12 @@ class RayBackend:
                 self._run_arg, tasks, params_ref, self.shard_of, self.num_shards, initial_ref, stores, *(fetched or [])
             )
         )
+
+    def _watched(self, h: int) -> dict[str, Any]:
+        """The round watchdog's handles on host ``h`` (``recovery.Step``): a ping it answers while it works, and a kill
+        after which Ray replaces it."""
+        host = self.hosts[h]
+        return {"ping": host.alive.remote, "kill": partial(ray.kill, host, no_restart=False)}
 
     def _fetch(self, client_ids: Sequence[int] | Sequence[TrainTask]) -> list[Any]:
         """One reference per state store to its memories of these clients (a store lost stops the run in one
@@ -260,6 +269,7 @@ class RayBackend:
                 _ready_call(self.hosts[h], self._run_arg),
                 probe=self.num_shards,
                 state=state.get(h, ""),
+                **self._watched(h),
             )
             for h, submit in submits.items()
         }
@@ -315,7 +325,9 @@ class RayBackend:
             return [self.hosts[h].evaluate_on.remote(self._run_arg, *args)]
 
         steps = {
-            h: Step(f"client host {h}", partial(submit, h, b), _ready_call(self.hosts[h], self._run_arg))
+            h: Step(
+                f"client host {h}", partial(submit, h, b), _ready_call(self.hosts[h], self._run_arg), **self._watched(h)
+            )
             for h, b in enumerate(batches)
             if b
         }

@@ -26,9 +26,9 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import ray
 
@@ -44,6 +44,14 @@ from rayfl.models.custom import search_from
 __all__ = ["ActorPool", "RayClientHost", "host_cpu_share", "prestart_pool", "release_warm_pool", "take_pool"]
 
 log = logging.getLogger(__name__)
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _watchdog_group(method: _F) -> _F:
+    """Run ``method`` in the actor's "watchdog" concurrency group (beside the call in flight)."""
+    return cast(_F, ray.method(concurrency_group="watchdog")(method))
 
 
 class RayClientHost(ClientHost):
@@ -80,6 +88,12 @@ class RayClientHost(ClientHost):
     def ready(self, run: list[Any] | None = None) -> int:
         if run is not None:
             self._build(run)
+        return self.host_id
+
+    @_watchdog_group
+    def alive(self) -> int:
+        """The round watchdog's ping (``recovery.py``): answered from a thread of its own while a call runs, so only
+        a host that runs no Python at all (stopped, hung in native code) leaves it unanswered."""
         return self.host_id
 
     def run_round_on(
@@ -287,7 +301,10 @@ def take_pool(cfg: BackendConfig) -> ActorPool:
         _wait_group(group, cfg, layout)
     pool = ActorPool([], [], layout, group, own_group, key)
     try:
-        host_cls, shard_cls = ray.remote(RayClientHost), ray.remote(ParamServerShard)
+        # the watchdog's pings run in a group of their own, beside the call in flight (the default group: one at a
+        # time, in order)
+        host_cls = ray.remote(concurrency_groups={"watchdog": 1})(RayClientHost)
+        shard_cls = ray.remote(ParamServerShard)
         pool.hosts = [
             host_cls.options(
                 num_cpus=slot.num_cpus,
