@@ -242,13 +242,18 @@ def _tiny(**backend: Any) -> ExperimentConfig:
     return dataclasses.replace(tiny_config(kind="ray", cpus_per_host=0.25, **backend), rounds=2)
 
 
-def _run_ray(cfg: ExperimentConfig, data: FederatedDataset | None, seen: dict[str, Any]) -> RunResult:
+def _run_ray(
+    cfg: ExperimentConfig, data: FederatedDataset | None, seen: dict[str, Any], states: bool = False
+) -> RunResult:
     """Run on Ray, asking every actor its pid after each round (``seen["pids"]``; ``seen["last"]``: the last
-    round's)."""
+    round's); with ``states`` also every client's memory (``seen["states"]``: the last round's, fetched while the
+    run's state stores are up)."""
 
     def ask(record: RoundRecord) -> None:
         seen["last"] = _actor_pids(seen["backend"])
         seen["pids"].update(seen["last"])
+        if states:
+            seen["states"] = seen["backend"].client_states()
 
     return run_experiment(cfg, write=False, dataset=data, callbacks=[ask])
 
@@ -376,8 +381,8 @@ def test_a_fatal_evaluation_fault_in_a_round_without_training_names_that_round(
 def test_per_client_state_survives_a_host_kill(instrumented: dict[str, Any], tmp_path: Path) -> None:
     """FedResCuE with local model padding (experiments/fedrescue/cpu.yaml, shrunk): every client remembers its model.
     The only host, which made every memory so far, is killed in round 1 while it trains a client that trained in
-    round 0; its replacement reads the memories from the driver's store and the run is the same as undisturbed,
-    memories included."""
+    round 0; its replacement reads the memories from the state store (an actor apart from the hosts) and the run is
+    the same as undisturbed, memories included."""
     overrides = [
         "rounds=2",
         "clients_per_round=4",
@@ -397,12 +402,12 @@ def test_per_client_state_survives_a_host_kill(instrumented: dict[str, Any], tmp
     algorithm.train_pause = Pause(str(tmp_path), "train")
     instrumented["algorithm"] = algorithm
     killer = Killer(tmp_path, "train", instrumented)
-    got = _run_ray(cfg, None, instrumented)
+    got = _run_ray(cfg, None, instrumented, states=True)
     [(name, _)] = killer.join()
     assert name.startswith("client host")
     assert [r.faults for r in got.records] == [0, 1]
     _assert_same_run(got, want)
-    states = instrumented["backend"].memories.client_states()
+    states = instrumented["states"]
     local_states = instrumented["local_backend"].memories.client_states()
     assert sorted(states) == sorted(local_states) == sorted(set().union(*sampled))
     for client, memory in states.items():
