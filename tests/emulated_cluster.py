@@ -91,6 +91,7 @@ class EmulatedCluster:
     workers: list[WorkerNode]
     bridge: str
     node_ids: frozenset[str] = frozenset()
+    dashboard: str = ""  # http://head_ip:port when started with dashboard=True
     head_proc: subprocess.Popen[bytes] | None = None
     _extra: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
@@ -219,9 +220,11 @@ def emulated_cluster(
     head_cpus: float = 0,
     shared_on: Sequence[int] | None = None,
     worker_resources: str | None = None,
+    dashboard: bool = False,
 ) -> Iterator[EmulatedCluster]:
     """Start a head (``head_cpus``, default 0: reserved for the driver and GCS) and ``workers`` worker nodes of
-    ``worker_cpus`` each; ``shared_on`` lists the workers that mount ``shared_dir`` (None: all of them).
+    ``worker_cpus`` each; ``shared_on`` lists the workers that mount ``shared_dir`` (None: all of them); with
+    ``dashboard`` the head serves Ray's dashboard and job API at ``cluster.dashboard`` (``ray job submit --address``).
     Raises RuntimeError if the cluster does not come up within ``START_TIMEOUT_S``."""
     tag = f"{random.Random(os.getpid() ^ time.monotonic_ns()).randrange(1 << 20):05x}"
     root = Path(tempfile.mkdtemp(prefix=f"rfec{tag}_", dir="/tmp"))  # short: Ray's socket paths live under it
@@ -248,6 +251,15 @@ def emulated_cluster(
     )
     made_bridge = False
     made_netns: list[str] = []
+    head_dashboard = ["--include-dashboard=false"]
+    if dashboard:
+        dashboard_port = free_port()
+        cluster.dashboard = f"http://{head_ip}:{dashboard_port}"
+        head_dashboard = [
+            "--include-dashboard=true",
+            f"--dashboard-host={head_ip}",
+            f"--dashboard-port={dashboard_port}",
+        ]
     try:
         _ip("link", "add", cluster.bridge, "type", "bridge")
         made_bridge = True
@@ -271,7 +283,7 @@ def emulated_cluster(
                 "--head",
                 f"--port={port}",
                 f"--node-ip-address={head_ip}",
-                "--include-dashboard=false",
+                *head_dashboard,
                 f"--temp-dir={root}/head",
                 f"--num-cpus={head_cpus:g}",
                 "--num-gpus=0",
