@@ -165,27 +165,26 @@ def test_a_ray_job_writes_its_results_where_they_outlive_the_job(cluster: Emulat
     (job_dir / "exp.yaml").write_text(yaml.safe_dump(experiment))
     results_root = tmp_path / "kept"
     runtime_env = {"env_vars": {"RAYFL_OUTPUT_ROOT": str(results_root), "OMP_NUM_THREADS": "1"}}
-    submit = subprocess.run(
-        [
-            str(BIN / "ray"),
-            "job",
-            "submit",
-            f"--address={cluster.dashboard}",
-            f"--working-dir={job_dir}",
-            f"--runtime-env-json={json.dumps(runtime_env)}",
-            "--",
-            sys.executable,
-            "-m",
-            "rayfl.cli",
-            "run",
-            "exp.yaml",
-        ],
-        capture_output=True,
-        text=True,
-        env={**cluster.env, "RAY_ADDRESS": cluster.dashboard},
-        timeout=300,
-        check=False,
-    )
+    argv = [
+        str(BIN / "ray"),
+        "job",
+        "submit",
+        f"--address={cluster.dashboard}",
+        f"--working-dir={job_dir}",
+        f"--runtime-env-json={json.dumps(runtime_env)}",
+        "--",
+        sys.executable,
+        "-m",
+        "rayfl.cli",
+        "run",
+        "exp.yaml",
+    ]
+    deadline = time.monotonic() + 120
+    while True:  # the head's dashboard agent registers some seconds after the node is up
+        submit = subprocess.run(argv, capture_output=True, text=True, env=cluster.env, timeout=300, check=False)
+        if "No available agent" not in submit.stderr or time.monotonic() > deadline:
+            break
+        time.sleep(2.0)
     log = submit.stdout + submit.stderr
     assert submit.returncode == 0, log[-4000:]
     assert f"output_dir 'runs' resolved against $RAYFL_OUTPUT_ROOT, to {results_root / 'runs'}" in log
