@@ -143,7 +143,7 @@ class RayBackend:
         if keep:
             self.memories.start()
         groups = {h: g for h, g in enumerate(tasks_by_host(tasks, self.sizes, self.num_hosts)) if g}
-        fetched = {h: self._fetch(g) for h, g in groups.items()} if keep else {}
+        fetched = self._fetch(groups) if keep else {}
         # the driver fetches each host's outcomes (return ``num_shards``); its partial sums go straight to the shards
         submits = {
             h: partial(self._run_round, h, g, params_ref, initial_ref, fetched.get(h)) for h, g in groups.items()
@@ -171,7 +171,7 @@ class RayBackend:
         if keep:
             self.memories.start()
         groups = {h: g for h, g in enumerate(tasks_by_host(tasks, self.sizes, self.num_hosts)) if g}
-        held = {h: self._fetch(g) for h, g in groups.items()} if keep else {}
+        held = self._fetch(groups) if keep else {}
         stores = self.memories.count if keep else 0
 
         def submit(h: int, host_tasks: list[TrainTask]) -> list[Any]:
@@ -222,10 +222,10 @@ class RayBackend:
         host = self.hosts[h]
         return {"ping": host.alive.remote, "kill": partial(ray.kill, host, no_restart=False)}
 
-    def _fetch(self, client_ids: Sequence[int] | Sequence[TrainTask]) -> list[Any]:
-        """One reference per state store to its memories of these clients (a store lost stops the run in one
-        line)."""
-        ids = [c if isinstance(c, int) else c.client_id for c in client_ids]
+    def _fetch(self, groups: Mapping[int, Sequence[int] | Sequence[TrainTask]]) -> dict[int, list[Any]]:
+        """By host id, one reference per state store to its memories of the host's clients (a store lost stops the
+        run in one line)."""
+        ids = {h: [c if isinstance(c, int) else c.client_id for c in g] for h, g in groups.items()}
         try:
             return self.memories.fetch(ids)
         except Exception as err:
@@ -301,7 +301,7 @@ class RayBackend:
         params_ref = self._put(params)
         ids = sorted(self.memories.held)
         groups = {h: g for h, g in enumerate(uploads_by_host([(c, c) for c in ids], self.num_hosts)) if g}
-        fetched = {h: self._fetch(cast(list[int], g)) for h, g in groups.items()}
+        fetched = self._fetch({h: cast(list[int], g) for h, g in groups.items()})
 
         def submit(h: int, client_ids: list[object]) -> list[Any]:
             call = self.hosts[h].reduce_uploads_on.options(num_returns=self.num_shards + 1)

@@ -27,6 +27,7 @@ in the heaps of ``StateStore`` actors, client ``c`` in store ``c % K``:
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -125,21 +126,26 @@ class ClientStateStores:
         if acks:
             ray.get(acks)
 
-    def fetch(self, client_ids: Sequence[int]) -> list[Any]:
-        """One reference per store to the memories of those ``client_ids`` that it keeps (a host call's
-        arguments); waits for each store to answer (a lost store raises here, not inside the host call)."""
+    def fetch(self, groups: Mapping[int, Sequence[int]]) -> dict[int, list[Any]]:
+        """For each host's client ids (``groups``: host id -> ids), one reference per store to the memories of those
+        clients that it keeps (the host call's arguments); waits for every store to answer (a lost store raises
+        here, not inside a host call)."""
         if not self.stores:
-            return []
+            return {h: [] for h in groups}
         self.settle()
-        groups: list[list[int]] = [[] for _ in self.stores]
-        for c in client_ids:
-            if c in self.held:
-                groups[c % len(self.stores)].append(c)
-        counts, refs = [], []
-        for store, ids in zip(self.stores, groups, strict=True):
-            count, ref = store.take.options(num_returns=2).remote(ids)
-            counts.append(count)
-            refs.append(ref)
+        k = len(self.stores)
+        counts: list[Any] = []
+        refs: dict[int, list[Any]] = {}
+        for h, client_ids in groups.items():
+            ids: list[list[int]] = [[] for _ in self.stores]
+            for c in client_ids:
+                if c in self.held:
+                    ids[c % k].append(c)
+            refs[h] = []
+            for store, mine in zip(self.stores, ids, strict=True):
+                count, ref = store.take.options(num_returns=2).remote(mine)
+                counts.append(count)
+                refs[h].append(ref)
         ray.get(counts)
         return refs
 
@@ -183,5 +189,6 @@ class ClientStateStores:
     def close(self) -> None:
         """Kill the stores (the run is over)."""
         for store in self.stores:
-            ray.kill(store)
+            with contextlib.suppress(ray.exceptions.RayError, ValueError):  # already gone (or its Ray is)
+                ray.kill(store)
         self.stores, self.held, self._acks = [], set(), []
