@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from rayfl.engine.stop import StopRequests
     from rayfl.experiment.schema import ExperimentConfig
+    from rayfl.tune.spec import Sweep
 
 __all__ = ["DEFAULT_CONFIG", "main"]
 
@@ -46,8 +47,22 @@ def _load(path: str | None, overrides: list[str]):  # type: ignore[no-untyped-de
 
     if path is None:
         with resources.as_file(resources.files("rayfl.configs") / DEFAULT_CONFIG) as default:
-            return _name_follows_method(load_config(default, overrides), default, overrides)
-    return _name_follows_method(load_config(path, overrides), path, overrides)
+            return _outliving_job(_name_follows_method(load_config(default, overrides), default, overrides))
+    return _outliving_job(_name_follows_method(load_config(path, overrides), path, overrides))
+
+
+def _outliving_job(cfg: ExperimentConfig) -> ExperimentConfig:
+    """Under ``ray job submit``, a relative output_dir moved out of the job's working directory, which Ray deletes
+    (``engine/persist/job_output.py``); said at start."""
+    import dataclasses
+
+    from rayfl.engine.persist.job_output import job_output_dir
+
+    output_dir, note = job_output_dir(cfg.output_dir)
+    if note is None:
+        return cfg
+    print(note, flush=True)
+    return dataclasses.replace(cfg, output_dir=output_dir)
 
 
 def _name_follows_method(cfg: ExperimentConfig, path: str | Path, overrides: list[str]) -> ExperimentConfig:
@@ -305,6 +320,7 @@ def _cmd_sweep(ns: argparse.Namespace) -> int:
         raise ConfigError("give a sweep file (or --resume SWEEP_DIR)", file="rayfl sweep")
     else:
         sweep, overrides = load_sweep(ns.file, ns.overrides), list(ns.overrides)
+        sweep = _sweep_outliving_job(sweep)
     print(
         f"rayfl: sweep {sweep.name!r} ({sweep.config.mode}): {len(sweep.params)} swept keys, search "
         f"{sweep.config.search}, {sweep.config.num_samples} sample(s); {len(sweep.checked)} trial configs checked",
@@ -325,6 +341,19 @@ def _cmd_sweep(ns: argparse.Namespace) -> int:
         )
         return 128 + signal.SIGINT
     return 0 if not (result.table["status"] == "error").any() else 1
+
+
+def _sweep_outliving_job(sweep: Sweep) -> Sweep:
+    """A sweep's relative output_dir under ``ray job submit``, as ``_outliving_job`` does for a run."""
+    import dataclasses
+
+    from rayfl.engine.persist.job_output import job_output_dir
+
+    output_dir, note = job_output_dir(sweep.config.output_dir)
+    if note is None:
+        return sweep
+    print(note, flush=True)
+    return dataclasses.replace(sweep, config=dataclasses.replace(sweep.config, output_dir=output_dir))
 
 
 def _cmd_data(ns: argparse.Namespace) -> int:

@@ -283,6 +283,12 @@ class BackendConfig:
     gpu_memory_fraction: float = bounded(0.0, ge=0.0, le=1.0)  # CUDA allocator cap per host; 0 = gpus_per_host if < 1
     placement: Literal["spread", "pack"] = "spread"  # outside a placement group: hosts over all nodes, or packed
     start_timeout_s: float = bounded(120.0, gt=0.0)  # wait for the actors; raise it when an autoscaler adds nodes
+    # wait for Ray to replace a host or shard that died mid-run before giving up (a lost node that an autoscaler
+    # replaces takes minutes, GPU nodes more); the run then stops with one line and a checkpoint to resume from
+    replace_timeout_s: float = bounded(600.0, gt=0.0)
+    # the round watchdog: a host with a call in flight that answers no ping for this long (hung, not dead: a frozen
+    # process, a deadlock) is killed and treated as lost (replaced, its call re-run); 0 = no watchdog
+    hang_timeout_s: float = bounded(120.0, ge=0.0)
     cpus_per_shard: float = bounded(0.0, ge=0.0)
     torch_threads: int = bounded(1, ge=1)  # intra-op threads per host; fixed so sums are reproducible
     # intra-op threads of the driver's server work (distillation, static BN, search, local evaluation), fixed for the

@@ -29,7 +29,7 @@ from rayfl.engine.build import bind_algorithm, build_backend, build_clock, build
 from rayfl.engine.exec.backend import EvalResult
 from rayfl.engine.guard import NonFiniteError, NonFiniteGuard, all_finite
 from rayfl.engine.parts import RunParts
-from rayfl.engine.persist.checkpoint import CheckpointStore
+from rayfl.engine.persist.checkpoint import CLIENT_BATCH, CheckpointStore
 from rayfl.engine.persist.export import ModelExporter
 from rayfl.engine.persist.records import ClientRecord, EvalRecord, RoundRecord, RunWriter, make_run_dir
 from rayfl.engine.persist.resume import RunProgress, load_resume_point, resume_progress, take_snapshot
@@ -251,10 +251,11 @@ def _keep_round(
     pending = None
     if run.store is not None and _checkpoint_due(parts.cfg, record.round_idx, stopping):
         began = time.perf_counter()  # gathering the snapshot (client memories) counts too
-        snapshot = take_snapshot(run, parts.clock, parts.backend, parts.schedule, record.wall_time_s)
-        pending = run.store.write_state(snapshot)
+        snapshot = take_snapshot(run, parts.clock, parts.schedule, record.wall_time_s)
+        # the clients' memories stream from where they are kept into part files beside the state file
+        pending = run.store.write_state(snapshot, parts.backend.client_state_batches(CLIENT_BATCH))
         spent = time.perf_counter() - began
-        record = dataclasses.replace(record, checkpoint_bytes=pending.state_bytes, checkpoint_s=spent)
+        record = dataclasses.replace(record, checkpoint_bytes=pending.total_bytes, checkpoint_s=spent)
     run.records.append(record)
     if evaluation is not None:
         run.eval_records.extend(evaluation.structures)

@@ -4,7 +4,10 @@ Per round (``RoundMetrics``): the round, the simulated time (``sim_time_s``, the
 the test accuracy and loss and the average client accuracy carried forward from the last evaluated round (NaN before
 the first evaluation), the training loss, clients run and failed, dead actors replaced and whether the round was
 rolled back, memory and bandwidth utilisation, for model search the search's numbers, and the training MACs so far
-and the number of global models (paper 002's cost figures).
+and the number of global models (paper 002's cost figures), and running figures over the rounds so far (best
+accuracy, mean utilisations and hit rate, failed and sampled clients, network MB) from which the results table is
+built when a trial's run directory cannot be read where the sweep runs. ``evaluated`` / ``client_evaluated`` say
+whether the round measured the carried accuracies afresh (the ASHA scheduler is fed only such rounds).
 Nothing here imports Ray; ``trainable.py`` hands these dicts to ``tune.report``.
 """
 
@@ -40,6 +43,16 @@ REPORTED_METRICS: tuple[str, ...] = (
     "client_acc",
     "train_gmacs",
     "num_models",
+    "client_evaluated",
+    # running figures over the rounds so far, so that the results table can be built from Tune's last report when a
+    # trial's run directory cannot be read where the sweep runs (results.py)
+    "best_test_acc",
+    "mean_memory_util",
+    "mean_bandwidth_util",
+    "mean_hit_rate",
+    "total_clients_failed",
+    "total_clients_sampled",
+    "total_network_mb",
 )
 
 # Per-trial figures of the results table that a sweep may rank trials by (``metric:``) or plot.
@@ -65,6 +78,22 @@ TABLE_METRICS: tuple[str, ...] = (
 )
 
 
+# running sums kept between rounds (and in a trial's checkpoint, through ``carried``)
+_RUNNING = (
+    "best_acc",
+    "evaluations",
+    "memory_util_sum",
+    "memory_util_n",
+    "bandwidth_util_sum",
+    "bandwidth_util_n",
+    "hit_rate_sum",
+    "hit_rate_n",
+    "clients_failed",
+    "clients_sampled",
+    "network_bytes",
+)
+
+
 class RoundMetrics:
     """Turns each ``RoundRecord`` into Tune's metrics dict, carrying accuracy and loss between evaluations."""
 
@@ -73,6 +102,7 @@ class RoundMetrics:
         self._loss = math.nan
         self._client_acc = math.nan
         self._macs = 0.0
+        self._sums: dict[str, float] = dict.fromkeys(_RUNNING, 0.0)
 
     @property
     def carried(self) -> dict[str, float]:
@@ -83,6 +113,7 @@ class RoundMetrics:
             "test_loss": self._loss,
             "client_acc": self._client_acc,
             "train_macs": self._macs,
+            **self._sums,
         }
 
     def carry(self, carried: Mapping[str, float]) -> None:
@@ -91,6 +122,8 @@ class RoundMetrics:
         self._loss = carried.get("test_loss", self._loss)
         self._client_acc = carried.get("client_acc", self._client_acc)
         self._macs = carried.get("train_macs", self._macs)
+        for key in _RUNNING:
+            self._sums[key] = carried.get(key, self._sums[key])
 
     def __call__(self, record: RoundRecord) -> dict[str, Any]:
         evaluated = math.isfinite(record.test_acc)
@@ -99,6 +132,7 @@ class RoundMetrics:
         if math.isfinite(record.client_acc):
             self._client_acc = record.client_acc
         self._macs += record.train_macs
+        self._accumulate(record)
         return {
             "round_idx": record.round_idx,
             "rounds_done": record.round_idx + 1,
@@ -120,4 +154,37 @@ class RoundMetrics:
             "client_acc": self._client_acc,
             "train_gmacs": self._macs / 1e9,  # so far
             "num_models": record.num_models,
+            "client_evaluated": math.isfinite(record.client_acc),
+            **self._running(),
+        }
+
+    def _accumulate(self, record: RoundRecord) -> None:
+        sums = self._sums
+        if math.isfinite(record.test_acc):
+            sums["best_acc"] = max(sums["best_acc"], record.test_acc) if sums["evaluations"] else record.test_acc
+            sums["evaluations"] += 1
+        for name in ("memory_util", "bandwidth_util", "hit_rate"):
+            value = float(getattr(record, name))
+            if math.isfinite(value):
+                sums[f"{name}_sum"] += value
+                sums[f"{name}_n"] += 1
+        sums["clients_failed"] += record.clients_failed
+        sums["clients_sampled"] += record.clients_sampled
+        sums["network_bytes"] += record.bytes_down + record.bytes_up
+
+    def _running(self) -> dict[str, float]:
+        sums = self._sums
+
+        def mean(name: str) -> float:
+            n = sums[f"{name}_n"]
+            return sums[f"{name}_sum"] / n if n else math.nan
+
+        return {
+            "best_test_acc": sums["best_acc"] if sums["evaluations"] else math.nan,
+            "mean_memory_util": mean("memory_util"),
+            "mean_bandwidth_util": mean("bandwidth_util"),
+            "mean_hit_rate": mean("hit_rate"),
+            "total_clients_failed": sums["clients_failed"],
+            "total_clients_sampled": sums["clients_sampled"],
+            "total_network_mb": sums["network_bytes"] / 1e6,
         }

@@ -6,7 +6,11 @@ Each row holds the trial's swept values, its status (``completed``; ``stopped`` 
 flagged), final test loss, simulated hours, memory and bandwidth utilisation (means over rounds), failed clients,
 distinct structures, hit rate and search time (model search), rounds done, wall time, the average client accuracy,
 training GMACs, network MB and global models (paper 002), and the run directory. Reading the run directories rather
-than Tune's last report keeps a stopped or failed trial's rows as complete as its records.
+than Tune's last report keeps a stopped or failed trial's rows as complete as its records. Where a trial's run
+directory cannot be read here (it was written on another node's own disk, or not at all) the row is built from the
+trial's last report to Tune instead (``TrialOutcome.reported``: the running figures ``metrics.RoundMetrics`` reports),
+and its ``figures_from`` column says so (``run_dir``, ``tune_report`` or ``none``), as does a note under the
+Markdown table: no row is silently empty.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -48,6 +52,8 @@ class TrialOutcome:
     run_dir: Path
     errored: bool = False
     error: str = ""
+    reported: Mapping[str, Any] = field(default_factory=dict)  # Tune's last result for the trial ({} if none)
+    planned_rounds: int | None = None  # the rounds the trial's config asks for (when known without its run dir)
 
 
 def _mean(series: pd.Series | None) -> float:
@@ -108,9 +114,46 @@ def _none_nan(value: float | None) -> float:
     return math.nan if value is None else float(value)
 
 
+def _reported_figures(reported: Mapping[str, Any]) -> dict[str, float]:
+    """The table's figures from a trial's last report to Tune (``metrics.RoundMetrics``); what a report cannot give
+    (the baseline, wall time) stays NaN."""
+
+    def get(key: str, scale: float = 1.0) -> float:
+        value = reported.get(key)
+        return float(value) / scale if isinstance(value, int | float) and not isinstance(value, bool) else math.nan
+
+    failed, sampled = get("total_clients_failed"), get("total_clients_sampled")
+    figures = dict.fromkeys(TABLE_METRICS, math.nan)
+    figures.update(
+        test_acc=get("test_acc"),
+        best_test_acc=get("best_test_acc"),
+        test_loss=get("test_loss"),
+        sim_hours=get("sim_time_s", 3600.0),
+        memory_util=get("mean_memory_util"),
+        bandwidth_util=get("mean_bandwidth_util"),
+        clients_failed=failed,
+        failure_rate=failed / sampled if sampled > 0 else math.nan,
+        distinct_structures=get("distinct_structures"),
+        hit_rate=get("mean_hit_rate"),
+        rounds_done=get("rounds_done"),
+        client_acc=get("client_acc"),
+        train_gmacs=get("train_gmacs"),
+        network_mb=get("total_network_mb"),
+        models=get("num_models"),
+    )
+    return figures
+
+
 def trial_row(outcome: TrialOutcome) -> dict[str, Any]:
     """One row of the table (swept values under their dotted keys)."""
     figures, planned = _figures(outcome.run_dir)
+    source = "run_dir"
+    if planned is None:
+        planned = outcome.planned_rounds
+        if "rounds_done" in outcome.reported:
+            figures, source = _reported_figures(outcome.reported), "tune_report"
+        else:
+            source = "none"
     status: Status = "completed"
     if outcome.errored:
         status = "error"
@@ -122,6 +165,7 @@ def trial_row(outcome: TrialOutcome) -> dict[str, Any]:
         "status": status,
         **figures,
         "error": outcome.error,
+        "figures_from": source,
         "run_dir": str(outcome.run_dir),
     }
 
@@ -223,7 +267,16 @@ def markdown_table(table: pd.DataFrame, param_keys: Sequence[str]) -> str:
             _cell(c, row[c]) + (BASELINE_FLAG if c == "test_acc" and at_or_below_baseline(row) else "") for c in columns
         ]
         lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    text = "\n".join(lines) + "\n"
+    if "figures_from" in table.columns:
+        for source, note in (
+            ("tune_report", "run directory not readable here; figures from the trial's last report to Tune"),
+            ("none", "no run directory readable here and no report to Tune: no figures"),
+        ):
+            names = [str(t) for t, s in zip(table["trial"], table["figures_from"], strict=True) if s == source]
+            if names:
+                text += f"\nTrials {', '.join(names)}: {note}.\n"
+    return text
 
 
 BASELINE_FLAG = " (<= baseline)"

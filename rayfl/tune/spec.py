@@ -11,12 +11,14 @@ A sweep file is YAML, opening with a comment that gives the exact command (``# r
     search: random                    # grid (default; lists only) | random (draws num_samples per grid point)
     num_samples: 2
     max_concurrent_trials: 2          # 0 = as many as the cluster fits
+    max_failures: 1                   # retries of a failed trial, each from its last reported checkpoint
     scheduler: {kind: asha, metric: test_acc, mode: max, grace_period_s: 600, max_t_s: 7200, reduction_factor: 2}
     metric: test_acc                  # the results-table column that ranks trials (default: test_acc, or
                                       # memory_util for search-only sweeps) ...
     metric_mode: max                  # ... and whether larger is better (``mode`` is the run mode below)
     mode: train                       # train | search_only
-    output_dir: runs/sweeps           # relative to the working directory, like an experiment's
+    output_dir: runs/sweeps           # relative to the working directory, like an experiment's; on a multi-node
+                                      # cluster, storage every node mounts at the same path (checked before Tune)
     trial_resources: {driver_cpus: 0.25, cpus_per_host: 0.25}
     plot: {x: algorithm.epsilon, lines: algorithm.t_max, metrics: [memory_util, bandwidth_util, hit_rate]}
 
@@ -91,6 +93,7 @@ class SweepConfig:
     num_samples: int = bounded(1, ge=1)
     search_seed: int = bounded(0, ge=0)  # seeds Tune's draws for search: random
     max_concurrent_trials: int = bounded(0, ge=0)
+    max_failures: int = bounded(1, ge=0)  # Tune's FailureConfig: retries of a failed trial from its last checkpoint
     scheduler: SchedulerConfig | None = None
     metric: str = ""  # "" = test_acc for training sweeps, memory_util for search-only ones
     metric_mode: Literal["max", "min"] = "max"

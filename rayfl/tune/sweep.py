@@ -10,8 +10,11 @@ A sweep writes one fresh folder ``<output_dir>/<name>`` (``name-1`` ... when tak
     <plot.file>         when the sweep file asks for a plot
 
 rayfl connects to the Ray cluster the base experiment names (``backend.address``) or starts a local one, and shuts
-down only a Ray it started. Before Tune starts it checks that one trial's bundles fit the cluster: Tune would
-otherwise wait forever for a placement group that can never be granted.
+down only a Ray it started. Before anything is written it checks, each refusal one line, that every trial's bundles
+can be placed on the cluster's node types (``fit.py``: Tune would otherwise wait forever for a placement group that can
+never be granted), and, when more than one node is alive, that every node sees the sweep's folder at the same path
+(``cluster.py``: Tune's checkpoints and the trials' run directories live there, and Ray copies nothing off a
+head-local disk). A trial that fails is retried ``max_failures`` times from its last reported checkpoint.
 """
 
 from __future__ import annotations
@@ -30,7 +33,10 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from rayfl.core.errors import ConfigError
 from rayfl.engine.persist.records import make_run_dir
+from rayfl.tune.cluster import check_shared_storage, node_types
+from rayfl.tune.fit import fit_problem
 from rayfl.tune.plots import plot_sweep
 from rayfl.tune.results import (
     TrialOutcome,
@@ -78,19 +84,25 @@ def run_sweep(
 
     began = time.perf_counter()
     cfg = sweep.config
-    if resume is None:
-        sweep_dir = make_run_dir(sweep.output_dir, sweep.name).absolute()
-        _write_copy(sweep, overrides, sweep_dir / "sweep.yaml")
-        (sweep_dir / RESUME_FILE).write_text(
-            json.dumps({"file": str(Path(sweep.file).absolute()), "overrides": list(overrides)})
-        )
-    else:
-        sweep_dir = resume.absolute()
-    plan = dataclasses.replace(sweep.plan, trials_dir=sweep_dir / "trials")
     started = ensure_ray(sweep.checked[0].backend)
     release_warm_pool()  # a warm pool of an earlier run in this process would hold CPUs the trials need
     try:
-        _check_fits(plan, sweep, ray.cluster_resources())
+        # before anything is written or any trial runs: every trial can be placed, and every node sees the folder
+        _check_fits(sweep)
+        if resume is None:
+            parent = sweep.output_dir.absolute()
+            parent.mkdir(parents=True, exist_ok=True)
+            check_shared_storage(parent, sweep.file)
+            sweep_dir = make_run_dir(sweep.output_dir, sweep.name).absolute()
+            _write_copy(sweep, overrides, sweep_dir / "sweep.yaml")
+            (sweep_dir / RESUME_FILE).write_text(
+                json.dumps({"file": str(Path(sweep.file).absolute()), "overrides": list(overrides)})
+            )
+        else:
+            sweep_dir = resume.absolute()
+            check_shared_storage(sweep_dir, sweep.file)
+        log.info("sweep folder %s (trials' run directories and Tune's checkpoints)", sweep_dir)
+        plan = dataclasses.replace(sweep.plan, trials_dir=sweep_dir / "trials")
         if resume is None:
             tuner = _tuner(sweep, plan, sweep_dir, verbose)
         else:
@@ -143,7 +155,6 @@ def _trainable(sweep: Sweep, plan: TrialPlan) -> Any:
 
 def _tuner(sweep: Sweep, plan: TrialPlan, sweep_dir: Path, verbose: int) -> Any:
     from ray import tune
-    from ray.tune.schedulers import ASHAScheduler
     from ray.tune.search.basic_variant import BasicVariantGenerator
 
     cfg = sweep.config
@@ -155,8 +166,10 @@ def _tuner(sweep: Sweep, plan: TrialPlan, sweep_dir: Path, verbose: int) -> Any:
 
     scheduler = None
     if cfg.scheduler is not None:
+        from rayfl.tune.asha import EvaluatedASHA
+
         s = cfg.scheduler
-        scheduler = ASHAScheduler(
+        scheduler = EvaluatedASHA(
             time_attr="sim_time_s",  # simulated time, reported every round
             metric=s.metric,
             mode=s.mode,
@@ -179,7 +192,8 @@ def _tuner(sweep: Sweep, plan: TrialPlan, sweep_dir: Path, verbose: int) -> Any:
             name="tune",
             storage_path=str(sweep_dir),
             verbose=verbose,
-            failure_config=tune.FailureConfig(max_failures=0),
+            # a trial that fails (its node lost, an actor gone) is retried from its last reported checkpoint
+            failure_config=tune.FailureConfig(max_failures=cfg.max_failures),
             # the trials' rayfl checkpoints, reported as Tune checkpoints (checkpoints.py): Tune keeps the last two
             checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
         ),
@@ -190,7 +204,19 @@ def _outcome(result: Any, plan: TrialPlan) -> TrialOutcome:
     name = Path(result.path).name
     point = {p.key: result.config[p.key] for p in plan.params}
     error = "" if result.error is None else f"{type(result.error).__name__}: {result.error}".splitlines()[0][:300]
-    return TrialOutcome(name, point, plan.trials_dir / name, errored=result.error is not None, error=error)
+    try:
+        planned: int | None = plan.config(point).rounds
+    except ValueError:  # a ConfigError: the trial's own error says why
+        planned = None
+    return TrialOutcome(
+        name,
+        point,
+        plan.trials_dir / name,
+        errored=result.error is not None,
+        error=error,
+        reported=dict(result.metrics or {}),  # the fallback when the run directory cannot be read here
+        planned_rounds=planned,
+    )
 
 
 def load_resumed_sweep(sweep_dir: Path) -> tuple[Sweep, list[str]]:
@@ -213,18 +239,21 @@ def load_resumed_sweep(sweep_dir: Path) -> tuple[Sweep, list[str]]:
     return load_sweep(file, overrides), overrides
 
 
-def _check_fits(plan: TrialPlan, sweep: Sweep, cluster: Mapping[str, float]) -> None:
+def _check_fits(sweep: Sweep) -> None:
+    """Refuse, in one line, a sweep some trial of which can never be placed on the cluster's node types (``fit.py``);
+    a sweep the autoscaler could serve by launching nodes passes."""
+    types = node_types()
+    strategy = sweep.config.trial_resources.strategy
     for cfg in sweep.checked:
-        bundles = plan.bundles(cfg)
-        for resource in ("CPU", "GPU"):
-            need = sum(b.get(resource, 0.0) for b in bundles)
-            have = float(cluster.get(resource, 0.0))
-            if need > have + 1e-9:
-                raise ValueError(
-                    f"{sweep.file}: a trial reserves {need:g} {resource} in {len(bundles)} bundles {bundles}, but the "
-                    f"Ray cluster has {have:g}; lower trial_resources (driver_cpus, cpus_per_host), backend.num_hosts "
-                    "or backend.gpus_per_host"
-                )
+        bundles = sweep.plan.bundles(cfg)
+        problem = fit_problem(bundles, types, strategy)
+        if problem is not None:
+            raise ConfigError(
+                f"a trial can never be placed, {problem}; lower trial_resources (driver_cpus, cpus_per_host), "
+                "backend.num_hosts or backend.gpus_per_host, or add nodes",
+                "trial_resources",
+                file=sweep.file,
+            )
 
 
 def _best_line(best: Mapping[str, Any] | None, keys: Sequence[str], metric: str, sweep_dir: Path) -> str:

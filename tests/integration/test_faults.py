@@ -13,6 +13,7 @@ have. The undisturbed run is the in-process backend, which the Ray backend equal
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
@@ -241,13 +242,18 @@ def _tiny(**backend: Any) -> ExperimentConfig:
     return dataclasses.replace(tiny_config(kind="ray", cpus_per_host=0.25, **backend), rounds=2)
 
 
-def _run_ray(cfg: ExperimentConfig, data: FederatedDataset | None, seen: dict[str, Any]) -> RunResult:
+def _run_ray(
+    cfg: ExperimentConfig, data: FederatedDataset | None, seen: dict[str, Any], states: bool = False
+) -> RunResult:
     """Run on Ray, asking every actor its pid after each round (``seen["pids"]``; ``seen["last"]``: the last
-    round's)."""
+    round's); with ``states`` also every client's memory (``seen["states"]``: the last round's, fetched while the
+    run's state stores are up)."""
 
     def ask(record: RoundRecord) -> None:
         seen["last"] = _actor_pids(seen["backend"])
         seen["pids"].update(seen["last"])
+        if states:
+            seen["states"] = seen["backend"].client_states()
 
     return run_experiment(cfg, write=False, dataset=data, callbacks=[ask])
 
@@ -375,8 +381,8 @@ def test_a_fatal_evaluation_fault_in_a_round_without_training_names_that_round(
 def test_per_client_state_survives_a_host_kill(instrumented: dict[str, Any], tmp_path: Path) -> None:
     """FedResCuE with local model padding (experiments/fedrescue/cpu.yaml, shrunk): every client remembers its model.
     The only host, which made every memory so far, is killed in round 1 while it trains a client that trained in
-    round 0; its replacement reads the memories from the driver's store and the run is the same as undisturbed,
-    memories included."""
+    round 0; its replacement reads the memories from the state store (an actor apart from the hosts) and the run is
+    the same as undisturbed, memories included."""
     overrides = [
         "rounds=2",
         "clients_per_round=4",
@@ -396,12 +402,12 @@ def test_per_client_state_survives_a_host_kill(instrumented: dict[str, Any], tmp
     algorithm.train_pause = Pause(str(tmp_path), "train")
     instrumented["algorithm"] = algorithm
     killer = Killer(tmp_path, "train", instrumented)
-    got = _run_ray(cfg, None, instrumented)
+    got = _run_ray(cfg, None, instrumented, states=True)
     [(name, _)] = killer.join()
     assert name.startswith("client host")
     assert [r.faults for r in got.records] == [0, 1]
     _assert_same_run(got, want)
-    states = instrumented["backend"].memories.client_states()
+    states = instrumented["states"]
     local_states = instrumented["local_backend"].memories.client_states()
     assert sorted(states) == sorted(local_states) == sorted(set().union(*sampled))
     for client, memory in states.items():
@@ -411,3 +417,65 @@ def test_per_client_state_survives_a_host_kill(instrumented: dict[str, Any], tmp
         assert (memory.slices or {}).keys() == (other.slices or {}).keys()
         for name, tslice in (memory.slices or {}).items():
             assert repr(tslice) == repr((other.slices or {})[name])
+
+
+class Freezer(Killer):
+    """Like ``Killer``, but stops the paused process (SIGSTOP: it hangs without dying, Ray sees nothing wrong) and
+    notes when; the round watchdog must kill it. The process is killed at ``join`` should it still exist."""
+
+    def _run(self) -> None:
+        try:
+            path = self.directory / f"{self.label}.0.pid"
+            deadline = time.monotonic() + KILL_TIMEOUT_S
+            while not path.exists():
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"nothing paused at {path.name}")
+                time.sleep(0.01)
+            pid = int(path.read_text())
+            actor = self.seen["pids"].get(pid, "a replacement")
+            if actor == "a replacement":
+                raise AssertionError(f"pid {pid} is none of the backend's actors {self.seen['pids']}")
+            os.kill(pid, signal.SIGSTOP)
+            self.stopped_at = time.time()
+            self.killed.append((actor, pid))
+        except BaseException as err:  # reported by join()
+            self.error = err
+
+    def join(self) -> list[tuple[str, int]]:
+        try:
+            return super().join()
+        finally:
+            for _, pid in self.killed:  # the watchdog's kill failed: leave no stopped process behind
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+
+
+def test_a_host_frozen_with_sigstop_is_killed_by_the_watchdog_within_its_timeout(
+    instrumented: dict[str, Any], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A host is stopped (SIGSTOP) while it trains in round 1: it neither dies nor answers. With
+    ``backend.hang_timeout_s: 2`` the watchdog kills it once its pings have gone 2 s unanswered, Ray replaces it and
+    the round is re-run: the same run as undisturbed, one fault in round 1."""
+    timeout_s = 2.0
+    cfg = _tiny(num_hosts=2, hang_timeout_s=timeout_s)
+    data = tiny_image_dataset()
+    want = _local(cfg, data)
+    algorithm = PausingFedAvg(cfg.algorithm, cfg.train)
+    algorithm.train_at = (1, int(sample_clients(cfg.seed, 1, data.num_clients, cfg.clients_per_round)[0]))
+    algorithm.train_pause = Pause(str(tmp_path), "train")
+    instrumented["algorithm"] = algorithm
+    freezer = Freezer(tmp_path, "train", instrumented)
+    with caplog.at_level(logging.WARNING, logger="rayfl.engine.ray.recovery"):
+        got = _run_ray(cfg, data, instrumented)
+    [(name, pid)] = freezer.join()
+    assert name.startswith("client host")
+    [hung] = [r for r in caplog.records if "killing it as hung" in r.getMessage()]
+    detected_s = hung.created - freezer.stopped_at
+    print(f"frozen host killed {detected_s:.2f} s after SIGSTOP (hang_timeout_s={timeout_s:g})")
+    # a ping goes out every tick (timeout / 4); the one unanswered for the timeout went out at most a tick before the
+    # stop or a tick after it, and is checked at the next tick: plus this (shared, 2-core) machine's delays
+    tick = timeout_s / 4
+    assert timeout_s - tick <= detected_s <= timeout_s + 2 * tick + 3.0
+    assert [r.faults for r in got.records] == [0, 1]
+    _assert_same_run(got, want)
+    assert pid not in instrumented["last"]

@@ -4,11 +4,11 @@ SIGKILLed mid-run, taking every actor process on it (a pre-empted spot instance)
 * The remaining cluster can hold the actors: Ray restarts them there, the driver re-runs the lost calls and the run
   ends with the records of an undisturbed run (the in-process backend, which the Ray backend equals bit for bit:
   ``test_two_node.py``), ``faults`` aside, which counts the re-run calls.
-* It cannot (1-CPU hosts, one 1-CPU node left): the run stops after ``backend.start_timeout_s`` with one line naming
+* It cannot (1-CPU hosts, one 1-CPU node left): the run stops after ``backend.replace_timeout_s`` with one line naming
   the lost node and the checkpoint to resume from, exit 4; resumed on a cluster that holds it (hosts of half a CPU),
   it ends with the undisturbed run's records.
-* Client memories lost with the node (kept uploads larger than Ray's inline limit live in the store of the node that
-  returned them) cannot be recomputed: the run stops at once with one line, and resumes as above.
+* Client memories lost with the node (kept by the state store on that node, ``engine/ray/state_stores.py``) cannot be
+  recomputed: the run stops at once with one line, and resumes as above.
 
 The head (1 CPU, health checks every second so that Ray marks a node dead within seconds) serves the module; each
 test starts its own second node. The node is killed by its raylet's PID (found under its own ``ray start`` process)
@@ -64,7 +64,14 @@ EXPERIMENT: dict[str, Any] = {
     "model": {"name": "cnn", "channels": [4, 8]},
     "train": {"lr": 0.05, "batch_size": 8, "eval_batch_size": 250},
     "checkpoint": {"every": 1},
-    "backend": {"kind": "ray", "num_hosts": 2, "num_shards": 1, "torch_threads": 1, "start_timeout_s": 30},
+    "backend": {
+        "kind": "ray",
+        "num_hosts": 2,
+        "num_shards": 1,
+        "torch_threads": 1,
+        "start_timeout_s": 30,
+        "replace_timeout_s": 30,
+    },
 }
 
 
@@ -267,7 +274,7 @@ def test_a_lost_node_whose_actors_fit_nowhere_stops_with_one_line_and_resumes(
     head: Head, worker: Worker, tmp_path: Path
 ) -> None:
     """Hosts of a whole CPU, one on each 1-CPU node; the worker node is killed while its host trains round 1. Its
-    replacement fits nowhere: after ``backend.start_timeout_s`` the run stops with one line naming the lost node and
+    replacement fits nowhere: after ``backend.replace_timeout_s`` the run stops with one line naming the lost node and
     the checkpoint after round 0 (exit 4). Resumed on the head alone with hosts of half a CPU, it ends with the
     undisturbed run's records (faults included: the failed round was never recorded)."""
     config = _experiment(tmp_path, backend={"cpus_per_host": 1.0})
@@ -278,7 +285,7 @@ def test_a_lost_node_whose_actors_fit_nowhere_stops_with_one_line_and_resumes(
     (line,) = _errors(run.stderr)
     run_dir = _run_dir(tmp_path / "ray")
     assert line.startswith("rayfl: error: round 1: client host "), line
-    assert "died and Ray did not restart it within 30 s (backend.start_timeout_s)" in line, line
+    assert "died and Ray did not restart it within 30 s (backend.replace_timeout_s)" in line, line
     assert f"Ray node {worker.node_id[:12]} lost; the remaining cluster cannot hold the replacement" in line, line
     assert line.endswith(
         f"resume from its checkpoint after round 0 on a cluster that can hold the run: rayfl run --resume {run_dir}"
@@ -324,8 +331,8 @@ def test_a_call_to_an_actor_of_a_node_ray_has_marked_dead_does_not_hang(
     once Ray has marked the node dead, so its next call goes to an actor that Ray is restarting and that fits
     nowhere. Ray fails such a call at once ("the actor is restarting"; calls are not retried by Ray,
     ``max_task_retries=0``) instead of queueing it until a restart that never comes, so ``Recovery.gather``'s
-    ``ray.wait`` without a timeout returns, and the wait for the replacement ends the run after
-    ``backend.start_timeout_s`` with one line (the subprocess's own timeout bounds the test)."""
+    ``ray.wait`` returns, and the wait for the replacement ends the run after
+    ``backend.replace_timeout_s`` with one line (the subprocess's own timeout bounds the test)."""
     config = _experiment(tmp_path, backend={"cpus_per_host": 1.0})
     run, after_kill = _run_killing(head, worker, config, tmp_path / "ray", "server:1", go_when_dead=True)
     assert run.returncode == 4, _output(run)

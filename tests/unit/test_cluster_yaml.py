@@ -65,15 +65,17 @@ def test_header_gives_the_commands(name: str) -> None:
     assert (ROOT / "experiments/mini/shakespeare_bert.yaml").is_file()  # the experiment the header runs
 
 
-def test_aws_head_has_no_gpu_and_workers_one_each() -> None:
+def test_aws_head_is_reserved_for_the_driver_and_workers_have_one_gpu_each() -> None:
     types = _load("cluster.yaml")["available_node_types"]
-    assert types["head"]["resources"] == {"CPU": 4}
+    assert types["head"]["resources"] == {"CPU": 0}  # no host, trial or CPU-reserving shard lands beside the GCS
     assert types["gpu_worker"]["resources"] == {"CPU": 8, "GPU": 1}
     assert types["gpu_worker"]["node_config"]["InstanceType"] == "g5.2xlarge"
 
 
 def test_local_provider_lists_its_machines() -> None:
-    cfg = _validate(_load("cluster-onprem.yaml"))
+    raw = _load("cluster-onprem.yaml")
+    assert any("--head --num-cpus=0 --num-gpus=0" in cmd for cmd in raw["head_start_ray_commands"])
+    cfg = _validate(raw)
     assert cfg["provider"]["head_ip"] and len(cfg["provider"]["worker_ips"]) == 2
     assert cfg["max_workers"] == 2  # the local provider caps workers at the list's length
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, cast
 
@@ -72,6 +72,11 @@ class Backend(Protocol):
     def take_faults(self) -> int: ...
 
     def client_states(self) -> dict[int, object]: ...
+
+    def client_state_batches(self, size: int) -> Iterator[dict[int, object]]:
+        """Every client's memory by client id, at most ``size`` clients at a time in client-id order, each batch
+        fetched when the one before has been consumed (checkpoints: the driver never holds them all at once)."""
+        ...
 
     def load_client_states(self, states: dict[int, object]) -> None: ...
 
@@ -295,6 +300,9 @@ class LocalBackend:
     def client_states(self) -> dict[int, object]:
         """Every client's memory by client id (``engine/exec/client_state.py``), for checkpoints."""
         return self.memories.client_states()
+
+    def client_state_batches(self, size: int) -> Iterator[dict[int, object]]:
+        return self.memories.batches(size)
 
     def load_client_states(self, states: dict[int, object]) -> None:
         self.memories.load_client_states(states)

@@ -29,7 +29,7 @@ added later, at its creation) and hands it to the hosts with the round's tasks; 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -158,6 +158,13 @@ class ClientStateStore:
         """Every client's memory, by client id (for checkpoints)."""
         ids = sorted(self._handles)
         return dict(zip(ids, self._fetch([self._handles[c] for c in ids]), strict=True))
+
+    def batches(self, size: int) -> Iterator[dict[int, object]]:
+        """Every client's memory by client id, ``size`` clients at a time in client-id order (for checkpoints)."""
+        ids = sorted(self._handles)
+        for start in range(0, len(ids), size):
+            chunk = ids[start : start + size]
+            yield dict(zip(chunk, self._fetch([self._handles[c] for c in chunk]), strict=True))
 
     def load_client_states(self, states: Mapping[int, object]) -> None:
         """Replace the store's content by ``states`` (as ``client_states`` returned them)."""

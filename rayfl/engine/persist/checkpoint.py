@@ -4,7 +4,12 @@ What a checkpoint after ``n`` finished rounds holds (``RunSnapshot``):
 
 * ``state``: the ``ServerState``: every global model's parameters and architecture, the server optimizer's state and
   the algorithm's own state (model search's pool, FedorAS's tiers and search populations);
-* ``client_states``: every client's memory (``Backend.client_states``: padding models, per-client algorithm state);
+* ``client_states``: every client's memory (padding models, per-client algorithm state, kept uploads), written
+  beside the snapshot in part files of at most ``CLIENT_BATCH`` clients each (``client_parts``: each file's name, size
+  and SHA-256 digest; the snapshot itself is checked against the manifest, so the parts are too). The backend hands
+  them over batch by batch (``Backend.client_state_batches``): on Ray from the hosts' state stores, so the driver
+  never holds every client's memory at once (issue 32, finding 3). A checkpoint written before the parts holds them
+  in the snapshot itself and still loads;
 * ``initial_params``: with padding, each global tensor's value from the first round that broadcast it, what a client
   pads from where its memory has nothing (``client_state.first_values``);
 * ``sim_time_s``: the simulated clock. It is the clock's only changing state: budgets, traces, availability and link
@@ -37,13 +42,14 @@ manifest format 1) is refused in one line (``CheckpointRefused``) and never unpi
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
 import os
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,7 +58,16 @@ from rayfl.core.messages import Params, ServerState
 from rayfl.engine.persist import snapshot_codec
 from rayfl.engine.persist.write_errors import writing
 
-__all__ = ["CHECKPOINT_DIR", "CheckpointRefused", "CheckpointStore", "Manifest", "PendingCheckpoint", "RunSnapshot"]
+__all__ = [
+    "CHECKPOINT_DIR",
+    "CLIENT_BATCH",
+    "CheckpointRefused",
+    "CheckpointStore",
+    "ClientPart",
+    "Manifest",
+    "PendingCheckpoint",
+    "RunSnapshot",
+]
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +75,8 @@ CHECKPOINT_DIR = "checkpoints"
 _FORMAT = 2  # 1: a torch.save pickle (refused); 2: safetensors with a JSON tree
 _STATE_SUFFIX = ".safetensors"
 _NAME = re.compile(r"round-(\d{6,})\.json")
+_STATE_NAME = re.compile(r"round-(\d{6,})(\.clients-\d{4,})?\.safetensors")  # a state file or a client part
+CLIENT_BATCH = 256  # clients per part file: what the driver holds of the client memories at once while writing
 _TABLE = re.compile(r"[a-z_]+")
 
 
@@ -70,6 +87,17 @@ class CheckpointRefused(ValueError):
         self.reason = reason
         self.path = path
         super().__init__(f"{path}: {reason}")
+
+
+@dataclass(frozen=True)
+class ClientPart:
+    """One part file of a checkpoint's client memories: its name (beside the state file), how many clients it holds,
+    its size and SHA-256 digest."""
+
+    file: str
+    clients: int
+    bytes: int
+    sha256: str
 
 
 @dataclass(frozen=True)
@@ -88,6 +116,8 @@ class RunSnapshot:
     initial_params: Params = field(default_factory=dict)
     # the round policy's state (an asynchronous run's clients in flight, their uploads, the start counter)
     policy_state: object | None = None
+    # the part files holding ``client_states`` (written by ``write_state``, read back into it by ``load``)
+    client_parts: tuple[ClientPart, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -111,6 +141,12 @@ class PendingCheckpoint:
     state_bytes: int
     write_s: float
     sha256: str = ""
+    parts_bytes: int = 0  # the client part files' bytes beside the state file's
+
+    @property
+    def total_bytes(self) -> int:
+        """Bytes the checkpoint's state written (state file and client parts)."""
+        return self.state_bytes + self.parts_bytes
 
 
 class CheckpointStore:
@@ -124,17 +160,54 @@ class CheckpointStore:
     def stem(rounds_done: int) -> str:
         return f"round-{rounds_done:06d}"
 
-    def write_state(self, snapshot: RunSnapshot) -> PendingCheckpoint:
-        """Write the snapshot's state file (atomically); its manifest comes with ``commit``."""
+    def write_state(
+        self, snapshot: RunSnapshot, client_batches: Iterable[Mapping[int, object]] = ()
+    ) -> PendingCheckpoint:
+        """Write the snapshot's state file (atomically), and first ``client_batches`` (the clients' memories, batch by
+        batch) as its client part files, each encoded and written before the next batch is asked for; the manifest
+        comes with ``commit``."""
         began = time.perf_counter()
         with writing(self.dir):
             self.dir.mkdir(exist_ok=True)
+        parts = [self._write_part(snapshot.rounds_done, k, batch) for k, batch in enumerate(client_batches) if batch]
+        if parts:
+            snapshot = dataclasses.replace(snapshot, client_parts=(*snapshot.client_parts, *parts))
         raw = snapshot_codec.encode(snapshot)
         path = self.dir / f"{self.stem(snapshot.rounds_done)}{_STATE_SUFFIX}"
         _write_atomically(path, raw)
         _sync_dir(self.dir)
         digest = hashlib.sha256(raw).hexdigest()
-        return PendingCheckpoint(snapshot.rounds_done, path, len(raw), time.perf_counter() - began, digest)
+        took = time.perf_counter() - began
+        return PendingCheckpoint(snapshot.rounds_done, path, len(raw), took, digest, sum(p.bytes for p in parts))
+
+    def _write_part(self, rounds_done: int, index: int, batch: Mapping[int, object]) -> ClientPart:
+        """One batch of client memories as a part file (atomically, not yet synced with the directory)."""
+        raw = snapshot_codec.encode(dict(batch))
+        path = self.dir / f"{self.stem(rounds_done)}.clients-{index:04d}{_STATE_SUFFIX}"
+        _write_atomically(path, raw)
+        return ClientPart(path.name, len(batch), len(raw), hashlib.sha256(raw).hexdigest())
+
+    def _read_parts(self, snapshot: RunSnapshot) -> RunSnapshot:
+        """``snapshot`` with the client memories of its part files in ``client_states`` (each file checked against
+        the size and digest the snapshot names)."""
+        if not snapshot.client_parts:
+            return snapshot
+        states = dict(snapshot.client_states)
+        prefix = f"{self.stem(snapshot.rounds_done)}.clients-"
+        for part in snapshot.client_parts:
+            if not (part.file.startswith(prefix) and part.file.endswith(_STATE_SUFFIX)) or "/" in part.file:
+                raise ValueError(f"the snapshot of round {snapshot.rounds_done} names a client part {part.file!r}")
+            raw = (self.dir / part.file).read_bytes()
+            if len(raw) != part.bytes or hashlib.sha256(raw).hexdigest() != part.sha256:
+                raise ValueError(f"{part.file} does not match the size and SHA-256 digest its snapshot names (damaged)")
+            try:
+                batch = snapshot_codec.decode(raw)
+            except snapshot_codec.SnapshotFormatError as err:
+                raise ValueError(f"{part.file}: {err}") from err
+            if not isinstance(batch, dict) or len(batch) != part.clients or not all(type(c) is int for c in batch):
+                raise ValueError(f"{part.file} does not hold the memories of {part.clients} clients")
+            states.update(batch)
+        return dataclasses.replace(snapshot, client_states=states, client_parts=())
 
     def commit(self, pending: PendingCheckpoint, record_sizes: Mapping[str, int]) -> Path:
         """Write the manifest that makes ``pending`` a checkpoint (the record files must be on disk already), then
@@ -191,7 +264,7 @@ class CheckpointStore:
             raise ValueError(f"{state_path.name}: {err}") from err
         if not isinstance(snapshot, RunSnapshot) or snapshot.rounds_done != manifest.rounds_done:
             raise ValueError(f"{state_path.name} does not hold the snapshot of round {manifest.rounds_done}")
-        return manifest, snapshot
+        return manifest, self._read_parts(snapshot)
 
     def _prune(self) -> None:
         manifests = self.manifests()
@@ -200,9 +273,10 @@ class CheckpointStore:
             path.unlink(missing_ok=True)  # the manifest first: a half-removed checkpoint is never read
             (self.dir / f"{path.stem}.state").unlink(missing_ok=True)
         newest = max((int(m.group(1)) for p in manifests if (m := _NAME.fullmatch(p.name))), default=-1)
-        for path in self.dir.glob(f"round-*{_STATE_SUFFIX}"):  # state files whose manifest never came (a stop)
-            number = path.stem.removeprefix("round-")
-            if path.stem not in kept and number.isdigit() and int(number) < newest:
+        # state files (and client parts) of pruned checkpoints and of those whose manifest never came (a stop)
+        for path in self.dir.glob(f"round-*{_STATE_SUFFIX}"):
+            found = _STATE_NAME.fullmatch(path.name)
+            if found and f"round-{found.group(1)}" not in kept and int(found.group(1)) < newest:
                 path.unlink(missing_ok=True)
 
 

@@ -190,16 +190,16 @@ def resume_progress(
     )
 
 
-def take_snapshot(
-    progress: RunProgress, clock: SimClock, backend: Backend, schedule: PhaseSchedule, wall_time_s: float
-) -> RunSnapshot:
-    """What a checkpoint after ``progress.next_round - 1`` holds (``RunSnapshot``)."""
+def take_snapshot(progress: RunProgress, clock: SimClock, schedule: PhaseSchedule, wall_time_s: float) -> RunSnapshot:
+    """What a checkpoint after ``progress.next_round - 1`` holds (``RunSnapshot``), but the clients' memories: the
+    checkpoint store writes those from ``Backend.client_state_batches``, batch by batch (``CheckpointStore.
+    write_state``)."""
     last = progress.last_eval
     return RunSnapshot(
         rounds_done=progress.next_round,
         state=progress.state,
         sim_time_s=clock.now,
-        client_states=backend.client_states(),
+        client_states={},
         phase_results=dict(schedule.results),
         last_eval=(last.accuracy, last.loss, last.num_samples),
         nonfinite_streak=progress.guard.streak,

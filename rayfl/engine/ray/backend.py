@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
 from typing import Any, cast
 
@@ -35,11 +35,12 @@ from rayfl.engine.exec.backend import (
     to_numpy,
     uploads_by_host,
 )
-from rayfl.engine.exec.client_state import ClientStateStore, KeptUpload, keeps_state, pads
+from rayfl.engine.exec.client_state import KeptUpload, keeps_state, pads
 from rayfl.engine.exec.param_server import plan_shards
 from rayfl.engine.ray.pool import ActorPool, release_warm_pool, take_pool
 from rayfl.engine.ray.recovery import InputsLost, Recovery, Step, lost
 from rayfl.engine.ray.session import ensure_ray, shutdown_ray
+from rayfl.engine.ray.state_stores import ClientStateStores
 from rayfl.fl.api.algorithm import Algorithm
 
 __all__ = ["RayBackend", "ensure_ray", "release_warm_pool", "share", "shutdown_ray"]
@@ -90,11 +91,13 @@ class RayBackend:
         self.sizes = dataset.client_sizes()
         self.shard_of = plan_shards(shapes, self.num_shards)
         self.algorithm = algorithm
-        # per-client state across rounds as object-store references (engine/exec/client_state.py)
-        self.memories = ClientStateStore(fetch=ray.get, put=ray.put)
+        # per-client state across rounds, kept by one state-store actor per node (engine/ray/state_stores.py)
+        self.memories = ClientStateStores(self.node_ids)
         self._initial: tuple[Params | None, Any] = (None, None)  # the initial tensors last put, and their reference
         # dead hosts and shards: Ray restarts them, the driver re-runs their lost calls (engine/ray/recovery.py)
-        self.recovery = Recovery(backend_cfg.max_actor_failures, backend_cfg.start_timeout_s)
+        self.recovery = Recovery(
+            backend_cfg.max_actor_failures, backend_cfg.replace_timeout_s, backend_cfg.hang_timeout_s
+        )
         self._names = [[n for n, k in self.shard_of.items() if k == s] for s in range(self.num_shards)]
         # started by ``build.prepare_run`` while the data was prepared, or here (``ray_pool.py``)
         self.pool = pool if pool is not None else take_pool(backend_cfg)
@@ -137,15 +140,20 @@ class RayBackend:
             self._initial = (initial, ray.put(to_numpy(initial)))
         initial_ref = self._initial[1] if initial is not None and pads(tasks) else None
         keep = keeps_state(self.algorithm, tasks)
+        if keep:
+            self.memories.start()
         groups = {h: g for h, g in enumerate(tasks_by_host(tasks, self.sizes, self.num_hosts)) if g}
+        fetched = self._fetch(groups) if keep else {}
         # the driver fetches each host's outcomes (return ``num_shards``); its partial sums go straight to the shards
-        submits = {h: partial(self._run_round, h, g, params_ref, initial_ref, keep) for h, g in groups.items()}
-        held = {h: self.memories.handles_for(g) for h, g in groups.items()} if keep else {}
-        state = {h: _memories_of(groups[h]) for h, got in held.items() if any(m is not None for m in got)}
+        submits = {
+            h: partial(self._run_round, h, g, params_ref, initial_ref, fetched.get(h)) for h, g in groups.items()
+        }
+        state = {
+            h: _memories_of(g) for h, g in groups.items() if keep and any(t.client_id in self.memories.held for t in g)
+        }
         outcome_lists, results, ran = self._run_and_reduce(submits, params_ref, state)
-        if keep:  # each client's next memory stays in the object store, referenced from here
-            for h, host_tasks in groups.items():
-                self.memories.update(host_tasks, ran[h][self.num_shards + 1 :])
+        if keep:  # each host's next memories go from it to the stores directly
+            self._keep(groups, ran, self.num_shards + 1)
         outcomes = sorted((o for h in sorted(outcome_lists) for o in outcome_lists[h]), key=lambda o: o.client_id)
         return assemble_aggregate(results, outcomes), outcomes
 
@@ -160,23 +168,31 @@ class RayBackend:
             self._initial = (initial, ray.put(to_numpy(initial)))
         initial_ref = self._initial[1] if initial is not None and pads(tasks) else None
         keep = keeps_state(self.algorithm, tasks)
+        if keep:
+            self.memories.start()
         groups = {h: g for h, g in enumerate(tasks_by_host(tasks, self.sizes, self.num_hosts)) if g}
+        held = self._fetch(groups) if keep else {}
+        stores = self.memories.count if keep else 0
 
         def submit(h: int, host_tasks: list[TrainTask]) -> list[Any]:
-            held = self.memories.handles_for(host_tasks) if keep else []
-            call = self.hosts[h].run_clients_on.options(num_returns=1 + len(held))
-            refs = call.remote(self._run_arg, host_tasks, params_ref, initial_ref, *held)
-            return list(refs) if held else [refs]
+            call = self.hosts[h].run_clients_on.options(num_returns=1 + stores)
+            refs = call.remote(self._run_arg, host_tasks, params_ref, initial_ref, stores, *held.get(h, []))
+            return list(refs) if stores else [refs]
 
         steps = {
-            h: Step(f"client host {h}", partial(submit, h, g), _ready_call(self.hosts[h], self._run_arg))
+            h: Step(
+                f"client host {h}",
+                partial(submit, h, g),
+                _ready_call(self.hosts[h], self._run_arg),
+                state=_memories_of(g) if keep and any(t.client_id in self.memories.held for t in g) else "",
+                **self._watched(h),
+            )
             for h, g in groups.items()
         }
         ran: dict[int, list[Any]] = {}
         fetched = self.recovery.gather(steps, ran)
         if keep:
-            for h, host_tasks in groups.items():
-                self.memories.update(host_tasks, ran[h][1:])
+            self._keep(groups, ran, 1)
         uploads: dict[int, KeptUpload] = {}
         outcomes: list[ClientOutcome] = []
         for h in sorted(fetched):
@@ -186,15 +202,41 @@ class RayBackend:
         outcomes.sort(key=lambda o: o.client_id)
         return {c: uploads[c] for c in sorted(uploads)}, outcomes
 
-    def _run_round(self, h: int, tasks: list[TrainTask], params_ref: Any, initial_ref: Any, keep: bool) -> list[Any]:
-        """Submit host ``h``'s share of a round (again, after a death: the same tasks and the same memories, which
-        the store still references until the round succeeds)."""
-        held = self.memories.handles_for(tasks) if keep else []
+    def _run_round(
+        self, h: int, tasks: list[TrainTask], params_ref: Any, initial_ref: Any, fetched: list[Any] | None
+    ) -> list[Any]:
+        """Submit host ``h``'s share of a round (again, after a death: the same tasks and the same fetched memories,
+        ``fetched``: one reference per store, or ``None`` when the clients carry no memories)."""
+        stores = len(fetched) if fetched is not None else 0
         return list(
             self.hosts[h]
-            .run_round_on.options(num_returns=self.num_shards + 1 + len(held))
-            .remote(self._run_arg, tasks, params_ref, self.shard_of, self.num_shards, initial_ref, *held)
+            .run_round_on.options(num_returns=self.num_shards + 1 + stores)
+            .remote(
+                self._run_arg, tasks, params_ref, self.shard_of, self.num_shards, initial_ref, stores, *(fetched or [])
+            )
         )
+
+    def _watched(self, h: int) -> dict[str, Any]:
+        """The round watchdog's handles on host ``h`` (``recovery.Step``): a ping it answers while it works, and a kill
+        after which Ray replaces it."""
+        host = self.hosts[h]
+        return {"ping": host.alive.remote, "kill": partial(ray.kill, host, no_restart=False)}
+
+    def _fetch(self, groups: Mapping[int, Sequence[int] | Sequence[TrainTask]]) -> dict[int, list[Any]]:
+        """By host id, one reference per state store to its memories of the host's clients (a store lost stops the
+        run in one line)."""
+        ids = {h: [c if isinstance(c, int) else c.client_id for c in g] for h, g in groups.items()}
+        try:
+            return self.memories.fetch(ids)
+        except Exception as err:
+            if not lost(err):
+                raise
+            raise self.recovery.state_lost("client memories kept by a state store", err) from err
+
+    def _keep(self, groups: Mapping[int, Sequence[TrainTask]], ran: Mapping[int, list[Any]], head: int) -> None:
+        """Hand each host's next memories (its returns from ``head`` on, one per store) to the stores."""
+        per_store = [[ran[h][head + k] for h in sorted(groups)] for k in range(self.memories.count)]
+        self.memories.keep((t.client_id for g in groups.values() for t in g), per_store)
 
     def _put(self, params: Params) -> list[Any]:
         """The round's global tensors in the object store, one object per parameter-server shard holding that shard's
@@ -227,6 +269,7 @@ class RayBackend:
                 _ready_call(self.hosts[h], self._run_arg),
                 probe=self.num_shards,
                 state=state.get(h, ""),
+                **self._watched(h),
             )
             for h, submit in submits.items()
         }
@@ -256,11 +299,14 @@ class RayBackend:
         memories' object-store references resolve on the host, never passing through the driver), the shards merge
         the partials in host order."""
         params_ref = self._put(params)
-        groups = {h: g for h, g in enumerate(uploads_by_host(self.memories.handles(), self.num_hosts)) if g}
+        ids = sorted(self.memories.held)
+        groups = {h: g for h, g in enumerate(uploads_by_host([(c, c) for c in ids], self.num_hosts)) if g}
+        fetched = self._fetch({h: cast(list[int], g) for h, g in groups.items()})
 
-        def submit(h: int, held: list[Any]) -> list[Any]:
+        def submit(h: int, client_ids: list[object]) -> list[Any]:
             call = self.hosts[h].reduce_uploads_on.options(num_returns=self.num_shards + 1)
-            return list(call.remote(self._run_arg, params_ref, self.shard_of, self.num_shards, *held))
+            args = (params_ref, self.shard_of, self.num_shards, client_ids, *fetched[h])
+            return list(call.remote(self._run_arg, *args))
 
         submits = {h: partial(submit, h, g) for h, g in groups.items()}
         held = {h: f"the kept uploads of {len(g)} clients" for h, g in groups.items()}
@@ -279,7 +325,9 @@ class RayBackend:
             return [self.hosts[h].evaluate_on.remote(self._run_arg, *args)]
 
         steps = {
-            h: Step(f"client host {h}", partial(submit, h, b), _ready_call(self.hosts[h], self._run_arg))
+            h: Step(
+                f"client host {h}", partial(submit, h, b), _ready_call(self.hosts[h], self._run_arg), **self._watched(h)
+            )
             for h, b in enumerate(batches)
             if b
         }
@@ -291,17 +339,29 @@ class RayBackend:
         return self.recovery.take_faults()
 
     def client_states(self) -> dict[int, object]:
-        """Every client's memory by client id (fetched from the object store), for checkpoints; one lost with its
-        node stops the run (``recovery.StateLostError``)."""
-        try:
-            return self.memories.client_states()
-        except Exception as err:
-            if not lost(err):
-                raise
-            raise self.recovery.state_lost("client memories gathered for a checkpoint", err) from err
+        """Every client's memory by client id, all at once (tests; checkpoints use ``client_state_batches``)."""
+        states: dict[int, object] = {}
+        for batch in self.client_state_batches(max(1, len(self.memories.held))):
+            states.update(batch)
+        return states
+
+    def client_state_batches(self, size: int) -> Iterator[dict[int, object]]:
+        """Every client's memory by client id, ``size`` clients at a time, fetched from the state stores batch by
+        batch (checkpoints); a store lost with its node stops the run (``recovery.StateLostError``)."""
+        batches = self.memories.batches(size)
+        while True:
+            try:
+                batch = next(batches)
+            except StopIteration:
+                return
+            except Exception as err:
+                if not lost(err):
+                    raise
+                raise self.recovery.state_lost("client memories gathered for a checkpoint", err) from err
+            yield batch
 
     def load_client_states(self, states: dict[int, object]) -> None:
-        self.memories.load_client_states(states)
+        self.memories.load(states)
 
     def node_ids(self) -> list[str]:
         """The Ray node each client host runs on (for placement checks)."""
@@ -312,5 +372,6 @@ class RayBackend:
     def close(self) -> None:
         """Release the actors and placement group, or park them for the next run (``backend.keep_warm``,
         ``ray_pool.py``); Ray itself stays up for the next run (``ensure_ray``)."""
+        self.memories.close()
         self.pool.close(self.keep_warm)
         self.hosts, self.shards = [], []

@@ -26,21 +26,32 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import ray
 
 from rayfl.config.sections import BackendConfig
+from rayfl.core.messages import TrainTask
+from rayfl.engine.exec.client_state import ClientMemory
 from rayfl.engine.exec.host import ClientHost, EvalStats
 from rayfl.engine.exec.param_server import ParamServerShard
 from rayfl.engine.ray.placement import ActorSlot, PoolLayout, layout_in_group, pack_layout, spread_layout
+from rayfl.engine.ray.state_stores import aligned, by_store
 from rayfl.models.custom import search_from
 
 __all__ = ["ActorPool", "RayClientHost", "host_cpu_share", "prestart_pool", "release_warm_pool", "take_pool"]
 
 log = logging.getLogger(__name__)
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _watchdog_group(method: _F) -> _F:
+    """Run ``method`` in the actor's "watchdog" concurrency group (beside the call in flight)."""
+    return cast(_F, ray.method(concurrency_group="watchdog")(method))
 
 
 class RayClientHost(ClientHost):
@@ -79,26 +90,66 @@ class RayClientHost(ClientHost):
             self._build(run)
         return self.host_id
 
-    def run_round_on(self, run: list[Any], tasks: Any, params: Any, *args: Any) -> tuple[object, ...]:
-        """``run_round`` (its arguments after the run's references; ``params``: the global tensors, or the list of
-        the parameter-server shards' parts of them, ``RayBackend._put``)."""
-        self._build(run)
-        return self.run_round(tasks, _joined(params), *args)
+    @_watchdog_group
+    def alive(self) -> int:
+        """The round watchdog's ping (``recovery.py``): answered from a thread of its own while a call runs, so only
+        a host that runs no Python at all (stopped, hung in native code) leaves it unanswered."""
+        return self.host_id
 
-    def run_clients_on(self, run: list[Any], *args: Any) -> tuple[object, ...]:
-        """``run_clients`` (its arguments after the run's references)."""
+    def run_round_on(
+        self,
+        run: list[Any],
+        tasks: Sequence[TrainTask],
+        params: Any,
+        shard_of: Mapping[str, int],
+        num_shards: int,
+        initial: Any,
+        stores: int,
+        *fetched: Mapping[int, object],
+    ) -> tuple[object, ...]:
+        """``run_round`` (``params``: the global tensors, or the list of the parameter-server shards' parts of them,
+        ``RayBackend._put``). With ``stores`` (the clients carry memories, ``state_stores.py``): ``fetched`` holds
+        each store's memories of these clients, and the next memories come back as one return per store after the
+        outcomes."""
         self._build(run)
-        return self.run_clients(*args)
+        memories = cast(list[ClientMemory | None], aligned((t.client_id for t in tasks), fetched) if stores else [])
+        out = self.run_round(tasks, _joined(params), shard_of, num_shards, initial, *memories)
+        return _per_store(out, num_shards + 1, tasks, stores)
 
-    def reduce_uploads_on(self, run: list[Any], params: Any, *args: Any) -> tuple[object, ...]:
-        """``reduce_uploads`` (its arguments after the run's references; ``params`` as in ``run_round_on``)."""
+    def run_clients_on(
+        self, run: list[Any], tasks: Sequence[TrainTask], params: Any, initial: Any, stores: int, *fetched: Any
+    ) -> tuple[object, ...]:
+        """``run_clients``, its clients' memories as in ``run_round_on``."""
         self._build(run)
-        return self.reduce_uploads(_joined(params), *args)
+        memories = cast(list[ClientMemory | None], aligned((t.client_id for t in tasks), fetched) if stores else [])
+        return _per_store(self.run_clients(tasks, params, initial, *memories), 1, tasks, stores)
+
+    def reduce_uploads_on(
+        self,
+        run: list[Any],
+        params: Any,
+        shard_of: Mapping[str, int],
+        num_shards: int,
+        client_ids: Sequence[int],
+        *fetched: Mapping[int, object],
+    ) -> tuple[object, ...]:
+        """``reduce_uploads`` over the kept uploads of ``client_ids`` (in that order), read from the stores' ``take``
+        results ``fetched``; ``params`` as in ``run_round_on``."""
+        self._build(run)
+        memories = cast(list[ClientMemory | None], aligned(client_ids, fetched))
+        return self.reduce_uploads(_joined(params), shard_of, num_shards, *memories)
 
     def evaluate_on(self, run: list[Any], *args: Any) -> EvalStats:
         """``evaluate`` (its arguments after the run's references)."""
         self._build(run)
         return self.evaluate(*args)
+
+
+def _per_store(out: tuple[object, ...], head: int, tasks: Sequence[TrainTask], stores: int) -> tuple[object, ...]:
+    """A host call's result with the next memories after its first ``head`` returns regrouped by store."""
+    if not stores:
+        return out
+    return (*out[:head], *by_store([t.client_id for t in tasks], out[head:], stores))
 
 
 def _joined(params: Any) -> Any:
@@ -250,7 +301,10 @@ def take_pool(cfg: BackendConfig) -> ActorPool:
         _wait_group(group, cfg, layout)
     pool = ActorPool([], [], layout, group, own_group, key)
     try:
-        host_cls, shard_cls = ray.remote(RayClientHost), ray.remote(ParamServerShard)
+        # the watchdog's pings run in a group of their own, beside the call in flight (the default group: one at a
+        # time, in order)
+        host_cls = ray.remote(concurrency_groups={"watchdog": 1})(RayClientHost)
+        shard_cls = ray.remote(ParamServerShard)
         pool.hosts = [
             host_cls.options(
                 num_cpus=slot.num_cpus,

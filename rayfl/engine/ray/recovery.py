@@ -11,31 +11,45 @@ What Ray does, and what this module does on top (issue 12, item 2):
   fails with ``ReferenceCountingAssertionError`` once the driver dropped the reference) and logs an error for every
   run that has such an actor; a reference carried by the calls has neither problem. A host holds nothing that later
   rounds depend on (its built models and caches are rebuilt on demand, every client's data comes from the object
-  store and its state from the driver's ``ClientStateStore``), so the restarted host is as good as the dead one. A
+  store and its state from the node's state store, ``state_stores.py``), so the restarted host is as good as the dead
+  one. A
   shard's tensor names go with every ``reduce`` call, as its constructor knows only the first shard plan.
 * **The driver re-runs the lost work.** Actor calls keep Ray's default ``max_task_retries=0``: the call in flight fails
   (``ActorUnavailableError``/``ActorDiedError``) and :class:`Recovery` resubmits it, unchanged, once the actor answers
   again. Ray's own task retries are not used, because the driver must (a) count the failures of a round for the
   ``faults`` record and the give-up limit (``backend.max_actor_failures``), which Ray's silent retries would hide,
-  and (b) bound the wait for a replacement (``backend.start_timeout_s``) with a clear message. Re-running is safe
+  and (b) bound the wait for a replacement (``backend.replace_timeout_s``, apart from ``start_timeout_s``: a lost
+  node that an autoscaler replaces takes minutes) with a clear message. Re-running is safe
   and gives the same bits: a host's ``run_round`` is a pure function of its arguments (each client's randomness is
   derived from seed, round and client; its memory is an argument), and a shard's ``reduce`` is a pure function of
   the previous tensors and every host's partial sum, which it receives together in one call, so no partial sum is
   ever half-merged into a shard and nothing has to be discarded.
 * **Lineage reconstruction is not relied on** (it needs ``max_task_retries`` on the actor calls, see above). Objects
-  that a dead worker had already returned (partial sums, client memories) live in the node's object store or, when
-  small, in the driver's, so a killed process loses none of them. An object lost with its node makes the call that
-  reads it fail: a shard's reduction then has its inputs recomputed by re-running the round's hosts
-  (``InputsLost``); a host's call is re-run as it is.
+  that a dead worker had already returned (partial sums, the memories a state store handed out) live in the node's
+  object store or, when small, in the driver's, so a killed process loses none of them. An object lost with its
+  node makes the call that reads it fail: a shard's reduction then has its inputs recomputed by re-running the
+  round's hosts (``InputsLost``); a host's call is re-run as it is.
 * **A lost node** (issue 26, item 7: a pre-empted instance, its raylet and every actor on it gone) is the same
   death for every actor it held: Ray marks the node dead once its health checks fail (seconds; the calls in flight
   there then fail, and a call made to an actor that is restarting fails at once with "the actor is restarting":
   measured, no ``ray.wait`` waits on a vanished node) and restarts each actor where the remaining cluster has room.
-  Where it has none, the wait for the replacement ends after ``backend.start_timeout_s`` with one line naming the
+  Where it has none, the wait for the replacement ends after ``backend.replace_timeout_s`` with one line naming the
   lost node and what the cluster still has (``ActorFailureError``); the driver adds the run's last checkpoint to
   resume from.
-* **Client memories lost with a node** (those larger than Ray's inline limit live in the store of the node whose host
-  returned them) cannot be recomputed: their rounds are over, and nothing but a replay from the last checkpoint can
+* **A hung actor** (alive but answering nothing: a stopped process, a deadlock in native code) is what Ray cannot
+  see: its node's health checks pass and ``ray.wait`` would wait for ever. The round watchdog (``backend.
+  hang_timeout_s``, hosts only) pings every host with a call in flight; the host answers from a thread of its own
+  (a "watchdog" concurrency group) even while it trains, so a ping unanswered for the timeout means the process
+  runs no Python at all. The driver then kills it (``ray.kill`` without ``no_restart``), and from there it is a
+  death like any other: Ray replaces it, the call is re-run and counted in ``faults``. Shards are not watched: their
+  calls are one reduction, and the hosts' calls they wait for are.
+* **Restarts and Ray's memory monitor.** Hosts and shards keep ``max_restarts=-1``, which makes them "retriable"
+  workers, the monitor's first victims. That is the intended order: they are the processes whose loss costs only a
+  re-run, while what nothing can recompute (the client memories' state stores, ``max_restarts=0``) is killed last.
+  A host killed again and again by the monitor hits ``backend.max_actor_failures`` within its round, and the message
+  points at the OOM killer.
+* **Client memories lost with a node** (kept by the state store on that node, ``state_stores.py``) cannot be
+  recomputed: their rounds are over, and nothing but a replay from the last checkpoint can
   make them again. A host call that reads one (``Step.state``), or the gathering of every memory for a checkpoint,
   therefore stops the run at once with one line (``StateLostError``) instead of re-running a call that can only
   fail again; ``rayfl run --resume`` replays from the last checkpoint, bit for bit, on whatever cluster is there.
@@ -49,7 +63,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -108,6 +122,10 @@ class Step:
     probe: int = 0
     recompute_inputs: bool = False
     state: str = ""  # what the call reads that no re-run can recompute ("client memories"), if anything
+    # the round watchdog (``Recovery.hang_timeout_s``): ``ping`` submits a call the actor answers beside the one in
+    # flight (its own concurrency group), ``kill`` kills the actor so that Ray replaces it; ``None``: not watched
+    ping: Callable[[], Any] | None = None
+    kill: Callable[[], None] | None = None
 
 
 def _one_line(err: BaseException) -> str:
@@ -151,9 +169,11 @@ class Recovery:
     """Runs the calls of one backend step over several actors, waits for replacements and re-runs what was lost;
     counts the failures (per round for the limit, since the last ``take_faults`` for the record)."""
 
-    def __init__(self, max_failures: int, restart_timeout_s: float) -> None:
+    def __init__(self, max_failures: int, restart_timeout_s: float, hang_timeout_s: float = 0.0) -> None:
         self.max_failures = max_failures
-        self.restart_timeout_s = restart_timeout_s
+        self.restart_timeout_s = restart_timeout_s  # backend.replace_timeout_s
+        self.hang_timeout_s = hang_timeout_s  # backend.hang_timeout_s (0: no watchdog)
+        self.hung_s: list[float] = []  # for each hung actor killed: how long its call had been in flight unanswered
         self.nodes = _alive_nodes()  # the cluster's nodes when the run began: those lost since are named in messages
         self.round_idx: int | None = None
         self._in_round = 0
@@ -184,9 +204,14 @@ class Recovery:
         refs.update({k: list(s.submit()) for k, s in steps.items()})
         results: dict[K, Any] = {}
         pending = {refs[k][steps[k].probe]: k for k in steps}
+        watch = _Watchdog(self.hang_timeout_s)
         while pending:
-            done, _ = ray.wait(list(pending), num_returns=1)
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=watch.tick_s)
+            if not done:
+                watch.check(steps, pending.values())
+                continue
             key = pending.pop(done[0])
+            hung = watch.forget(key)
             try:
                 results[key] = ray.get(done[0])
             except Exception as err:
@@ -197,7 +222,7 @@ class Recovery:
                     raise InputsLost(_one_line(err)) from err
                 if steps[key].state and not actor_died(err):
                     raise self.state_lost(f"{steps[key].state} read by {steps[key].label}", err) from err
-                self.replace(steps[key], err)
+                self.replace(steps[key], err, hung)
                 refs[key] = list(steps[key].submit())
                 pending[refs[key][steps[key].probe]] = key
         return results
@@ -227,8 +252,15 @@ class Recovery:
     def _where(self) -> str:
         return "" if self.round_idx is None else f"round {self.round_idx}: "
 
-    def replace(self, step: Step, err: BaseException) -> None:
-        """Count the failure and wait until Ray's replacement of the actor answers."""
+    def replace(self, step: Step, err: BaseException, hung_s: float | None = None) -> None:
+        """Count the failure and wait until Ray's replacement of the actor answers (``hung_s``: the watchdog killed
+        the actor after its call went that long without an answer to its pings)."""
+        if hung_s is not None:
+            self.hung_s.append(hung_s)
+            err = RuntimeError(
+                f"hung: answered no ping for {self.hang_timeout_s:g} s (backend.hang_timeout_s) while its call had run "
+                f"{hung_s:.1f} s, so it was killed"
+            )
         self.failed(step.label, err)
         began = time.perf_counter()
         self._wait_ready(step)
@@ -262,11 +294,58 @@ class Recovery:
                 if time.monotonic() >= deadline:
                     raise ActorFailureError(
                         f"{self._where()}{step.label} died and Ray did not restart it within "
-                        f"{self.restart_timeout_s:g} s (backend.start_timeout_s): {_cluster_now(self.nodes)}"
+                        f"{self.restart_timeout_s:g} s (backend.replace_timeout_s): {_cluster_now(self.nodes)}"
                     ) from None
                 time.sleep(0.05)
             except rex.ActorDiedError as dead:
                 raise ActorFailureError(f"{step.label} died and Ray cannot restart it: {_one_line(dead)}") from dead
+
+
+class _Watchdog:
+    """The round watchdog of one ``Recovery.gather``: every ``tick_s`` (a quarter of the timeout, at most 5 s) each
+    watched step in flight gets a ping unless one is outstanding; a step whose ping has gone unanswered for
+    ``timeout_s`` is hung, and its actor is killed (Ray then replaces it: the call in flight fails as the actor's
+    death and ``gather`` re-runs it as for any death). A busy actor answers pings from a thread of their own, so
+    only a process that runs no Python at all (stopped, deadlocked in native code, its node unreachable) is hung."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        self.tick_s = min(5.0, max(0.05, timeout_s / 4)) if timeout_s > 0 else None
+        self._pings: dict[Any, tuple[Any, float]] = {}  # step key -> (outstanding ping, when sent)
+        self._began: dict[Any, float] = {}  # step key -> when the watchdog first saw its call in flight
+        self._killed: dict[Any, float] = {}  # step key -> how long its call had been in flight when killed
+
+    def check(self, steps: Mapping[Any, Step], keys: Iterable[Any]) -> None:
+        import ray
+
+        if self.tick_s is None:
+            return
+        now = time.monotonic()
+        for key in list(keys):
+            step = steps[key]
+            if step.ping is None or key in self._killed:
+                continue
+            self._began.setdefault(key, now)
+            sent = self._pings.get(key)
+            if sent is not None:
+                answered, _ = ray.wait([sent[0]], timeout=0)
+                if answered:
+                    sent = None
+                elif now - sent[1] >= self.timeout_s:
+                    self._killed[key] = now - self._began[key]
+                    log.warning("%s answered no ping for %.1f s: killing it as hung", step.label, now - sent[1])
+                    if step.kill is not None:
+                        step.kill()
+                    continue
+            if sent is None:
+                self._pings[key] = (step.ping(), now)
+
+    def forget(self, key: Any) -> float | None:
+        """The step's call came back (done or failed): stop watching it; returns how long it had run when the
+        watchdog killed it, or ``None``."""
+        self._pings.pop(key, None)
+        self._began.pop(key, None)
+        return self._killed.pop(key, None)
 
 
 def _alive_nodes() -> frozenset[str]:

@@ -6,6 +6,8 @@ import dataclasses
 import json
 import math
 
+import pytest
+
 from rayfl.engine.persist.records import RoundRecord
 from rayfl.tune.metrics import REPORTED_METRICS, RoundMetrics
 
@@ -75,3 +77,20 @@ def test_a_resumed_trial_carries_on_from_what_its_checkpoint_kept() -> None:
     got = [resumed(r) for r in rounds[1:]]
     assert got == want[1:]
     assert got[-1]["train_gmacs"] == 6.0 and got[-1]["test_acc"] == 0.3 and got[-1]["client_acc"] == 0.2
+
+
+def test_running_figures_for_a_table_built_from_the_last_report() -> None:
+    metrics = RoundMetrics()
+    base = record(0, math.nan, math.nan)
+    metrics(dataclasses.replace(base, clients_sampled=4, bytes_down=1_000_000, bytes_up=500_000))
+    metrics(dataclasses.replace(base, round_idx=1, test_acc=0.6, memory_util=0.3, hit_rate=math.nan))
+    last = metrics(dataclasses.replace(record(2, 0.5, 1.0), clients_sampled=4, client_acc=0.7))
+    assert last["best_test_acc"] == 0.6 and last["mean_memory_util"] == pytest.approx((0.5 + 0.3 + 0.5) / 3)
+    assert last["mean_hit_rate"] == 0.25  # NaN rounds left out, as the table's means do
+    assert (last["total_clients_failed"], last["total_clients_sampled"], last["total_network_mb"]) == (3, 8, 1.5)
+    assert last["client_evaluated"] is True and last["evaluated"] is True
+    resumed = RoundMetrics()
+    resumed.carry(json.loads(json.dumps(metrics.carried)))  # through a checkpoint's rayfl.json
+    again = resumed(record(3, math.nan, math.nan))
+    assert again["best_test_acc"] == 0.6 and again["total_clients_failed"] == 4
+    assert again["client_evaluated"] is False

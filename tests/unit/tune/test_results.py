@@ -73,3 +73,34 @@ def test_tables_files_best_trial_and_plot(runs: list[TrialOutcome], tmp_path: Pa
     assert text.count("\n") == 4 and "Mem util" in text and "Final acc" not in text  # empty columns are left out
     png = plot_sweep(table, tmp_path / "plot.png", "algorithm.epsilon", "", ["memory_util", "hit_rate"])
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_run_directory_not_readable_here_falls_back_to_the_last_report(tmp_path: Path) -> None:
+    reported = {
+        "rounds_done": 4,
+        "sim_time_s": 7200.0,
+        "test_acc": 0.55,
+        "best_test_acc": 0.6,
+        "test_loss": 1.2,
+        "mean_memory_util": 0.4,
+        "total_clients_failed": 2,
+        "total_clients_sampled": 8,
+        "evaluated": True,
+    }
+    elsewhere = tmp_path / "on-another-node"  # written on a worker's own disk: absent here
+    table = results_table(
+        [
+            TrialOutcome("a", {"seed": 0}, elsewhere, reported=reported, planned_rounds=4),
+            TrialOutcome("b", {"seed": 1}, elsewhere, reported=dict(reported, rounds_done=2), planned_rounds=4),
+            TrialOutcome("c", {"seed": 2}, elsewhere, errored=True, error="boom"),
+        ]
+    )
+    assert list(table["figures_from"]) == ["tune_report", "tune_report", "none"]
+    assert list(table["status"]) == ["completed", "stopped", "error"]
+    assert (table["test_acc"].iloc[0], table["best_test_acc"].iloc[0], table["sim_hours"].iloc[0]) == (0.55, 0.6, 2.0)
+    assert (table["memory_util"].iloc[0], table["failure_rate"].iloc[0]) == (0.4, 0.25)
+    best = best_trial(table, "test_acc", "max")
+    assert best is not None and best["trial"] == "a"  # not "Best trial: none"
+    text = markdown_table(table, ["seed"])
+    assert "Trials a, b: run directory not readable here; figures from the trial's last report to Tune." in text
+    assert "Trials c: no run directory readable here and no report to Tune: no figures." in text

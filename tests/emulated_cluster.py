@@ -1,0 +1,345 @@
+"""A multi-node Ray cluster emulated on this machine (issue 32, build 1): a head and N worker nodes, each worker with
+its own network address and its own disk, so that what differs on a real cluster (node IPs, head-local paths, a
+job's working directory) is exercised by tests.
+
+* **Network.** One Linux bridge per cluster carries a private /24 (``10.96-127.x.0/24``, picked unused): the head
+  runs in this machine's network namespace on the bridge's address ``.1``; worker *i* runs in a network namespace of
+  its own, joined to the bridge by a veth pair, at ``.(i+2)``. Ray therefore sees distinct node IPs. Only loopback and
+  these addresses are used.
+* **Disk.** Each worker also has a mount namespace of its own: a private ``/tmp`` (a folder under the cluster's root,
+  bind-mounted over ``/tmp``) that holds its working directory (``/tmp/work``), ``HOME`` and Ray session folder. The
+  head and the test share this machine's ``/tmp``, and the cluster's root lives there, so whatever the head writes
+  under ``/tmp`` (a pytest ``tmp_path`` included) is invisible to the workers, as a head's local disk is.
+* **Shared storage.** ``shared_dir`` (under the root) is bind-mounted at the same path into the workers named by
+  ``shared_on`` (all by default), as an NFS mount would be; on the others that path does not exist.
+
+Started by :func:`emulated_cluster` (a context manager; the ``emulated_cluster`` fixture in ``tests/conftest.py``
+wraps it), which is bounded in time and removes every process, namespace, veth and bridge it made even when start-up
+fails. Processes are ended by SIGTERM to our own ``ray start`` PIDs, then SIGKILL to whatever is left in each worker's
+namespace (``ip netns pids``) or names the head's private temp root; never ``ray stop``. Where namespaces cannot be
+made (not root, no ``ip``/``unshare``), :func:`unavailable` says why in one line and the fixture skips.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from tests.local_cluster import BIN, OBJECT_STORE_BYTES, cluster_env, free_port, processes_of, stop, wait_for_nodes
+
+START_TIMEOUT_S = 90.0
+STOP_TIMEOUT_S = 20.0
+
+
+@dataclass
+class WorkerNode:
+    """One emulated worker: its namespaces, address and private ``/tmp`` (``private_tmp`` is that folder as the head
+    and the test see it)."""
+
+    index: int
+    netns: str
+    ip: str
+    private_tmp: Path
+    shared: bool
+    proc: subprocess.Popen[bytes] | None = None
+
+    def pids(self) -> list[int]:
+        """Every process in this node's network namespace (its raylet, workers, agents)."""
+        out = subprocess.run(["ip", "netns", "pids", self.netns], capture_output=True, text=True, check=False)
+        return [int(p) for p in out.stdout.split()]
+
+    def anchor_pid(self) -> int:
+        """A process inside both of this node's namespaces (its ``ray start``), for ``nsenter``."""
+        if self.proc is None or self.proc.poll() is not None:
+            raise RuntimeError(f"worker {self.index} is not running")
+        return self.proc.pid
+
+    def kill(self) -> None:
+        """The node is lost: SIGKILL to every process in its namespace (a pre-empted machine)."""
+        for pid in self.pids():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if self.proc is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=STOP_TIMEOUT_S)
+
+
+@dataclass
+class EmulatedCluster:
+    """A running emulated cluster. ``address`` is the head's GCS (``ip:port``) for ``ray.init``/``backend.address``;
+    ``env`` the environment to run drivers and ``ray`` commands with; ``shared_dir`` the storage mounted into the
+    workers in ``shared_on``; ``head_ip`` and the workers' ``ip`` are distinct."""
+
+    root: Path
+    head_ip: str
+    address: str
+    env: dict[str, str]
+    shared_dir: Path
+    workers: list[WorkerNode]
+    bridge: str
+    node_ids: frozenset[str] = frozenset()
+    dashboard: str = ""  # http://head_ip:port when started with dashboard=True
+    head_proc: subprocess.Popen[bytes] | None = None
+    _extra: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def run_on(
+        self, worker: int, argv: Sequence[str], *, timeout_s: float = 60.0, cwd: str = "/tmp/work"
+    ) -> subprocess.CompletedProcess[str]:
+        """Run ``argv`` inside worker ``worker``'s network and mount namespaces (it sees that node's disk)."""
+        node = self.workers[worker]
+        return subprocess.run(
+            # --wd alone: the node's own working directory (a path given to nsenter is opened outside the namespace)
+            [
+                "nsenter",
+                "-t",
+                str(node.anchor_pid()),
+                "-n",
+                "-m",
+                "--wd",
+                "--",
+                "sh",
+                "-c",
+                'cd "$0" && exec "$@"',
+                cwd,
+                *argv,
+            ],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
+
+    def kill_worker(self, worker: int) -> None:
+        """Lose worker ``worker`` (every process in its namespace SIGKILLed); the others go on."""
+        self.workers[worker].kill()
+
+
+def unavailable() -> str | None:
+    """Why namespaces cannot be made here (one line), or None when they can."""
+    if sys.platform != "linux":
+        return "the emulated cluster needs Linux namespaces"
+    if os.geteuid() != 0:
+        return "the emulated cluster needs root (network and mount namespaces)"
+    for tool in ("ip", "unshare", "nsenter"):
+        if shutil.which(tool) is None:
+            return f"the emulated cluster needs `{tool}` on PATH"
+    probe = f"rayfl-probe-{os.getpid()}-{random.randrange(1 << 24):06x}"
+    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True, check=False)
+    if made.returncode != 0:
+        return f"cannot make a network namespace: {made.stderr.strip() or made.returncode}"
+    subprocess.run(["ip", "netns", "del", probe], capture_output=True, check=False)
+    return None
+
+
+def _ip(*args: str) -> None:
+    out = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30, check=False)
+    if out.returncode != 0:
+        raise RuntimeError(f"`ip {' '.join(args)}` failed: {out.stderr.strip()}")
+
+
+def _free_subnet() -> ipaddress.IPv4Network:
+    """A /24 in 10.96.0.0/11 that no address or route on this machine overlaps (random, so that concurrent
+    clusters, e.g. xdist workers, pick different ones; ``ip addr add`` of a taken one fails loudly)."""
+    used = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True, check=True).stdout
+    routes = subprocess.run(["ip", "-4", "route"], capture_output=True, text=True, check=True).stdout
+    taken: list[ipaddress.IPv4Network] = []
+    for line in used.splitlines():
+        parts = line.split()
+        if "inet" in parts:
+            taken.append(ipaddress.ip_network(parts[parts.index("inet") + 1], strict=False))
+    for line in routes.splitlines():
+        head = line.split()[0]
+        if head != "default":
+            taken.append(ipaddress.ip_network(head if "/" in head else f"{head}/32", strict=False))
+    rng = random.Random(os.getpid() ^ time.monotonic_ns())
+    for _ in range(200):
+        net = ipaddress.ip_network(f"10.{rng.randrange(96, 128)}.{rng.randrange(256)}.0/24")
+        if not any(net.overlaps(t) for t in taken):
+            return net
+    raise RuntimeError("no free 10.96.0.0/11 subnet for the emulated cluster")
+
+
+_WORKER_SCRIPT = """set -e
+mount --make-rprivate /
+if [ -n "$EC_SHARED" ]; then mount --bind "$EC_SHARED" "$EC_TMP$EC_SHARED_REL"; fi
+mount --rbind "$EC_TMP" /tmp
+cd /tmp/work
+export HOME=/tmp/home TMPDIR=/tmp
+exec "$@"
+"""
+
+
+def _start_worker(cluster: EmulatedCluster, node: WorkerNode, cpus: float, resources: str | None) -> None:
+    (node.private_tmp / "work").mkdir(parents=True)
+    (node.private_tmp / "home").mkdir()
+    env = dict(cluster.env, EC_TMP=str(node.private_tmp), EC_SHARED="", EC_SHARED_REL="")
+    if node.shared:
+        rel = cluster.shared_dir.relative_to("/tmp")
+        (node.private_tmp / rel).mkdir(parents=True)
+        env.update(EC_SHARED=str(cluster.shared_dir), EC_SHARED_REL=f"/{rel}")
+    ray_args = [
+        str(BIN / "ray"),
+        "start",
+        f"--address={cluster.address}",
+        f"--node-ip-address={node.ip}",
+        f"--temp-dir=/tmp/ray_w{node.index}",
+        f"--num-cpus={cpus:g}",
+        "--num-gpus=0",
+        f"--object-store-memory={OBJECT_STORE_BYTES}",
+        "--block",
+    ]
+    if resources:
+        ray_args.append(f"--resources={resources}")
+    node.proc = subprocess.Popen(
+        ["ip", "netns", "exec", node.netns, "unshare", "--mount", "--", "sh", "-c", _WORKER_SCRIPT, "sh", *ray_args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=open(cluster.root / f"w{node.index}.log", "wb"),  # noqa: SIM115 - owned by the process
+    )
+
+
+@contextlib.contextmanager
+def emulated_cluster(
+    workers: int = 2,
+    *,
+    worker_cpus: float = 1,
+    head_cpus: float = 0,
+    shared_on: Sequence[int] | None = None,
+    worker_resources: str | None = None,
+    dashboard: bool = False,
+) -> Iterator[EmulatedCluster]:
+    """Start a head (``head_cpus``, default 0: reserved for the driver and GCS) and ``workers`` worker nodes of
+    ``worker_cpus`` each; ``shared_on`` lists the workers that mount ``shared_dir`` (None: all of them); with
+    ``dashboard`` the head serves Ray's dashboard and job API at ``cluster.dashboard`` (``ray job submit --address``).
+    Raises RuntimeError if the cluster does not come up within ``START_TIMEOUT_S``."""
+    tag = f"{random.Random(os.getpid() ^ time.monotonic_ns()).randrange(1 << 20):05x}"
+    root = Path(tempfile.mkdtemp(prefix=f"rfec{tag}_", dir="/tmp"))  # short: Ray's socket paths live under it
+    shared_dir = root / "shared"
+    shared_dir.mkdir()
+    net = _free_subnet()
+    hosts = list(net.hosts())
+    head_ip = str(hosts[0])
+    env = cluster_env()
+    port = free_port()
+    address = f"{head_ip}:{port}"
+    mounted = set(range(workers) if shared_on is None else shared_on)
+    cluster = EmulatedCluster(
+        root=root,
+        head_ip=head_ip,
+        address=address,
+        env=env,
+        shared_dir=shared_dir,
+        workers=[
+            WorkerNode(i, f"rayfl-ec{tag}-w{i}", str(hosts[i + 1]), root / f"w{i}" / "tmp", i in mounted)
+            for i in range(workers)
+        ],
+        bridge=f"rfb{tag}",
+    )
+    made_bridge = False
+    made_netns: list[str] = []
+    head_dashboard = ["--include-dashboard=false"]
+    if dashboard:
+        dashboard_port = free_port()
+        cluster.dashboard = f"http://{head_ip}:{dashboard_port}"
+        head_dashboard = [
+            "--include-dashboard=true",
+            f"--dashboard-host={head_ip}",
+            f"--dashboard-port={dashboard_port}",
+        ]
+    try:
+        _ip("link", "add", cluster.bridge, "type", "bridge")
+        made_bridge = True
+        _ip("addr", "add", f"{head_ip}/{net.prefixlen}", "dev", cluster.bridge)
+        _ip("link", "set", cluster.bridge, "up")
+        for node in cluster.workers:
+            _ip("netns", "add", node.netns)
+            made_netns.append(node.netns)
+            outside, inside = f"rf{tag}h{node.index}", f"rf{tag}n{node.index}"
+            _ip("link", "add", outside, "type", "veth", "peer", "name", inside)
+            _ip("link", "set", inside, "netns", node.netns)
+            _ip("link", "set", outside, "master", cluster.bridge)
+            _ip("link", "set", outside, "up")
+            _ip("-n", node.netns, "addr", "add", f"{node.ip}/{net.prefixlen}", "dev", inside)
+            _ip("-n", node.netns, "link", "set", inside, "up")
+            _ip("-n", node.netns, "link", "set", "lo", "up")
+        cluster.head_proc = subprocess.Popen(
+            [
+                str(BIN / "ray"),
+                "start",
+                "--head",
+                f"--port={port}",
+                f"--node-ip-address={head_ip}",
+                *head_dashboard,
+                f"--temp-dir={root}/head",
+                f"--num-cpus={head_cpus:g}",
+                "--num-gpus=0",
+                f"--object-store-memory={OBJECT_STORE_BYTES}",
+                "--block",
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=open(root / "head.log", "wb"),  # noqa: SIM115 - owned by the process
+        )
+        for node in cluster.workers:
+            _start_worker(cluster, node, worker_cpus, worker_resources)
+        cluster.node_ids = wait_for_nodes(address, env, workers + 1, timeout_s=START_TIMEOUT_S)
+        yield cluster
+    finally:
+        _teardown(cluster, made_bridge, made_netns)
+
+
+def _teardown(cluster: EmulatedCluster, made_bridge: bool, made_netns: list[str]) -> None:
+    for node in cluster.workers:
+        if node.proc is not None:
+            stop(node.proc, timeout_s=STOP_TIMEOUT_S)
+    for node in cluster.workers:
+        if node.netns in made_netns:
+            deadline = time.monotonic() + 5
+            while node.pids() and time.monotonic() < deadline:
+                time.sleep(0.2)
+            node.kill()  # ours: every process in a namespace this cluster made
+    if cluster.head_proc is not None:
+        stop(cluster.head_proc, timeout_s=STOP_TIMEOUT_S)
+    deadline = time.monotonic() + 10
+    while processes_of(str(cluster.root)) and time.monotonic() < deadline:
+        time.sleep(0.3)
+    for proc in processes_of(str(cluster.root)):  # ours by the head's private temp root
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.kill()
+    for name in made_netns:
+        subprocess.run(["ip", "netns", "del", name], capture_output=True, check=False)  # takes its veth end along
+    if made_bridge:
+        subprocess.run(["ip", "link", "del", cluster.bridge], capture_output=True, check=False)
+    shutil.rmtree(cluster.root, ignore_errors=True)
+
+
+def leftovers(cluster: EmulatedCluster) -> list[str]:
+    """What of ``cluster`` outlived its teardown: namespaces, links, processes, its root folder."""
+    found: list[str] = []
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False).stdout
+    found += [f"netns {n.netns}" for n in cluster.workers if n.netns in netns]
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=False).stdout
+    tag = cluster.bridge[3:]
+    found += [
+        f"link {line.split(':')[1].strip()}"
+        for line in links.splitlines()
+        if f"rf{tag}" in line or cluster.bridge in line
+    ]
+    found += [f"process {p.pid}" for p in processes_of(str(cluster.root))]
+    if cluster.root.exists():
+        found.append(f"folder {cluster.root}")
+    return found

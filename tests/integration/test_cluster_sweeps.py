@@ -1,0 +1,197 @@
+"""Sweeps and jobs on the emulated multi-node cluster (issue 32; ``tests/emulated_cluster.py``): a head reserved for
+the driver (0 CPUs) and two 1-CPU worker nodes, each with its own IP and its own ``/tmp``; ``shared_dir`` is mounted
+into both, as NFS would be. One cluster serves the module.
+
+* A two-trial sweep whose trials (1 CPU each) run on the two different worker nodes, its folder on the shared
+  storage: checkpoints and results land there; the sweep's driver is SIGKILLed mid-run and ``rayfl sweep --resume``
+  continues both trials from their checkpoints (their first rounds' rows, wall times included, are kept).
+* The same sweep with its folder on the head's own disk (a pytest ``tmp_path``, which the workers do not see):
+  refused in one line before any trial runs.
+* ``ray job submit --working-dir`` of ``rayfl run`` with a relative ``output_dir``: the run says where it writes, and
+  its results are outside the job's working directory, where they survive the job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+import yaml
+
+from tests.emulated_cluster import EmulatedCluster, emulated_cluster, leftovers, unavailable
+from tests.local_cluster import BIN
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+BASE: dict[str, Any] = {
+    "name": "tiny",
+    "rounds": 8,
+    "clients_per_round": 4,
+    "eval_every": 2,
+    "data": {"name": "synthetic", "partition": "iid", "num_clients": 8, "synthetic_samples": 16},
+    "train": {"lr": 0.05, "batch_size": 8, "eval_batch_size": 250},
+    "model": {"name": "cnn", "channels": [4, 8]},
+    "backend": {"kind": "ray", "num_hosts": 1, "torch_threads": 1},
+    "checkpoint": {"every": 2},
+}
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[EmulatedCluster]:
+    reason = unavailable()
+    if reason is not None:
+        pytest.skip(reason)
+    with emulated_cluster(workers=2, worker_cpus=1, head_cpus=0, dashboard=True) as running:
+        yield running
+    assert leftovers(running) == []
+
+
+def _sweep_file(where: Path, cluster: EmulatedCluster, output_dir: Path) -> Path:
+    sweep = {
+        "base": {**BASE, "backend": {**BASE["backend"], "address": cluster.address}},
+        "param_space": {"seed": [0, 1]},
+        "output_dir": str(output_dir),
+        # one trial per 1-CPU worker node: a trial reserves its driver's half CPU and its host's half
+        "trial_resources": {"driver_cpus": 0.5, "cpus_per_host": 0.5},
+    }
+    path = where / "sweep.yaml"
+    path.write_text(f"# rayfl sweep {path}\n" + yaml.safe_dump(sweep, sort_keys=False))
+    return path
+
+
+def _env(cluster: EmulatedCluster) -> dict[str, str]:
+    # Tune saves its experiment state every second, so that a SIGKILLed driver leaves its trials' checkpoints known
+    return {**cluster.env, "OMP_NUM_THREADS": "1", "TUNE_GLOBAL_CHECKPOINT_S": "1"}
+
+
+def _wait_for(pattern: str, root: Path, proc: subprocess.Popen[str], count: int, timeout_s: float = 300) -> None:
+    began = time.monotonic()
+    while time.monotonic() - began < timeout_s:
+        if len(list(root.glob(pattern))) >= count:
+            return
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            raise AssertionError(f"the sweep ended before it was killed:\n{out[-3000:]}\n{err[-3000:]}")
+        time.sleep(0.5)
+    raise AssertionError(f"fewer than {count} {pattern} under {root} after {timeout_s} s")
+
+
+def _node_ips(trial_dir: Path) -> set[str]:
+    lines = (trial_dir / "result.json").read_text().splitlines()
+    return {json.loads(line)["node_ip"] for line in lines if line.strip()}
+
+
+def test_a_sweep_on_shared_storage_runs_on_both_workers_and_resumes_after_the_driver_dies(
+    cluster: EmulatedCluster,
+) -> None:
+    out = cluster.shared_dir / "sweeps"
+    path = _sweep_file(cluster.shared_dir, cluster, out)
+    command = [sys.executable, "-m", "rayfl.cli", "sweep"]
+    proc = subprocess.Popen(
+        [*command, str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(cluster)
+    )
+    try:
+        # both trials have reported their second checkpoint (round 4) to Tune, in the shared folder
+        _wait_for("sweep/tune/0000*/checkpoint_000001/rayfl.json", out, proc, count=2)
+        time.sleep(2.0)  # past Tune's next experiment-state save
+    finally:
+        proc.send_signal(signal.SIGKILL)  # the driver dies; Ray ends its trials with it
+        proc.communicate(timeout=60)
+    sweep_dir = out / "sweep"
+    trials = sorted((sweep_dir / "trials").iterdir())
+    assert len(trials) == 2
+    heads = {t.name: (t / "rounds.csv").read_text().splitlines()[:3] for t in trials}  # header, rounds 0-1
+
+    resumed = subprocess.run(
+        [*command, "--resume", str(sweep_dir)],
+        capture_output=True,
+        text=True,
+        env=_env(cluster),
+        timeout=420,
+        check=False,
+    )
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    table = pd.read_csv(sweep_dir / "results.csv")
+    assert list(table["status"]) == ["completed", "completed"]
+    assert list(table["figures_from"]) == ["run_dir", "run_dir"]
+    assert table["test_acc"].notna().all()
+    for trial in trials:
+        rounds = pd.read_csv(trial / "rounds.csv")
+        assert list(rounds["round_idx"]) == list(range(8))
+        assert (trial / "rounds.csv").read_text().splitlines()[:3] == heads[trial.name]  # continued, not restarted
+    tune_trials = sorted(p for p in (sweep_dir / "tune").iterdir() if p.is_dir() and p.name.startswith("0000"))
+    assert len(tune_trials) == 2 and all(list(t.glob("checkpoint_*/rayfl.json")) for t in tune_trials)
+    ips = [_node_ips(t) for t in tune_trials]
+    workers = {w.ip for w in cluster.workers}
+    assert all(len(i) == 1 for i in ips), ips  # each trial on one node (its retry, had there been one, too)
+    assert ips[0] | ips[1] == workers, ips  # the two trials on the two workers (the head has no CPU)
+
+
+def test_a_sweep_on_the_heads_own_disk_is_refused_before_any_trial_runs(
+    cluster: EmulatedCluster, tmp_path: Path
+) -> None:
+    out = tmp_path / "sweeps"  # under the head's /tmp: the workers' /tmp is their own
+    path = _sweep_file(tmp_path, cluster, out)
+    run = subprocess.run(
+        [sys.executable, "-m", "rayfl.cli", "sweep", str(path)],
+        capture_output=True,
+        text=True,
+        env=_env(cluster),
+        timeout=240,
+        check=False,
+    )
+    assert run.returncode == 2, run.stdout[-3000:] + run.stderr[-3000:]
+    errors = [line for line in run.stderr.splitlines() if line.startswith("rayfl: error:")]
+    assert len(errors) == 1, run.stderr[-3000:]
+    line = errors[0]
+    assert f"{out} is on this node's own disk" in line and "set output_dir to storage every node mounts" in line
+    assert all(w.ip in line for w in cluster.workers)
+    assert list(out.iterdir()) == []  # no sweep folder, no trial
+
+
+def test_a_ray_job_writes_its_results_where_they_outlive_the_job(cluster: EmulatedCluster, tmp_path: Path) -> None:
+    job_dir = tmp_path / "job"
+    job_dir.mkdir()
+    experiment = {**BASE, "name": "job-run", "rounds": 2, "output_dir": "runs"}  # relative, as by default
+    (job_dir / "exp.yaml").write_text(yaml.safe_dump(experiment))
+    results_root = tmp_path / "kept"
+    runtime_env = {"env_vars": {"RAYFL_OUTPUT_ROOT": str(results_root), "OMP_NUM_THREADS": "1"}}
+    argv = [
+        str(BIN / "ray"),
+        "job",
+        "submit",
+        f"--address={cluster.dashboard}",
+        f"--working-dir={job_dir}",
+        f"--runtime-env-json={json.dumps(runtime_env)}",
+        "--",
+        sys.executable,
+        "-m",
+        "rayfl.cli",
+        "run",
+        "exp.yaml",
+    ]
+    deadline = time.monotonic() + 120
+    while True:  # the head's dashboard agent registers some seconds after the node is up
+        submit = subprocess.run(argv, capture_output=True, text=True, env=cluster.env, timeout=300, check=False)
+        if "No available agent" not in submit.stderr or time.monotonic() > deadline:
+            break
+        time.sleep(2.0)
+    log = submit.stdout + submit.stderr
+    assert submit.returncode == 0, log[-4000:]
+    assert f"output_dir 'runs' resolved against $RAYFL_OUTPUT_ROOT, to {results_root / 'runs'}" in log
+    (run_dir,) = list((results_root / "runs").iterdir())
+    rounds = pd.read_parquet(run_dir / "rounds.parquet")
+    assert list(rounds["round_idx"]) == [0, 1]
+    # the job's working directory is a copy under the head's Ray session folder, deleted with it; the run is not there
+    assert "runtime_resources" not in str(run_dir.resolve())
+    assert not list(Path(cluster.root, "head").glob("session_*/runtime_resources/working_dir_files/*/runs"))
+    assert os.access(run_dir / "report.md", os.R_OK)
