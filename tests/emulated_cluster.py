@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import json
 import os
 import random
 import shutil
@@ -32,7 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -221,10 +222,12 @@ def emulated_cluster(
     shared_on: Sequence[int] | None = None,
     worker_resources: str | None = None,
     dashboard: bool = False,
+    system_config: Mapping[str, object] | None = None,
 ) -> Iterator[EmulatedCluster]:
     """Start a head (``head_cpus``, default 0: reserved for the driver and GCS) and ``workers`` worker nodes of
     ``worker_cpus`` each; ``shared_on`` lists the workers that mount ``shared_dir`` (None: all of them); with
-    ``dashboard`` the head serves Ray's dashboard and job API at ``cluster.dashboard`` (``ray job submit --address``).
+    ``dashboard`` the head serves Ray's dashboard and job API at ``cluster.dashboard`` (``ray job submit --address``);
+    ``system_config`` goes to the head's ``--system-config`` (e.g. faster health checks for node-loss tests).
     Raises RuntimeError if the cluster does not come up within ``START_TIMEOUT_S``."""
     tag = f"{random.Random(os.getpid() ^ time.monotonic_ns()).randrange(1 << 20):05x}"
     root = Path(tempfile.mkdtemp(prefix=f"rfec{tag}_", dir="/tmp"))  # short: Ray's socket paths live under it
@@ -284,6 +287,7 @@ def emulated_cluster(
                 f"--port={port}",
                 f"--node-ip-address={head_ip}",
                 *head_dashboard,
+                *([f"--system-config={json.dumps(dict(system_config))}"] if system_config else []),
                 f"--temp-dir={root}/head",
                 f"--num-cpus={head_cpus:g}",
                 "--num-gpus=0",
