@@ -7,12 +7,15 @@ into both, as NFS would be. One cluster serves the module.
   continues both trials from their checkpoints (their first rounds' rows, wall times included, are kept).
 * The same sweep with its folder on the head's own disk (a pytest ``tmp_path``, which the workers do not see):
   refused in one line before any trial runs.
+* A trial whose process is SIGKILLed is retried by Tune (``max_failures``) from its last checkpoint, and ends with
+  the records of an uninterrupted run.
 * ``ray job submit --working-dir`` of ``rayfl run`` with a relative ``output_dir``: the run says where it writes, and
   its results are outside the job's working directory, where they survive the job.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -27,8 +30,11 @@ import pandas as pd
 import pytest
 import yaml
 
+from rayfl.engine.driver import run_experiment
+from rayfl.experiment.loader import load_config
 from tests.emulated_cluster import EmulatedCluster, emulated_cluster, leftovers, unavailable
 from tests.local_cluster import BIN
+from tests.resume_cases import assert_same_run
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -55,10 +61,11 @@ def cluster() -> Iterator[EmulatedCluster]:
     assert leftovers(running) == []
 
 
-def _sweep_file(where: Path, cluster: EmulatedCluster, output_dir: Path) -> Path:
+def _sweep_file(where: Path, cluster: EmulatedCluster, output_dir: Path, seeds: list[int] | None = None) -> Path:
+    where.mkdir(parents=True, exist_ok=True)
     sweep = {
         "base": {**BASE, "backend": {**BASE["backend"], "address": cluster.address}},
-        "param_space": {"seed": [0, 1]},
+        "param_space": {"seed": seeds or [0, 1]},
         "output_dir": str(output_dir),
         # one trial per 1-CPU worker node: a trial reserves its driver's half CPU and its host's half
         "trial_resources": {"driver_cpus": 0.5, "cpus_per_host": 0.5},
@@ -195,3 +202,43 @@ def test_a_ray_job_writes_its_results_where_they_outlive_the_job(cluster: Emulat
     assert "runtime_resources" not in str(run_dir.resolve())
     assert not list(Path(cluster.root, "head").glob("session_*/runtime_resources/working_dir_files/*/runs"))
     assert os.access(run_dir / "report.md", os.R_OK)
+
+
+def test_a_trial_whose_process_dies_is_retried_from_its_checkpoint(cluster: EmulatedCluster) -> None:
+    """``max_failures`` (1 by default): the trial's process (Tune's function actor, on a worker) is SIGKILLed after
+    its second checkpoint; Tune retries it from that checkpoint and the sweep ends with the records of an
+    uninterrupted in-process run."""
+    out = cluster.shared_dir / "retried"
+    path = _sweep_file(cluster.shared_dir / "retry_sweep", cluster, out, seeds=[0])
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rayfl.cli", "-v", "sweep", str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(cluster),
+    )
+    killed: list[int] = []
+    try:
+        _wait_for("sweep/tune/00000_*/checkpoint_000001/rayfl.json", out, proc, count=1)
+        trial_dir = next((out / "sweep" / "trials").iterdir())
+        head = (trial_dir / "rounds.csv").read_text().splitlines()[:3]
+        for worker in cluster.workers:  # the trial's process: ours, found in the worker node's namespace
+            for pid in worker.pids():
+                with contextlib.suppress(OSError):
+                    if "ImplicitFunc" in Path(f"/proc/{pid}/cmdline").read_text(errors="replace"):
+                        os.kill(pid, signal.SIGKILL)
+                        killed.append(pid)
+        stdout, stderr = proc.communicate(timeout=420)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert len(killed) == 1, killed
+    assert proc.returncode == 0, stdout[-3000:] + stderr[-3000:]
+    table = pd.read_csv(out / "sweep" / "results.csv")
+    assert list(table["status"]) == ["completed"]
+    assert (trial_dir / "rounds.csv").read_text().splitlines()[:3] == head  # continued from its checkpoint
+    cfg = load_config(trial_dir / "config.yaml", ["backend.kind=local", f"output_dir={out / 'plain'}"])
+    plain = run_experiment(cfg)
+    assert plain.run_dir is not None
+    assert_same_run(plain.run_dir, trial_dir)
