@@ -40,7 +40,7 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 BASE: dict[str, Any] = {
     "name": "tiny",
-    "rounds": 12,
+    "rounds": 30,  # ~0.5 s a round when the box is idle: long enough to be cut mid-run
     "clients_per_round": 4,
     "eval_every": 2,
     "data": {"name": "synthetic", "partition": "iid", "num_clients": 8, "synthetic_samples": 16},
@@ -98,6 +98,47 @@ def _node_ips(trial_dir: Path) -> set[str]:
     return {json.loads(line)["node_ip"] for line in lines if line.strip()}
 
 
+# first: on this loaded 2-core box a head that has served sweeps (SIGKILLed drivers, killed trials) was seen to time
+# out the job agent's submissions for minutes; a fresh cluster's head answers at once
+def test_a_ray_job_writes_its_results_where_they_outlive_the_job(cluster: EmulatedCluster, tmp_path: Path) -> None:
+    job_dir = tmp_path / "job"
+    job_dir.mkdir()
+    experiment = {**BASE, "name": "job-run", "rounds": 2, "output_dir": "runs"}  # relative, as by default
+    (job_dir / "exp.yaml").write_text(yaml.safe_dump(experiment))
+    results_root = tmp_path / "kept"
+    runtime_env = {"env_vars": {"RAYFL_OUTPUT_ROOT": str(results_root), "OMP_NUM_THREADS": "1"}}
+    argv = [
+        str(BIN / "ray"),
+        "job",
+        "submit",
+        f"--address={cluster.dashboard}",
+        f"--working-dir={job_dir}",
+        f"--runtime-env-json={json.dumps(runtime_env)}",
+        "--",
+        sys.executable,
+        "-m",
+        "rayfl.cli",
+        "run",
+        "exp.yaml",
+    ]
+    deadline = time.monotonic() + 180
+    while True:  # the head's dashboard agent registers some seconds after the node is up
+        submit = subprocess.run(argv, capture_output=True, text=True, env=cluster.env, timeout=300, check=False)
+        if "No available agent" not in submit.stderr or time.monotonic() > deadline:
+            break
+        time.sleep(2.0)
+    log = submit.stdout + submit.stderr
+    assert submit.returncode == 0, log[-4000:]
+    assert f"output_dir 'runs' resolved against $RAYFL_OUTPUT_ROOT, to {results_root / 'runs'}" in log
+    (run_dir,) = list((results_root / "runs").iterdir())
+    rounds = pd.read_parquet(run_dir / "rounds.parquet")
+    assert list(rounds["round_idx"]) == [0, 1]
+    # the job's working directory is a copy under the head's Ray session folder, deleted with it; the run is not there
+    assert "runtime_resources" not in str(run_dir.resolve())
+    assert not list(Path(cluster.root, "head").glob("session_*/runtime_resources/working_dir_files/*/runs"))
+    assert os.access(run_dir / "report.md", os.R_OK)
+
+
 def test_a_sweep_on_shared_storage_runs_on_both_workers_and_resumes_after_the_driver_dies(
     cluster: EmulatedCluster,
 ) -> None:
@@ -111,7 +152,7 @@ def test_a_sweep_on_shared_storage_runs_on_both_workers_and_resumes_after_the_dr
         # both trials have reported a second checkpoint (round 4 or later) to Tune, in the shared folder (Tune keeps
         # the last two, so the first may be gone already)
         _wait_for("checkpoint_00000[1-9]/rayfl.json", out, proc, count=2)
-        time.sleep(2.0)  # past Tune's next experiment-state save
+        time.sleep(1.5)  # past Tune's next experiment-state save
     finally:
         proc.send_signal(signal.SIGKILL)  # the driver dies; Ray ends its trials with it
         proc.communicate(timeout=60)
@@ -167,45 +208,6 @@ def test_a_sweep_on_the_heads_own_disk_is_refused_before_any_trial_runs(
     assert f"{out} is on this node's own disk" in line and "set output_dir to storage every node mounts" in line
     assert all(w.ip in line for w in cluster.workers)
     assert list(out.iterdir()) == []  # no sweep folder, no trial
-
-
-def test_a_ray_job_writes_its_results_where_they_outlive_the_job(cluster: EmulatedCluster, tmp_path: Path) -> None:
-    job_dir = tmp_path / "job"
-    job_dir.mkdir()
-    experiment = {**BASE, "name": "job-run", "rounds": 2, "output_dir": "runs"}  # relative, as by default
-    (job_dir / "exp.yaml").write_text(yaml.safe_dump(experiment))
-    results_root = tmp_path / "kept"
-    runtime_env = {"env_vars": {"RAYFL_OUTPUT_ROOT": str(results_root), "OMP_NUM_THREADS": "1"}}
-    argv = [
-        str(BIN / "ray"),
-        "job",
-        "submit",
-        f"--address={cluster.dashboard}",
-        f"--working-dir={job_dir}",
-        f"--runtime-env-json={json.dumps(runtime_env)}",
-        "--",
-        sys.executable,
-        "-m",
-        "rayfl.cli",
-        "run",
-        "exp.yaml",
-    ]
-    deadline = time.monotonic() + 120
-    while True:  # the head's dashboard agent registers some seconds after the node is up
-        submit = subprocess.run(argv, capture_output=True, text=True, env=cluster.env, timeout=300, check=False)
-        if "No available agent" not in submit.stderr or time.monotonic() > deadline:
-            break
-        time.sleep(2.0)
-    log = submit.stdout + submit.stderr
-    assert submit.returncode == 0, log[-4000:]
-    assert f"output_dir 'runs' resolved against $RAYFL_OUTPUT_ROOT, to {results_root / 'runs'}" in log
-    (run_dir,) = list((results_root / "runs").iterdir())
-    rounds = pd.read_parquet(run_dir / "rounds.parquet")
-    assert list(rounds["round_idx"]) == [0, 1]
-    # the job's working directory is a copy under the head's Ray session folder, deleted with it; the run is not there
-    assert "runtime_resources" not in str(run_dir.resolve())
-    assert not list(Path(cluster.root, "head").glob("session_*/runtime_resources/working_dir_files/*/runs"))
-    assert os.access(run_dir / "report.md", os.R_OK)
 
 
 def test_a_trial_whose_process_dies_is_retried_from_its_checkpoint(cluster: EmulatedCluster) -> None:
