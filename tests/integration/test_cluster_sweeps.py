@@ -160,6 +160,7 @@ def test_a_sweep_on_shared_storage_runs_on_both_workers_and_resumes_after_the_dr
     trials = sorted((sweep_dir / "trials").iterdir())
     assert len(trials) == 2
     heads = {t.name: (t / "rounds.csv").read_text().splitlines()[:3] for t in trials}  # header, rounds 0-1
+    first_nodes = set().union(*(_node_ips(t) for t in (sweep_dir / "tune").glob("0000*") if t.is_dir()))
     done = [len(pd.read_csv(t / "rounds.csv")) for t in trials]
     assert min(done) < BASE["rounds"], done  # a trial was cut mid-run (both, unless one was far ahead)
 
@@ -182,10 +183,10 @@ def test_a_sweep_on_shared_storage_runs_on_both_workers_and_resumes_after_the_dr
         assert (trial / "rounds.csv").read_text().splitlines()[:3] == heads[trial.name]  # continued, not restarted
     tune_trials = sorted(p for p in (sweep_dir / "tune").iterdir() if p.is_dir() and p.name.startswith("0000"))
     assert len(tune_trials) == 2 and all(list(t.glob("checkpoint_*/rayfl.json")) for t in tune_trials)
-    ips = [_node_ips(t) for t in tune_trials]
     workers = {w.ip for w in cluster.workers}
-    assert all(len(i) == 1 for i in ips), ips  # each trial on one node (its retry, had there been one, too)
-    assert ips[0] | ips[1] == workers, ips  # the two trials on the two workers (the head has no CPU)
+    assert first_nodes == workers, first_nodes  # before the kill, the two trials ran on the two workers
+    after = set().union(*(_node_ips(t) for t in tune_trials))
+    assert after <= workers, after  # resumed wherever a worker had room; never on the head (it has no CPU)
 
 
 def test_a_sweep_on_the_heads_own_disk_is_refused_before_any_trial_runs(
