@@ -17,22 +17,26 @@ Started by :func:`emulated_cluster` (a context manager; the ``emulated_cluster``
 wraps it), which is bounded in time and removes every process, namespace, veth and bridge it made even when start-up
 fails. Processes are ended by SIGTERM to our own ``ray start`` PIDs, then SIGKILL to whatever is left in each worker's
 namespace (``ip netns pids``) or names the head's private temp root; never ``ray stop``. Where namespaces cannot be
-made (not root, no ``ip``/``unshare``), :func:`unavailable` says why in one line and the fixture skips.
+made (not root, no ``ip``/``unshare``), :func:`unavailable` says why in one line and the fixture skips. A cluster
+whose test process was SIGKILLed (no teardown) is removed by the next start (``remove_stale``: worker namespaces are
+named ``rayfl-ec<tag>-p<owner pid>-w<i>``, and only those whose owner is gone are touched).
 """
 
 from __future__ import annotations
 
 import contextlib
 import ipaddress
+import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,7 +44,7 @@ import psutil
 
 from tests.local_cluster import BIN, OBJECT_STORE_BYTES, cluster_env, free_port, processes_of, stop, wait_for_nodes
 
-START_TIMEOUT_S = 90.0
+START_TIMEOUT_S = 240.0  # three `ray start`s on a loaded 2-core box took 55-150 s
 STOP_TIMEOUT_S = 20.0
 
 
@@ -221,11 +225,14 @@ def emulated_cluster(
     shared_on: Sequence[int] | None = None,
     worker_resources: str | None = None,
     dashboard: bool = False,
+    system_config: Mapping[str, object] | None = None,
 ) -> Iterator[EmulatedCluster]:
     """Start a head (``head_cpus``, default 0: reserved for the driver and GCS) and ``workers`` worker nodes of
     ``worker_cpus`` each; ``shared_on`` lists the workers that mount ``shared_dir`` (None: all of them); with
-    ``dashboard`` the head serves Ray's dashboard and job API at ``cluster.dashboard`` (``ray job submit --address``).
+    ``dashboard`` the head serves Ray's dashboard and job API at ``cluster.dashboard`` (``ray job submit --address``);
+    ``system_config`` goes to the head's ``--system-config`` (e.g. faster health checks for node-loss tests).
     Raises RuntimeError if the cluster does not come up within ``START_TIMEOUT_S``."""
+    remove_stale()
     tag = f"{random.Random(os.getpid() ^ time.monotonic_ns()).randrange(1 << 20):05x}"
     root = Path(tempfile.mkdtemp(prefix=f"rfec{tag}_", dir="/tmp"))  # short: Ray's socket paths live under it
     shared_dir = root / "shared"
@@ -244,7 +251,7 @@ def emulated_cluster(
         env=env,
         shared_dir=shared_dir,
         workers=[
-            WorkerNode(i, f"rayfl-ec{tag}-w{i}", str(hosts[i + 1]), root / f"w{i}" / "tmp", i in mounted)
+            WorkerNode(i, f"rayfl-ec{tag}-p{os.getpid()}-w{i}", str(hosts[i + 1]), root / f"w{i}" / "tmp", i in mounted)
             for i in range(workers)
         ],
         bridge=f"rfb{tag}",
@@ -284,6 +291,7 @@ def emulated_cluster(
                 f"--port={port}",
                 f"--node-ip-address={head_ip}",
                 *head_dashboard,
+                *([f"--system-config={json.dumps(dict(system_config))}"] if system_config else []),
                 f"--temp-dir={root}/head",
                 f"--num-cpus={head_cpus:g}",
                 "--num-gpus=0",
@@ -325,6 +333,29 @@ def _teardown(cluster: EmulatedCluster, made_bridge: bool, made_netns: list[str]
     if made_bridge:
         subprocess.run(["ip", "link", "del", cluster.bridge], capture_output=True, check=False)
     shutil.rmtree(cluster.root, ignore_errors=True)
+
+
+_STALE = re.compile(r"^rayfl-ec([0-9a-f]{5})-p(\d+)-w\d+$")
+
+
+def remove_stale() -> list[str]:
+    """Namespaces (and their bridges and processes) of emulated clusters whose test process died without its
+    teardown (SIGKILL): a namespace's name holds its owner's PID, so only clusters whose owner is gone are touched."""
+    removed = []
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False).stdout
+    for line in listed.splitlines():
+        name = line.split()[0] if line.split() else ""
+        found = _STALE.match(name)
+        if found is None or psutil.pid_exists(int(found.group(2))):
+            continue
+        pids = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True, check=False).stdout
+        for pid in pids.split():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
+        subprocess.run(["ip", "netns", "del", name], capture_output=True, check=False)
+        subprocess.run(["ip", "link", "del", f"rfb{found.group(1)}"], capture_output=True, check=False)
+        removed.append(name)
+    return removed
 
 
 def leftovers(cluster: EmulatedCluster) -> list[str]:

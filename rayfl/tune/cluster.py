@@ -1,6 +1,11 @@
 """What a sweep asks of the Ray cluster before any trial runs: the node types its bundles are checked against
 (``fit.py``), and whether the sweep's folder is on storage every node sees.
 
+**Node types.** The alive nodes, grouped by their resources, and the node types an autoscaler may launch: from the
+cluster config Ray's GCS holds where the autoscaler reports one, else from ``~/ray_bootstrap_config.yaml``, the
+config ``ray up`` writes on the head (its worker types' ``resources`` and ``max_workers``), so a sweep whose GPU
+workers are not up yet is not refused.
+
 **Shared storage.** Tune keeps its experiment state and the trials' checkpoints under the sweep's ``tune/`` folder,
 and every trial writes its run directory under ``trials/``, from whichever node it runs on. Ray does not copy a
 head-local folder to the other nodes: a trial on another node fails at its first checkpoint, and its records land on
@@ -21,9 +26,18 @@ from typing import Any
 from rayfl.core.errors import ConfigError
 from rayfl.tune.fit import NodeType
 
-__all__ = ["PROBE_TIMEOUT_S", "blind_nodes", "check_shared_storage", "node_types"]
+__all__ = [
+    "BOOTSTRAP_CONFIG",
+    "PROBE_TIMEOUT_S",
+    "blind_nodes",
+    "check_shared_storage",
+    "launcher_node_types",
+    "node_types",
+]
 
 PROBE_TIMEOUT_S = 60.0
+# where `ray up` puts the autoscaler's config on the head (``--autoscaling-config`` in cluster.yaml's start commands)
+BOOTSTRAP_CONFIG = Path("~/ray_bootstrap_config.yaml")
 _IGNORED = ("memory", "object_store_memory")  # not reserved by bundles; node:<ip> labels are dropped too
 
 
@@ -49,10 +63,36 @@ def node_types() -> list[NodeType]:
         config: Any = ray._private.state.state.get_cluster_config()
     except Exception:  # an older or newer Ray without it: the alive nodes are all we know
         config = None
-    for group in getattr(config, "node_group_configs", None) or []:
+    groups = getattr(config, "node_group_configs", None) or []
+    for group in groups:
         resources = _shape(dict(group.resources))
         if resources and group.max_count != 0:
             types.append(NodeType(resources, int(group.max_count), name=str(group.name), launchable=True))
+    if not groups and BOOTSTRAP_CONFIG.expanduser().is_file():  # the `ray up` autoscaler's config on the head
+        types += launcher_node_types(BOOTSTRAP_CONFIG.expanduser().read_text(encoding="utf-8"))
+    return types
+
+
+def launcher_node_types(text: str) -> list[NodeType]:
+    """The worker node types of a cluster-launcher config (``ray up``'s ``available_node_types``, with their
+    ``resources`` and ``max_workers``; the head type is counted among the alive nodes); [] when it has none."""
+    import yaml
+
+    try:
+        config = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return []
+    if not isinstance(config, dict) or not isinstance(config.get("available_node_types"), dict):
+        return []
+    head = config.get("head_node_type")
+    types = []
+    for name, spec in config["available_node_types"].items():
+        if name == head or not isinstance(spec, dict) or not isinstance(spec.get("resources"), dict):
+            continue
+        count = int(spec.get("max_workers", config.get("max_workers", 0)) or 0)
+        resources = _shape({str(k): float(v) for k, v in spec["resources"].items()})
+        if resources and count > 0:
+            types.append(NodeType(resources, count, name=str(name), launchable=True))
     return types
 
 

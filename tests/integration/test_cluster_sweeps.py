@@ -7,12 +7,15 @@ into both, as NFS would be. One cluster serves the module.
   continues both trials from their checkpoints (their first rounds' rows, wall times included, are kept).
 * The same sweep with its folder on the head's own disk (a pytest ``tmp_path``, which the workers do not see):
   refused in one line before any trial runs.
+* A trial whose process is SIGKILLed is retried by Tune (``max_failures``) from its last checkpoint, and ends with
+  the records of an uninterrupted run.
 * ``ray job submit --working-dir`` of ``rayfl run`` with a relative ``output_dir``: the run says where it writes, and
   its results are outside the job's working directory, where they survive the job.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -27,14 +30,17 @@ import pandas as pd
 import pytest
 import yaml
 
+from rayfl.engine.driver import run_experiment
+from rayfl.experiment.loader import load_config
 from tests.emulated_cluster import EmulatedCluster, emulated_cluster, leftovers, unavailable
 from tests.local_cluster import BIN
+from tests.resume_cases import assert_same_run
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 BASE: dict[str, Any] = {
     "name": "tiny",
-    "rounds": 8,
+    "rounds": 30,  # ~0.5 s a round when the box is idle: long enough to be cut mid-run
     "clients_per_round": 4,
     "eval_every": 2,
     "data": {"name": "synthetic", "partition": "iid", "num_clients": 8, "synthetic_samples": 16},
@@ -55,10 +61,11 @@ def cluster() -> Iterator[EmulatedCluster]:
     assert leftovers(running) == []
 
 
-def _sweep_file(where: Path, cluster: EmulatedCluster, output_dir: Path) -> Path:
+def _sweep_file(where: Path, cluster: EmulatedCluster, output_dir: Path, seeds: list[int] | None = None) -> Path:
+    where.mkdir(parents=True, exist_ok=True)
     sweep = {
         "base": {**BASE, "backend": {**BASE["backend"], "address": cluster.address}},
-        "param_space": {"seed": [0, 1]},
+        "param_space": {"seed": seeds or [0, 1]},
         "output_dir": str(output_dir),
         # one trial per 1-CPU worker node: a trial reserves its driver's half CPU and its host's half
         "trial_resources": {"driver_cpus": 0.5, "cpus_per_host": 0.5},
@@ -74,20 +81,62 @@ def _env(cluster: EmulatedCluster) -> dict[str, str]:
 
 
 def _wait_for(pattern: str, root: Path, proc: subprocess.Popen[str], count: int, timeout_s: float = 300) -> None:
+    """Until ``count`` distinct trials' folders (``root/sweep/tune/<trial>``) match ``pattern`` under them."""
     began = time.monotonic()
     while time.monotonic() - began < timeout_s:
-        if len(list(root.glob(pattern))) >= count:
+        if len({p.relative_to(root).parts[2] for p in root.glob(f"sweep/tune/*/{pattern}")}) >= count:
             return
         if proc.poll() is not None:
             out, err = proc.communicate()
             raise AssertionError(f"the sweep ended before it was killed:\n{out[-3000:]}\n{err[-3000:]}")
         time.sleep(0.5)
-    raise AssertionError(f"fewer than {count} {pattern} under {root} after {timeout_s} s")
+    raise AssertionError(f"fewer than {count} trials with {pattern} under {root} after {timeout_s} s")
 
 
 def _node_ips(trial_dir: Path) -> set[str]:
     lines = (trial_dir / "result.json").read_text().splitlines()
     return {json.loads(line)["node_ip"] for line in lines if line.strip()}
+
+
+# first: on this loaded 2-core box a head that has served sweeps (SIGKILLed drivers, killed trials) was seen to time
+# out the job agent's submissions for minutes; a fresh cluster's head answers at once
+def test_a_ray_job_writes_its_results_where_they_outlive_the_job(cluster: EmulatedCluster, tmp_path: Path) -> None:
+    job_dir = tmp_path / "job"
+    job_dir.mkdir()
+    experiment = {**BASE, "name": "job-run", "rounds": 2, "output_dir": "runs"}  # relative, as by default
+    (job_dir / "exp.yaml").write_text(yaml.safe_dump(experiment))
+    results_root = tmp_path / "kept"
+    runtime_env = {"env_vars": {"RAYFL_OUTPUT_ROOT": str(results_root), "OMP_NUM_THREADS": "1"}}
+    argv = [
+        str(BIN / "ray"),
+        "job",
+        "submit",
+        f"--address={cluster.dashboard}",
+        f"--working-dir={job_dir}",
+        f"--runtime-env-json={json.dumps(runtime_env)}",
+        "--",
+        sys.executable,
+        "-m",
+        "rayfl.cli",
+        "run",
+        "exp.yaml",
+    ]
+    deadline = time.monotonic() + 180
+    while True:  # the head's dashboard agent registers some seconds after the node is up
+        submit = subprocess.run(argv, capture_output=True, text=True, env=cluster.env, timeout=300, check=False)
+        if "No available agent" not in submit.stderr or time.monotonic() > deadline:
+            break
+        time.sleep(2.0)
+    log = submit.stdout + submit.stderr
+    assert submit.returncode == 0, log[-4000:]
+    assert f"output_dir 'runs' resolved against $RAYFL_OUTPUT_ROOT, to {results_root / 'runs'}" in log
+    (run_dir,) = list((results_root / "runs").iterdir())
+    rounds = pd.read_parquet(run_dir / "rounds.parquet")
+    assert list(rounds["round_idx"]) == [0, 1]
+    # the job's working directory is a copy under the head's Ray session folder, deleted with it; the run is not there
+    assert "runtime_resources" not in str(run_dir.resolve())
+    assert not list(Path(cluster.root, "head").glob("session_*/runtime_resources/working_dir_files/*/runs"))
+    assert os.access(run_dir / "report.md", os.R_OK)
 
 
 def test_a_sweep_on_shared_storage_runs_on_both_workers_and_resumes_after_the_driver_dies(
@@ -100,9 +149,10 @@ def test_a_sweep_on_shared_storage_runs_on_both_workers_and_resumes_after_the_dr
         [*command, str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(cluster)
     )
     try:
-        # both trials have reported their second checkpoint (round 4) to Tune, in the shared folder
-        _wait_for("sweep/tune/0000*/checkpoint_000001/rayfl.json", out, proc, count=2)
-        time.sleep(2.0)  # past Tune's next experiment-state save
+        # both trials have reported a second checkpoint (round 4 or later) to Tune, in the shared folder (Tune keeps
+        # the last two, so the first may be gone already)
+        _wait_for("checkpoint_00000[1-9]/rayfl.json", out, proc, count=2)
+        time.sleep(1.5)  # past Tune's next experiment-state save
     finally:
         proc.send_signal(signal.SIGKILL)  # the driver dies; Ray ends its trials with it
         proc.communicate(timeout=60)
@@ -110,6 +160,9 @@ def test_a_sweep_on_shared_storage_runs_on_both_workers_and_resumes_after_the_dr
     trials = sorted((sweep_dir / "trials").iterdir())
     assert len(trials) == 2
     heads = {t.name: (t / "rounds.csv").read_text().splitlines()[:3] for t in trials}  # header, rounds 0-1
+    first_nodes = set().union(*(_node_ips(t) for t in (sweep_dir / "tune").glob("0000*") if t.is_dir()))
+    done = [len(pd.read_csv(t / "rounds.csv")) for t in trials]
+    assert min(done) < BASE["rounds"], done  # a trial was cut mid-run (both, unless one was far ahead)
 
     resumed = subprocess.run(
         [*command, "--resume", str(sweep_dir)],
@@ -126,14 +179,14 @@ def test_a_sweep_on_shared_storage_runs_on_both_workers_and_resumes_after_the_dr
     assert table["test_acc"].notna().all()
     for trial in trials:
         rounds = pd.read_csv(trial / "rounds.csv")
-        assert list(rounds["round_idx"]) == list(range(8))
+        assert list(rounds["round_idx"]) == list(range(BASE["rounds"]))
         assert (trial / "rounds.csv").read_text().splitlines()[:3] == heads[trial.name]  # continued, not restarted
     tune_trials = sorted(p for p in (sweep_dir / "tune").iterdir() if p.is_dir() and p.name.startswith("0000"))
     assert len(tune_trials) == 2 and all(list(t.glob("checkpoint_*/rayfl.json")) for t in tune_trials)
-    ips = [_node_ips(t) for t in tune_trials]
     workers = {w.ip for w in cluster.workers}
-    assert all(len(i) == 1 for i in ips), ips  # each trial on one node (its retry, had there been one, too)
-    assert ips[0] | ips[1] == workers, ips  # the two trials on the two workers (the head has no CPU)
+    assert first_nodes == workers, first_nodes  # before the kill, the two trials ran on the two workers
+    after = set().union(*(_node_ips(t) for t in tune_trials))
+    assert after <= workers, after  # resumed wherever a worker had room; never on the head (it has no CPU)
 
 
 def test_a_sweep_on_the_heads_own_disk_is_refused_before_any_trial_runs(
@@ -158,40 +211,41 @@ def test_a_sweep_on_the_heads_own_disk_is_refused_before_any_trial_runs(
     assert list(out.iterdir()) == []  # no sweep folder, no trial
 
 
-def test_a_ray_job_writes_its_results_where_they_outlive_the_job(cluster: EmulatedCluster, tmp_path: Path) -> None:
-    job_dir = tmp_path / "job"
-    job_dir.mkdir()
-    experiment = {**BASE, "name": "job-run", "rounds": 2, "output_dir": "runs"}  # relative, as by default
-    (job_dir / "exp.yaml").write_text(yaml.safe_dump(experiment))
-    results_root = tmp_path / "kept"
-    runtime_env = {"env_vars": {"RAYFL_OUTPUT_ROOT": str(results_root), "OMP_NUM_THREADS": "1"}}
-    argv = [
-        str(BIN / "ray"),
-        "job",
-        "submit",
-        f"--address={cluster.dashboard}",
-        f"--working-dir={job_dir}",
-        f"--runtime-env-json={json.dumps(runtime_env)}",
-        "--",
-        sys.executable,
-        "-m",
-        "rayfl.cli",
-        "run",
-        "exp.yaml",
-    ]
-    deadline = time.monotonic() + 120
-    while True:  # the head's dashboard agent registers some seconds after the node is up
-        submit = subprocess.run(argv, capture_output=True, text=True, env=cluster.env, timeout=300, check=False)
-        if "No available agent" not in submit.stderr or time.monotonic() > deadline:
-            break
-        time.sleep(2.0)
-    log = submit.stdout + submit.stderr
-    assert submit.returncode == 0, log[-4000:]
-    assert f"output_dir 'runs' resolved against $RAYFL_OUTPUT_ROOT, to {results_root / 'runs'}" in log
-    (run_dir,) = list((results_root / "runs").iterdir())
-    rounds = pd.read_parquet(run_dir / "rounds.parquet")
-    assert list(rounds["round_idx"]) == [0, 1]
-    # the job's working directory is a copy under the head's Ray session folder, deleted with it; the run is not there
-    assert "runtime_resources" not in str(run_dir.resolve())
-    assert not list(Path(cluster.root, "head").glob("session_*/runtime_resources/working_dir_files/*/runs"))
-    assert os.access(run_dir / "report.md", os.R_OK)
+def test_a_trial_whose_process_dies_is_retried_from_its_checkpoint(cluster: EmulatedCluster) -> None:
+    """``max_failures`` (1 by default): the trial's process (Tune's function actor, on a worker) is SIGKILLed after
+    its second checkpoint; Tune retries it from that checkpoint and the sweep ends with the records of an
+    uninterrupted in-process run."""
+    out = cluster.shared_dir / "retried"
+    path = _sweep_file(cluster.shared_dir / "retry_sweep", cluster, out, seeds=[0])
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rayfl.cli", "-v", "sweep", str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(cluster),
+    )
+    killed: list[int] = []
+    try:
+        _wait_for("checkpoint_00000[1-9]/rayfl.json", out, proc, count=1)
+        trial_dir = next((out / "sweep" / "trials").iterdir())
+        head = (trial_dir / "rounds.csv").read_text().splitlines()[:3]
+        for worker in cluster.workers:  # the trial's process: ours, found in the worker node's namespace
+            for pid in worker.pids():
+                with contextlib.suppress(OSError):
+                    if "ImplicitFunc" in Path(f"/proc/{pid}/cmdline").read_text(errors="replace"):
+                        os.kill(pid, signal.SIGKILL)
+                        killed.append(pid)
+        stdout, stderr = proc.communicate(timeout=420)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert len(killed) == 1, killed
+    assert proc.returncode == 0, stdout[-3000:] + stderr[-3000:]
+    table = pd.read_csv(out / "sweep" / "results.csv")
+    assert list(table["status"]) == ["completed"]
+    assert (trial_dir / "rounds.csv").read_text().splitlines()[:3] == head  # continued from its checkpoint
+    cfg = load_config(trial_dir / "config.yaml", ["backend.kind=local", f"output_dir={out / 'plain'}"])
+    plain = run_experiment(cfg)
+    assert plain.run_dir is not None
+    assert_same_run(plain.run_dir, trial_dir)

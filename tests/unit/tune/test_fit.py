@@ -44,3 +44,18 @@ def test_totals_beyond_the_cluster_are_refused_unless_an_autoscaler_can_launch_t
     assert fit_problem(bundles, [NodeType({"CPU": 4.0}, 1), launchable], "PACK") is None
     unbounded = NodeType({"CPU": 8.0, "GPU": 1.0}, -1, launchable=True)
     assert fit_problem(bundles * 10, [NodeType({"CPU": 4.0}, 1), unbounded], "PACK") is None
+
+
+def test_the_launchers_worker_types_count_as_launchable() -> None:
+    from pathlib import Path
+
+    from rayfl.tune.cluster import launcher_node_types
+
+    text = (Path(__file__).resolve().parents[3] / "cluster.yaml").read_text()
+    (gpu,) = launcher_node_types(text)  # the head type is among the alive nodes, not launchable
+    assert (gpu.name, gpu.resources, gpu.count, gpu.launchable) == ("gpu_worker", {"CPU": 8.0, "GPU": 1.0}, 4, True)
+    head_only = [NodeType({}, 1)]  # only the head is up (CPU 0), no GPU worker yet
+    bundles = [{"CPU": 0.25}, {"CPU": 2.0, "GPU": 1.0}, {"CPU": 2.0, "GPU": 1.0}]
+    assert fit_problem(bundles, head_only, "PACK") is not None
+    assert fit_problem(bundles, [*head_only, gpu], "PACK") is None
+    assert launcher_node_types("not: [a, mapping") == [] and launcher_node_types("cluster_name: x") == []
