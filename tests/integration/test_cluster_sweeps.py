@@ -36,7 +36,8 @@ from tests.emulated_cluster import EmulatedCluster, emulated_cluster, leftovers,
 from tests.local_cluster import BIN
 from tests.resume_cases import assert_same_run
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
+# with pytest -n, one worker runs every multi-node test one after another (each starts several raylets)
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.xdist_group("cluster")]
 
 BASE: dict[str, Any] = {
     "name": "tiny",

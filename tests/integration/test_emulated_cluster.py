@@ -11,7 +11,8 @@ import pytest
 
 from tests.emulated_cluster import emulated_cluster, leftovers, unavailable
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
+# with pytest -n, one worker runs every multi-node test one after another (each starts several raylets)
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.xdist_group("cluster")]
 
 NODE_IPS = (
     "import ray, sys\n"

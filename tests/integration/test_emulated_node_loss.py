@@ -33,7 +33,8 @@ from tests.integration.test_node_loss import (
 from tests.local_cluster import BIN, wait_for_nodes
 from tests.resume_cases import assert_same_run
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
+# with pytest -n, one worker runs every multi-node test one after another (each starts several raylets)
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.xdist_group("cluster")]
 
 
 def test_a_lost_worker_node_with_client_memories_stops_in_one_line_and_resumes(tmp_path: Path) -> None:

@@ -48,7 +48,8 @@ from tests.local_cluster import (
 )
 from tests.resume_cases import assert_same_run
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
+# with pytest -n, one worker runs every multi-node test one after another (each starts several raylets)
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.xdist_group("cluster")]
 
 DRIVER = Path(__file__).with_name("node_loss_driver.py")
 # Ray marks a node dead after this many missed checks, one a second (its defaults: 5 every 3 s)

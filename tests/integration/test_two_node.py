@@ -27,7 +27,8 @@ from rayfl.experiment.loader import load_config
 from tests.local_cluster import BIN, OBJECT_STORE_BYTES, cluster_env, free_port, processes_of, stop, wait_for_nodes
 from tests.resume_cases import WALL_CLOCK_COLUMNS  # measured per run, so they differ between any two runs
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
+# with pytest -n, one worker runs every multi-node test one after another (each starts several raylets)
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.xdist_group("cluster")]
 
 EXPERIMENT = {
     "name": "two-node",
