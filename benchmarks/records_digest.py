@@ -109,11 +109,21 @@ def main() -> None:
     print(text)
     if args.compare is not None:
         before = json.loads(args.compare.read_text(encoding="utf-8"))
-        changed = [p for p in digests if p in before and before[p] != digests[p]]
+        # configs matched by their resolved path: one file named absolutely before and relatively now is one config
+        earlier = {_key(p): d for p, d in before.items()}
+        missing = [p for p in digests if _key(p) not in earlier]
+        changed = [p for p in digests if _key(p) in earlier and earlier[_key(p)] != digests[p]]
         for p in changed:
-            print(f"CHANGED {p}: {before[p]} -> {digests[p]}")
-        print(f"{len(digests) - len(changed)} of {len(digests)} configs identical")
-        raise SystemExit(1 if changed else 0)
+            print(f"CHANGED {p}: {earlier[_key(p)]} -> {digests[p]}")
+        for p in missing:
+            print(f"NOT COMPARED {p}: not in {args.compare}")
+        compared = len(digests) - len(missing)
+        print(f"{compared - len(changed)} of {compared} compared configs identical ({len(missing)} not compared)")
+        raise SystemExit(1 if changed or missing else 0)
+
+
+def _key(path: str) -> str:
+    return str(Path(path).resolve())
 
 
 if __name__ == "__main__":
