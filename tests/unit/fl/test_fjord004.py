@@ -184,3 +184,13 @@ def test_steps_per_batch_multiplies_the_optimizer_updates_of_every_batch(
     batches = -(-len(y) // 4)
     assert update.num_steps == batches > 1
     assert len(counts) == per_batch * batches
+
+
+def test_the_clock_prices_every_repeat_of_a_batch() -> None:
+    """``steps_per_batch`` k: the samples a client processes in a round (what the clock prices) are k times as many."""
+    from rayfl.config.sections import TrainConfig
+    from rayfl.system.work import samples_per_round
+
+    once = TrainConfig(epochs=2, batch_size=4, max_steps=5)
+    assert samples_per_round(once, 10) == 10 + 8  # one pass, then two batches of the second
+    assert samples_per_round(dataclasses.replace(once, steps_per_batch=2), 10) == 2 * 18
