@@ -61,7 +61,7 @@ SIDE_EXIT_METHODS = ("fedhen", "noside", "decouple")
 CELLNET = CellNetConfig(channels=(4, 8))  # FedTrans grows a family of cellnets
 DISTILL = DistillConfig(enabled=True, iterations=2, batch_size=8)
 LINKS = LinkConfig(error_rate=ResourceConfig(source="uniform", low=0.1, high=0.3))
-NESTED = ("fedrescue", "fedseq", "fedrush", "fedslim")
+NESTED = ("fedrescue", "fedseq", "fedrush", "fedslim", "fjord004")
 
 # Methods whose defaults do not make a tiny, state-rich run: server momentum (optimizer state), distillation,
 # a search pool that grows. FedorAS's phases run as the three-phase run of tests/helpers_fedoras.py.

@@ -106,14 +106,23 @@ def main() -> None:
     parser.add_argument("--output-dir", default="runs/fedoras")
     parser.add_argument("--smoke", action="store_true", help="two rounds per phase, to check the pipeline")
     parser.add_argument("--fjord-run", help="take FjORD from this finished run of fjord.yaml instead of running it")
+    parser.add_argument(
+        "--baseline-rounds", type=int, default=0, help="rounds of rand-init, tier-aware FedAvg and FjORD (default: "
+        "their YAML's); set it to cpu.yaml's supernet + fine-tuning rounds when those are overridden"
+    )
     args = parser.parse_args()
     out_dir = [f"output_dir={args.output_dir}"]
     common = [o for o in args.overrides if o.startswith(("seed=", "data."))]  # every run's setting
     shared = [*common, *(o for o in args.overrides if o.startswith("model."))]  # runs in the supernet's space
     smoke = ["rounds=6", "phases.0.rounds=2", "phases.1.rounds=2", "phases.2.rounds=2"] if args.smoke else []
     short = ["rounds=2", "phases.0.rounds=2"] if args.smoke else []
+    if args.baseline_rounds:
+        short = [f"rounds={args.baseline_rounds}", f"phases.0.rounds={args.baseline_rounds}"]
 
     fedoras_cfg = load_config(HERE / "cpu.yaml", [*args.overrides, *smoke, *out_dir])
+    search_cfg = fedoras_cfg.phases[1].algorithm
+    if getattr(search_cfg, "eval_batch_size", None) != fedoras_cfg.train.eval_batch_size:
+        parser.error("cpu.yaml: the search's eval_batch_size must equal train.eval_batch_size (one per column)")
     fedoras, fedoras_summary = run(fedoras_cfg, "FedorAS")
     phases = fedoras_summary["phases"]
     searched, tuned = phases[1]["result"]["tiers"], phases[2]["result"]["tiers"]
@@ -135,7 +144,9 @@ def main() -> None:
         fjord_summary = json.loads((Path(args.fjord_run) / "summary.json").read_text())
         evals = pd.read_csv(Path(args.fjord_run) / "evals.csv")
     else:
-        fjord_cfg = load_config(HERE / "fjord.yaml", [*common, *(["rounds=2"] if args.smoke else []), *out_dir])
+        fjord_rounds = [f"rounds={args.baseline_rounds}"] if args.baseline_rounds else []
+        fjord_rounds = ["rounds=2"] if args.smoke else fjord_rounds
+        fjord_cfg = load_config(HERE / "fjord.yaml", [*common, *fjord_rounds, *out_dir])
         fjord, fjord_summary = run(fjord_cfg, "FjORD")
         assert fjord.run_dir is not None
         evals = pd.read_csv(fjord.run_dir / "evals.csv")

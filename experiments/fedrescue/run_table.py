@@ -38,12 +38,16 @@ from rayfl.experiment.loader import load_config
 from rayfl.fl.methods.fedrescue.config import FedResCuEConfig, FedRushConfig, FedSeqConfig
 from rayfl.fl.methods.fedslim.config import FedSlimConfig
 from rayfl.fl.methods.fjord.config import FjORDConfig
+from rayfl.fl.methods.fjord004.config import FjORD004Config
 from rayfl.fl.methods.heterofl.config import HeteroFLConfig
 
 HERE = Path(__file__).parent
 CAPACITIES = (0.25, 0.5, 0.75, 1.0)
 ERROR_RATES = (0.0, 0.1, 0.2)
 WIDTHS = [f"x{p:g}" for p in CAPACITIES]
+RECENT = 5  # a run's accuracy: the mean over its last RECENT evaluations (one evaluation is noisy)
+EQUAL = "-x2"  # a label ending in this runs its method with train.steps_per_batch 2 (the equal-updates control)
+PAPER_OPTIMIZER = {"lr": 0.1, "momentum": 0.9, "nesterov": True, "weight_decay": 1e-4}  # paper 004, Table 17
 
 
 def methods(base: FedResCuEConfig) -> dict[str, Any]:
@@ -55,6 +59,9 @@ def methods(base: FedResCuEConfig) -> dict[str, Any]:
         "HeteroFL": HeteroFLConfig(rates=tuple(reversed(CAPACITIES)), label_mask=False, static_bn=False),
         "FedSeq": FedSeqConfig(**nested),
         "FedRush": FedRushConfig(**nested, alpha=base.alpha),
+        # paper 004's FjORD (Algorithm 4): S widths below the client's own besides the whole model, so S = 3 here
+        # makes as many sub-model passes per batch as FedResCuE's and FedSlim's S = 4 (their last ratio is 1)
+        "FjORD-004": FjORD004Config(capacities=base.capacities, ratios=base.ratios, num_ratios=base.num_ratios - 1),
     }
 
 
@@ -89,6 +96,11 @@ def complete_seeds(
     return shown, whole
 
 
+def recent(run: dict[str, Any]) -> list[float]:
+    """Each width's accuracy averaged over the run's last ``RECENT`` evaluations."""
+    return [float(np.mean([a for _, a in run["curves"][w]][-RECENT:])) for w in WIDTHS]
+
+
 def _range(x: np.ndarray) -> str:
     return f"[{x.min():+.3f}, {x.max():+.3f}]"
 
@@ -107,16 +119,17 @@ def table(
         f"# FedResCuE vs baselines under unstable links ({rounds} rounds, `{HERE.name}/cpu.yaml`, "
         f"seeds {', '.join(map(str, whole))})",
         "",
-        "Produced by (the runs' figures are in `runs.json`; `--table-only` rewrites this file from it without running)",
+        "Produced by (the runs' figures are in the `--runs` file; `--table-only` rewrites this file from it without",
+        "running)",
         "",
         f"    {command}",
         "",
-        "Accuracy of the final global model's x p sub-models on the 1000 test images (the engine's last `eval_widths`",
-        "evaluation), mean over the seeds with the range over seeds (max - min) in brackets; `mean` is the mean over",
-        "the four widths (its range over seeds in brackets). er is the constant loss probability of each column (1/8",
-        "of the network) in each direction; every method pads locally (Eq. 5). MB moved over the run (down, up, as",
-        "sent: delivered columns plus the lost one); client-rounds (of 600) whose whole upload was lost; wall seconds",
-        "per run on a shared 2-core machine under other jobs' load (not a timing figure).",
+        f"Accuracy of the global model's x p sub-models on the 1000 test images, averaged over the run's last {RECENT}",
+        "`eval_widths` evaluations, mean over the seeds with the range over seeds (max - min) in brackets; `mean` is",
+        "the mean over the four widths (its range over seeds in brackets). er is the constant loss probability of",
+        "each column (1/8 of the network) in each direction; every method pads locally (Eq. 5). MB moved over the run",
+        f"(down, up, as sent: delivered columns plus the lost one); client-rounds (of {5 * rounds}) whose whole",
+        "upload was lost; wall seconds per run on a shared 2-core machine under load (not a timing figure).",
         "",
         "| method | er | x0.25 | x0.5 | x0.75 | x1 | mean | MB down | MB up | uploads lost | wall s |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
@@ -127,7 +140,7 @@ def table(
             got = [runs[run_key(label, er, s)] for s in whole]
             if not got:
                 continue
-            a = acc[(label, er)] = np.asarray([g["final"] for g in got])
+            a = acc[(label, er)] = np.asarray([recent(g) for g in got])
             per_seed = a.mean(axis=1)
             cells = " | ".join(f"{m:.3f} ({r:.3f})" for m, r in zip(a.mean(axis=0), np.ptp(a, axis=0), strict=True))
             lines.append(
@@ -268,12 +281,15 @@ def run_all(
                 key = run_key(label, er, seed)
                 if key in runs and runs[key].get("rounds") == base.rounds:
                     continue
+                method = label.removesuffix(EQUAL)
+                steps = 2 if label.endswith(EQUAL) else 1
                 cfg = dataclasses.replace(
                     base,
-                    name=f"{label.lower()}-er{er:g}-seed{seed}",
+                    name=f"{method.lower()}{'-x2' if steps > 1 else ''}-er{er:g}-seed{seed}",
                     seed=seed,
-                    algorithm=catalogue[label],
+                    algorithm=catalogue[method],
                     system=dataclasses.replace(base.system, links=links),
+                    train=dataclasses.replace(base.train, steps_per_batch=steps),
                 )
                 began = time.perf_counter()
                 result = run_experiment(cfg)
@@ -295,15 +311,26 @@ def main() -> None:
     parser.add_argument("--bytes-plot", default="", help="write mean accuracy against MB moved to this PNG")
     parser.add_argument("--output-dir", default="", help="where the runs go (default: the YAML's output_dir)")
     parser.add_argument("--command", default="", help="the command line to state in the table")
+    parser.add_argument("--eval-every", type=int, default=0, help="override the YAML's eval_every")
+    parser.add_argument(
+        "--paper-optimizer", action="store_true", help="paper 004's SGD for every method: lr 0.1, Nesterov, wd 1e-4"
+    )
     args = parser.parse_args()
     base = dataclasses.replace(load_config(HERE / "cpu.yaml"), eval_widths=CAPACITIES)
     if args.rounds:
         base = dataclasses.replace(base, rounds=args.rounds)
+    if args.eval_every:
+        base = dataclasses.replace(base, eval_every=args.eval_every)
+    if args.paper_optimizer:
+        base = dataclasses.replace(base, train=dataclasses.replace(base.train, **PAPER_OPTIMIZER))
     if args.output_dir:
         base = dataclasses.replace(base, output_dir=args.output_dir)
     assert isinstance(base.algorithm, FedResCuEConfig)
     catalogue = methods(base.algorithm)
     labels = args.methods or list(catalogue)
+    unknown = [lb for lb in labels if lb.removesuffix(EQUAL) not in catalogue]
+    if unknown:
+        parser.error(f"--methods: {unknown} are not among {list(catalogue)} (optionally with the suffix '{EQUAL}')")
     path = Path(args.runs)
     runs: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
     ers = tuple(args.error_rates)

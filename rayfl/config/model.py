@@ -141,13 +141,16 @@ class SupernetConfig:
     ``ds3_eE``: depthwise-separable 3x3 with expansion E; ``mbK_eE``: MBConv with kernel K and expansion E;
     ``identity``: the block is skipped, so depth is searchable), and a strided reduction between stages that
     multiplies the channels by ``width_mult``; global pooling and a linear classifier. The paper's CIFAR-10 space is
-    ``stem_channels: 64``, ``blocks_per_stage: [4, 4, 4, 4]`` and all nine ops."""
+    ``stem_channels: 64``, ``blocks_per_stage: [4, 4, 4, 4]`` and all nine ops. ``mbconv``: ``official`` (the official
+    code's MBConv: a full KxK convolution from c to E x c, Squeeze-and-Excitation, a pointwise back to c) or
+    ``separable`` (a pointwise to E x c, then a depthwise KxK, SE, pointwise back: MobileNet-V2's cheaper form)."""
 
     name: Literal["supernet"] = "supernet"
     stem_channels: int = bounded(16, ge=1)
     blocks_per_stage: tuple[int, ...] = (2, 2, 2)
     width_mult: float = bounded(1.5, gt=0.0)
     ops: tuple[str, ...] = SUPERNET_OPS
+    mbconv: Literal["official", "separable"] = "official"
     # A realised path (FedorAS's per-tier models): one op of ``ops`` per searchable block; the model then holds only
     # those ops, a stand-alone network whose tensors have the supernet's names. Empty: the whole supernet.
     path: tuple[str, ...] = ()

@@ -129,7 +129,11 @@ class TrainConfig:
     optimizer: Literal["sgd", "adam"] = "sgd"
     lr: float = bounded(0.8, gt=0.0)  # at most FLOAT32_MAX (the loader): torch refuses a larger step
     momentum: float = bounded(0.0, ge=0.0, lt=1.0)
+    nesterov: bool = False  # sgd: Nesterov momentum (torch.optim.SGD's nesterov; needs momentum > 0)
     weight_decay: float = bounded(0.0, ge=0.0)
+    # every batch is trained this many times in a row (each time the method's whole batch step: its passes and
+    # optimizer updates), e.g. to give a one-update-per-batch method as many updates as a two-update one
+    steps_per_batch: int = bounded(1, ge=1)
     grad_clip_norm: float = bounded(0.0, ge=0.0)  # 0 = no clipping
     lr_schedule: Literal["constant", "cosine", "step"] = "constant"  # over rounds, as HeteroFL's server-side LR
     lr_decay_rounds: tuple[int, ...] = ()  # 'step': rounds at which lr is multiplied by lr_decay

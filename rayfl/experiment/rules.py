@@ -86,6 +86,8 @@ def semantic_problems(cfg: ExperimentConfig) -> list[Problem]:
         problems.append(
             (("train", "epochs"), "must be >= 1 (to measure the engine without training, set train.noop=true)")
         )
+    if cfg.train.nesterov and (cfg.train.optimizer != "sgd" or cfg.train.momentum <= 0):
+        problems.append((("train", "nesterov"), "needs train.optimizer 'sgd' and train.momentum > 0"))
     name_problem = run_name_problem(cfg.name)
     if name_problem:
         problems.append((("name",), name_problem))

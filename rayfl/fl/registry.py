@@ -25,6 +25,7 @@ from rayfl.fl.methods.fedrolex.config import FedRolexConfig
 from rayfl.fl.methods.fedslim.config import FedSlimConfig
 from rayfl.fl.methods.fedtrans.config import FedTransConfig
 from rayfl.fl.methods.fjord.config import FjORDConfig
+from rayfl.fl.methods.fjord004.config import FjORD004Config
 from rayfl.fl.methods.heterofl.config import HeteroFLConfig
 from rayfl.fl.methods.independent.config import IndependentConfig
 from rayfl.fl.methods.model_search.config import ModelSearchConfig
@@ -83,6 +84,7 @@ METHODS: dict[str, Method] = {
     "fedseq": Method(FedSeqConfig, f"{_M}.fedrescue.algorithm:FedSeq", "paper 004's ablation (no distillation)"),
     "fedrush": Method(FedRushConfig, f"{_M}.fedrescue.algorithm:FedRush", "paper 004's baseline (no freezing)"),
     "fedslim": Method(FedSlimConfig, f"{_M}.fedslim.algorithm:FedSlim", "paper 004's baseline (Algorithm 3)"),
+    "fjord004": Method(FjORD004Config, f"{_M}.fjord004.algorithm:FjORD004", "paper 004's FjORD (Algorithm 4)"),
     "fedhen": Method(
         FedHeNConfig, f"{_M}.fedhen.algorithm:FedHeN", "Acar & Saligrama, 2022 (paper 001)",
         f"{_M}.fedhen.rules:problems",
@@ -121,6 +123,7 @@ AlgorithmConfig = (
     | FedSeqConfig
     | FedRushConfig
     | FedSlimConfig
+    | FjORD004Config
     | FedHeNConfig
     | NoSideConfig
     | DecoupleConfig

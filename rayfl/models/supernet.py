@@ -9,18 +9,19 @@ block" and the official model), global pooling and a linear classifier. Candidat
 * ``conv1``: standard 1x1 conv → BN → ReLU;
 * ``ds3_eE``: depthwise-separable 3x3: depthwise 3x3 → BN → ReLU → pointwise to ``E x c`` → BN → ReLU → pointwise back
   to ``c`` → BN;
-* ``mbK_eE``: MBConv: pointwise to ``E x c`` → BN → ReLU → depthwise KxK → BN → ReLU → Squeeze-and-Excitation →
-  pointwise back to ``c`` → BN. The SE is the official ``SE``: global average pool, 1x1 conv → ReLU → 1x1 conv (with
+* ``mbK_eE``: MBConv, as the official code (``model.mbconv: official``, the default): a full KxK conv from ``c`` to
+  ``E x c`` → BN → ReLU → Squeeze-and-Excitation → pointwise back to ``c`` → BN; or (``model.mbconv: separable``,
+  rayfl's earlier CPU-cheap form) pointwise to ``E x c`` → BN → ReLU → depthwise KxK → BN → ReLU → SE → pointwise
+  back to ``c`` → BN. The SE is the official ``SE``: global average pool, 1x1 conv → ReLU → 1x1 conv (with
   biases, ``E x c`` channels throughout: no reduction ratio), sigmoid gate on the expanded features; it is part of
   the op, so the cost model prices it with the op (its FLOPs are small: two ``(E c)^2`` products per sample on the
   pooled features; its parameters are not);
 * ``identity``: nothing, so the block is skipped and depth is searchable.
 
-Differences from the official ops, kept on purpose: the official MBConv's first conv is a full KxK conv from ``c`` to
-``E x c`` (ours is MobileNet-V2's pointwise expansion then a depthwise KxK), and its DSConv is a grouped KxK conv to
-``E x c`` then a pointwise back (ours adds a depthwise stage before); the official reduction's shortcut is a 2x2
-stride-2 conv and its sum has no ReLU after it. The paper's text allows either reading of "a convolution with kernel
-size k and expansion ratio e"; ours keeps the ops CPU-cheap.
+Differences from the official ops: the official DSConv is a grouped KxK conv to ``E x c`` then a pointwise back
+(ours adds a depthwise stage before); the official reduction's shortcut is a 2x2 stride-2 conv and its sum has no
+ReLU after it. The separable MBConv (``mbconv: separable``) is kept as a named option only: with it no searchable op
+mixes channels over a 3x3 neighbourhood (issue 25).
 
 A block computes ``x + op(x)`` (identity: ``x``), so a skipped block is exactly the identity. Batch norms use batch
 statistics (``track_running_stats=False``, as every rayfl family), so there are no running statistics to aggregate.
@@ -87,8 +88,9 @@ class SqueezeExcite(nn.Module):
         return x * gate
 
 
-def make_op(name: str, channels: int) -> nn.Module:
-    """One candidate op on ``channels`` channels (stride 1, same channels in and out)."""
+def make_op(name: str, channels: int, mbconv: str = "official") -> nn.Module:
+    """One candidate op on ``channels`` channels (stride 1, same channels in and out); ``mbconv`` picks the MBConv's
+    form (``official``: full KxK expansion conv; ``separable``: pointwise expansion then depthwise KxK)."""
     kind, kernel, expansion = parse_op(name)
     hidden = max(1, round(expansion * channels))
     if kind == "conv":
@@ -104,7 +106,16 @@ def make_op(name: str, channels: int) -> nn.Module:
             nn.Conv2d(hidden, channels, 1, bias=False),
             _bn(channels),
         )
-    if kind == "mb":
+    if kind == "mb" and mbconv == "official":
+        return nn.Sequential(
+            nn.Conv2d(channels, hidden, kernel, padding=kernel // 2, bias=False),
+            _bn(hidden),
+            nn.ReLU(),
+            SqueezeExcite(hidden),
+            nn.Conv2d(hidden, channels, 1, bias=False),
+            _bn(channels),
+        )
+    if kind == "mb" and mbconv == "separable":
         return nn.Sequential(
             nn.Conv2d(channels, hidden, 1, bias=False),
             _bn(hidden),
@@ -116,6 +127,8 @@ def make_op(name: str, channels: int) -> nn.Module:
             nn.Conv2d(hidden, channels, 1, bias=False),
             _bn(channels),
         )
+    if kind == "mb":
+        raise ValueError(f"model.mbconv: {mbconv!r} is neither 'official' nor 'separable'")
     raise ValueError(f"op {name!r} has no module (identity is handled by the block)")
 
 
@@ -183,7 +196,7 @@ class SupernetModel(nn.Module):
         for s, blocks in enumerate(cfg.blocks_per_stage):
             for _ in range(blocks):
                 ops = {
-                    str(o): make_op(self.op_names[o], channels[s])
+                    str(o): make_op(self.op_names[o], channels[s], cfg.mbconv)
                     for o in self.present[len(layers)]
                     if self.op_names[o] != IDENTITY
                 }
@@ -337,11 +350,12 @@ class SupernetFamily(ElasticFamily):
                 continue
             pieces.append(
                 CostUnit(
-                    # "se": the MBConv's measured pieces changed with its SE (the fit cache is keyed by this)
-                    ("supernet-op", name, c[stage], sizes[stage], *(("se",) if name.startswith("mb") else ())),
+                    # "se": the MBConv's measured pieces changed with its SE, and its form (the fit cache is keyed
+                    # by this; the separable form keeps its earlier key)
+                    ("supernet-op", name, c[stage], sizes[stage], *self._mb_key(name)),
                     (),
                     self.dim_of(layer, op),
-                    _op_maker(name, c[stage], sizes[stage]),
+                    _op_maker(name, c[stage], sizes[stage], self.cfg.mbconv),
                 )
             )
         for s in range(len(c) - 1):
@@ -356,6 +370,11 @@ class SupernetFamily(ElasticFamily):
         )
         return pieces
 
+    def _mb_key(self, name: str) -> tuple[str, ...]:
+        if not name.startswith("mb"):
+            return ()
+        return ("se",) if self.cfg.mbconv == "separable" else ("se", self.cfg.mbconv)
+
     def _stem(self) -> nn.Module:
         return nn.Sequential(
             nn.Conv2d(self.in_channels, self.channels[0], 3, padding=1, bias=False), _bn(self.channels[0])
@@ -369,8 +388,10 @@ def _images(channels: int, res: int, grad: bool) -> _MakeInput:
     return make
 
 
-def _op_maker(name: str, channels: int, res: int) -> Callable[[tuple[int, ...]], tuple[nn.Module, _MakeInput]]:
-    return lambda _w: (_Block(make_op(name, channels)), _images(channels, res, True))
+def _op_maker(
+    name: str, channels: int, res: int, mbconv: str
+) -> Callable[[tuple[int, ...]], tuple[nn.Module, _MakeInput]]:
+    return lambda _w: (_Block(make_op(name, channels, mbconv)), _images(channels, res, True))
 
 
 def _red_maker(

@@ -23,7 +23,8 @@ def _on(cfg: ExperimentConfig, kind: str) -> ExperimentConfig:
 @pytest.mark.usefixtures("ray_local")
 @pytest.mark.parametrize(
     ("name", "written_on", "resumed_on"),
-    [("fedrescue", "ray", "local"), ("fedrescue", "local", "ray")],  # memories out of and into the object store
+    # memories out of and into the object store; paper 004's FjORD written on Ray, resumed in-process
+    [("fedrescue", "ray", "local"), ("fedrescue", "local", "ray"), ("fjord004", "ray", "local")],
 )
 def test_resume_on_ray_equals_the_uninterrupted_run(
     name: str, written_on: str, resumed_on: str, tmp_path: Path

@@ -236,7 +236,9 @@ class Algorithm:
         """A fresh optimizer per client and round (clients keep no optimizer state, as in HeteroFL and FedAvg):
         torch.optim's SGD or Adam, computed without importing torch._dynamo (``rayfl/fl/api/optim.py``)."""
         cfg = self.train
-        return client_optimizer(cfg.optimizer, params, lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+        return client_optimizer(
+            cfg.optimizer, params, lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay, nesterov=cfg.nesterov
+        )
 
     def backward_step(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, task: TrainTask) -> torch.Tensor:
         """One batch of ``local_train``: compute the loss, back-propagate it and return it (for the reported mean).
@@ -308,7 +310,10 @@ class Algorithm:
             if start == 0:  # a new epoch: a fresh permutation of the client's examples
                 order = torch.randperm(n, generator=gen)
             idx = order[start : start + size].to(device)
-            loss = self.train_batch(model, inputs[idx], labels[idx], task, opt, params, batch_idx)
+            bx, by = inputs[idx], labels[idx]
+            loss = self.train_batch(model, bx, by, task, opt, params, batch_idx)
+            for _ in range(cfg.steps_per_batch - 1):  # the equal-updates control: the same batch again
+                self.train_batch(model, bx, by, task, opt, params, batch_idx)
             loss_sum += float(loss.detach())
         steps = len(sizes)
         values = {k: v.detach().clone() for k, v in model.state_dict().items() if v.is_floating_point()}

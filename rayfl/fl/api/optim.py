@@ -47,11 +47,21 @@ class _Plain:
 
 
 class SGD(_Plain):
-    """``torch.optim.SGD(params, lr, momentum, weight_decay)`` (no dampening, no Nesterov), CPU single-tensor path."""
+    """``torch.optim.SGD(params, lr, momentum, weight_decay, nesterov=nesterov)`` (no dampening), CPU single-tensor
+    path."""
 
-    def __init__(self, params: Sequence[nn.Parameter], lr: float, momentum: float = 0.0, weight_decay: float = 0.0):
+    def __init__(
+        self,
+        params: Sequence[nn.Parameter],
+        lr: float,
+        momentum: float = 0.0,
+        weight_decay: float = 0.0,
+        nesterov: bool = False,
+    ):
         super().__init__(params)
-        self.lr, self.momentum, self.weight_decay = lr, momentum, weight_decay
+        if nesterov and momentum <= 0:
+            raise ValueError("Nesterov momentum needs momentum > 0")
+        self.lr, self.momentum, self.weight_decay, self.nesterov = lr, momentum, weight_decay, nesterov
         self.buffers: list[torch.Tensor | None] = [None] * len(self.params)
 
     @torch.no_grad()
@@ -68,7 +78,7 @@ class SGD(_Plain):
                     buf = self.buffers[i] = grad.detach().clone()
                 else:
                     buf.mul_(self.momentum).add_(grad, alpha=1.0)  # 1 - dampening, dampening 0
-                grad = buf
+                grad = grad.add(buf, alpha=self.momentum) if self.nesterov else buf
             param.add_(grad, alpha=-self.lr)
 
     def tensor_state(self, index: int) -> dict[str, torch.Tensor]:
@@ -129,7 +139,12 @@ class Adam(_Plain):
 
 
 def client_optimizer(
-    kind: str, params: Sequence[nn.Parameter], lr: float, momentum: float = 0.0, weight_decay: float = 0.0
+    kind: str,
+    params: Sequence[nn.Parameter],
+    lr: float,
+    momentum: float = 0.0,
+    weight_decay: float = 0.0,
+    nesterov: bool = False,
 ) -> ClientOptimizer:
     """A fresh optimizer of ``kind`` (``sgd`` or ``adam``): these classes for CPU parameters, torch.optim elsewhere
     (see the module docstring)."""
@@ -139,8 +154,8 @@ def client_optimizer(
     if kind != "sgd":
         raise ValueError(f"unknown optimizer {kind!r}")
     if on_cpu:
-        return SGD(params, lr, momentum, weight_decay)
-    return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
+        return SGD(params, lr, momentum, weight_decay, nesterov)
+    return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay, nesterov=nesterov)
 
 
 def _tensor_state(optimizer: ClientOptimizer, index: int, param: nn.Parameter) -> dict[str, torch.Tensor]:

@@ -261,7 +261,8 @@ def test_fedoras_configs_are_checked(tmp_path: Path, yaml_text: str, message: st
 
 def test_random_search_switch_draws_fresh_valid_paths() -> None:
     cfg = fedoras_tiny_config(kind="local", num_hosts=1)
-    search = dataclasses.replace(cfg.phases[1], algorithm=dataclasses.replace(cfg.phases[1].algorithm, method="random"))
+    random_search = dataclasses.replace(cfg.phases[1].algorithm, method="supernet_random")
+    search = dataclasses.replace(cfg.phases[1], algorithm=random_search)
     cfg = dataclasses.replace(cfg, rounds=5, phases=(cfg.phases[0], search))
     result = run_experiment(cfg, write=False, dataset=tiny_image_dataset())
     state = result.state.algo_state

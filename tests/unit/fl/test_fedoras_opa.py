@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import torch
 
@@ -91,16 +93,52 @@ def test_supernet_costs_match_the_real_path_model() -> None:
     assert sum(p.numel() for p in sub.parameters()) == tables.subspace_params(np.ones((3, 9), dtype=bool))
 
 
-def test_mbconv_has_squeeze_excitation_and_every_stage_ends_in_a_reduction() -> None:
-    """Paper 003 App. D.3: MBConv = expansion, SE, projection; a reduction after every stage, the last one too.
-    Stem 4, stages of 2 and 1 blocks, x1.5: channels 4 → 6 → 9, two reductions, the head reads 9 features of a 2x2
-    map (8x8 images halved twice). mb3_e2 at 4 channels (hidden 8), parameters by hand: expansion 4x8 = 32, BN 16,
-    depthwise 8x9 = 72, BN 16, SE 2 x (8x8 + 8) = 144, projection 8x4 = 32, BN 8: 320."""
+def test_official_mbconv_structure_params_and_flops_by_hand() -> None:
+    """The official MBConv (``mbconv: official``, the default): full 3x3 conv c -> E c, BN, ReLU, SE, pointwise
+    E c -> c, BN. mb3_e2 at 4 channels (hidden 8) on an 8x8 map (stem 4, one block, 8x8 images): parameters by hand
+    3x3x4x8 = 288, BN 16, SE 2 x (8x8 + 8) = 144, projection 8x4 = 32, BN 8: 488; forward FLOPs per sample
+    (2 per multiply-add, convolutions only, as the cost model's counter): 2 x 9 x 4 x 8 x 64 = 36,864 for the
+    expansion, 2 x (2 x 8 x 8) = 256 for the SE's two 1x1 convs on the pooled 1x1 map, 2 x 8 x 4 x 64 = 4,096 for the
+    projection: 41,216. The cost model's tables (each op alone minus the empty model) give exactly these."""
+    from torch import nn
+
     from rayfl.fl.methods.fedoras.algorithm import op_tables
     from rayfl.models.elastic.cost import CostModel
     from rayfl.models.supernet import SqueezeExcite
 
-    cfg = SupernetConfig(stem_channels=4, blocks_per_stage=(2, 1))
+    cfg = SupernetConfig(stem_channels=4, blocks_per_stage=(1,), ops=("mb3_e2", "identity"))
+    assert cfg.mbconv == "official"
+    family = SupernetFamily(cfg, in_channels=3, num_classes=10, image_size=8)
+    model = family.build(family.units_of_path(np.array([0])))
+    op = model.layers[0]["0"]
+    kinds = [type(m) for m in op]
+    assert kinds == [nn.Conv2d, nn.BatchNorm2d, nn.ReLU, SqueezeExcite, nn.Conv2d, nn.BatchNorm2d]
+    expand, project = op[0], op[4]
+    assert (expand.in_channels, expand.out_channels, expand.kernel_size, expand.groups) == (4, 8, (3, 3), 1)
+    assert (project.in_channels, project.out_channels, project.kernel_size) == (8, 4, (1, 1))
+    assert sum(p.numel() for p in op.parameters()) == 488
+    tables = op_tables(family, CostModel(family, 4, use_disk_cache=False))
+    assert tables.params[0, 0] == 488.0
+    assert tables.flops[0, 0] == 2 * 9 * 4 * 8 * 64 + 2 * (2 * 8 * 8) + 2 * 8 * 4 * 64 == 41_216
+    # the separable form, kept as a named option: pointwise 4 -> 8, then depthwise 3x3
+    separable = SupernetFamily(
+        dataclasses.replace(cfg, mbconv="separable"), in_channels=3, num_classes=10, image_size=8
+    )
+    sep_tables = op_tables(separable, CostModel(separable, 4, use_disk_cache=False))
+    assert sep_tables.params[0, 0] == 320.0
+    assert sep_tables.flops[0, 0] == 2 * 4 * 8 * 64 + 2 * 9 * 8 * 64 + 2 * (2 * 8 * 8) + 2 * 8 * 4 * 64
+
+
+def test_mbconv_has_squeeze_excitation_and_every_stage_ends_in_a_reduction() -> None:
+    """Paper 003 App. D.3: MBConv = expansion, SE, projection; a reduction after every stage, the last one too.
+    Stem 4, stages of 2 and 1 blocks, x1.5: channels 4 → 6 → 9, two reductions, the head reads 9 features of a 2x2
+    map (8x8 images halved twice). mb3_e2 at 4 channels (hidden 8) in its separable form, parameters by hand:
+    expansion 4x8 = 32, BN 16, depthwise 8x9 = 72, BN 16, SE 2 x (8x8 + 8) = 144, projection 8x4 = 32, BN 8: 320."""
+    from rayfl.fl.methods.fedoras.algorithm import op_tables
+    from rayfl.models.elastic.cost import CostModel
+    from rayfl.models.supernet import SqueezeExcite
+
+    cfg = SupernetConfig(stem_channels=4, blocks_per_stage=(2, 1), mbconv="separable")
     family = SupernetFamily(cfg, in_channels=3, num_classes=10, image_size=8)
     assert family.channels == [4, 6, 9]
     model = family.build(family.units_of_path(np.array([7, 8, 8])))  # mb3_e2, identity, identity

@@ -15,18 +15,25 @@ def _model(seed: int) -> nn.Module:
 
 
 @pytest.mark.parametrize(
-    ("kind", "momentum", "weight_decay"),
-    [("sgd", 0.0, 0.0), ("sgd", 0.9, 5e-4), ("sgd", 0.5, 0.0), ("adam", 0.0, 0.0), ("adam", 0.0, 1e-3)],
+    ("kind", "momentum", "weight_decay", "nesterov"),
+    [
+        ("sgd", 0.0, 0.0, False),
+        ("sgd", 0.9, 5e-4, False),
+        ("sgd", 0.5, 0.0, False),
+        ("sgd", 0.9, 1e-4, True),  # paper 004's optimizer
+        ("adam", 0.0, 0.0, False),
+        ("adam", 0.0, 1e-3, False),
+    ],
 )
-def test_steps_equal_torch_optim(kind: str, momentum: float, weight_decay: float) -> None:
+def test_steps_equal_torch_optim(kind: str, momentum: float, weight_decay: float, nesterov: bool) -> None:
     ours, theirs = _model(0), _model(0)
     lr = 0.05 if kind == "sgd" else 3e-3
     params_a = [p for p in ours.parameters() if p.requires_grad]
     params_b = [p for p in theirs.parameters() if p.requires_grad]
-    opt_a = client_optimizer(kind, params_a, lr, momentum=momentum, weight_decay=weight_decay)
+    opt_a = client_optimizer(kind, params_a, lr, momentum=momentum, weight_decay=weight_decay, nesterov=nesterov)
     assert isinstance(opt_a, SGD if kind == "sgd" else Adam)
     opt_b: torch.optim.Optimizer = (
-        torch.optim.SGD(params_b, lr=lr, momentum=momentum, weight_decay=weight_decay)
+        torch.optim.SGD(params_b, lr=lr, momentum=momentum, weight_decay=weight_decay, nesterov=nesterov)
         if kind == "sgd"
         else torch.optim.Adam(params_b, lr=lr, weight_decay=weight_decay)
     )

@@ -49,8 +49,10 @@ class FedorASSearchConfig:
     ``population`` valid paths (inside the tier's FLOPs bracket) scored by validation accuracy with the supernet's
     weights, then one NSGA-II generation per round of ``parents`` children (parents by binary tournament on rank and
     crowding, uniform crossover, per-layer mutation with probability ``mutation``; every child a path not scored
-    before); children outside the bracket are scored by their negative distance to it. ``method: random`` draws every
-    generation's children as fresh random valid paths (the paper's appendix baseline). ``max_evaluations``: a tier
+    before); children outside the bracket are scored by their negative distance to it. ``method: supernet_random``
+    draws every generation's children as fresh random valid paths, scored with the supernet's weights like NSGA-II's
+    (random search in the supernet: not paper 003's App. E baseline, which trains sampled architectures from
+    scratch). ``max_evaluations``: a tier
     breeds no more children once this many of its in-bracket paths were evaluated (the official budget: 1,000 per
     tier; 0 = none, ``rounds`` alone bounds the search; as in the official loop, the last generation may overshoot by
     fewer than ``parents``). Fitness: accuracy on ``val_examples`` examples drawn once from the held-out validation
@@ -60,7 +62,7 @@ class FedorASSearchConfig:
     replaces it under ``system.server_time: measured``)."""
 
     name: Literal["fedoras_search"] = "fedoras_search"
-    method: Literal["nsga2", "random"] = "nsga2"
+    method: Literal["nsga2", "supernet_random"] = "nsga2"
     population: int = bounded(128, ge=2)
     parents: int = bounded(64, ge=2)
     mutation: float = bounded(0.1, ge=0.0, le=1.0)

@@ -22,8 +22,9 @@ over supernet training's state (parameters and ``FedorASState``: tiers and FLOPs
   tier's bracket is not evaluated; its score is minus its distance to the bracket over the largest path's FLOPs (the
   official ``_score_invalid``, which adds the upper edge to the distance below the bracket: a slip we do not copy),
   and its size objective is above every path's, so every in-bracket path dominates it (Deb's constrained domination;
-  the official search ranks by the score alone, which orders them the same way). ``method: random`` replaces the
-  children by fresh distinct valid random paths (the paper's appendix baseline).
+  the official search ranks by the score alone, which orders them the same way). ``method: supernet_random``
+  replaces the children by fresh distinct valid random paths, scored with the supernet's weights (random search in
+  the supernet; paper 003's App. E baseline instead trains sampled architectures from scratch, which this is not).
 * **Budget**: the official search evaluates 1,000 in-bracket paths per tier (128 at first, then generations of 64,
   the last one overshooting). Here a round is one generation, so ``rounds`` bounds the search, and
   ``max_evaluations`` stops a tier's breeding once it has evaluated that many (the paper's budget is
@@ -225,7 +226,7 @@ class FedorASSearch(Algorithm):
         if 0 < self.config.max_evaluations <= tier.evaluations:  # the tier's budget is spent
             return np.zeros((0, tables.num_layers), dtype=np.int64)
         seen = {path_key(p) for p in tier.seen_paths}
-        if self.config.method == "random":
+        if self.config.method == "supernet_random":
             return self.valid_paths(count, lo, hi, rng, seen)
         ranks, crowd = self.ranking(tier.paths, tier.scores, lo, hi)
         kids: list[np.ndarray] = []
