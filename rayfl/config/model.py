@@ -164,7 +164,10 @@ class CellNetConfig:
     model FedTrans produced can be trained by any method by copying its log). ``scaler``: HeteroFL's
     divide-by-width-rate after every cell of a sub-model. ``head_pool``: the classifier reads the features averaged
     to ``head_pool`` x ``head_pool`` (1 = global pooling, HeteroFL's; more keeps where things are, which rayfl's
-    synthetic images label by).
+    synthetic images label by). ``deepen_width``: ``own`` (paper 002 Fig. 5): a cell inserted by ``deepen`` writes a
+    dimension of its own, so it and the cell before it are widened independently; ``shared``: the inserted cell
+    writes its predecessor's dimension and widening either widens both (rayfl before issue 24). A cell whose output
+    is added to a value from before it (a residual branch's last conv) always shares: its width is the stream's.
     """
 
     name: Literal["cellnet"] = "cellnet"
@@ -175,6 +178,7 @@ class CellNetConfig:
     scaler: bool = False
     head_pool: int = bounded(1, ge=1)  # cnn/resnet: average-pool to head_pool x head_pool before the classifier
     transforms: tuple[str, ...] = ()
+    deepen_width: Literal["own", "shared"] = "own"  # whether a deepened cell's inserted cell gets its own width
 
 
 @dataclass(frozen=True, kw_only=True)

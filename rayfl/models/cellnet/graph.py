@@ -277,5 +277,3 @@ def base_graph(cfg: CellNetConfig, in_channels: int, num_classes: int, image_siz
     builder = _Builder(in_channels, num_classes)
     _BASES[cfg.base](cfg, builder)
     return builder.graph(image_size)
-
-
