@@ -25,6 +25,7 @@ from rayfl.fl.methods.fedrolex.config import FedRolexConfig
 from rayfl.fl.methods.fedslim.config import FedSlimConfig
 from rayfl.fl.methods.fedtrans.config import FedTransConfig
 from rayfl.fl.methods.fjord.config import FjORDConfig
+from rayfl.fl.methods.fluid.config import FLuIDConfig
 from rayfl.fl.methods.heterofl.config import HeteroFLConfig
 from rayfl.fl.methods.independent.config import IndependentConfig
 from rayfl.fl.methods.model_search.config import ModelSearchConfig
@@ -72,11 +73,15 @@ METHODS: dict[str, Method] = {
         FedorASConfig, f"{_M}.fedoras.algorithm:FedorAS", "Dudziak et al., paper 003", f"{_M}.fedoras.rules:problems"
     ),
     "fedoras_search": Method(
-        FedorASSearchConfig, f"{_M}.fedoras.search:FedorASSearch", "paper 003, search phase",
+        FedorASSearchConfig,
+        f"{_M}.fedoras.search:FedorASSearch",
+        "paper 003, search phase",
         f"{_M}.fedoras.rules:problems",
     ),
     "fedoras_finetune": Method(
-        FedorASFinetuneConfig, f"{_M}.fedoras.finetune:FedorASFinetune", "paper 003, fine-tuning phase",
+        FedorASFinetuneConfig,
+        f"{_M}.fedoras.finetune:FedorASFinetune",
+        "paper 003, fine-tuning phase",
         f"{_M}.fedoras.rules:problems",
     ),
     "fedrescue": Method(FedResCuEConfig, f"{_M}.fedrescue.algorithm:FedResCuE", "Zhu et al., ICML 2022 (paper 004)"),
@@ -84,7 +89,9 @@ METHODS: dict[str, Method] = {
     "fedrush": Method(FedRushConfig, f"{_M}.fedrescue.algorithm:FedRush", "paper 004's baseline (no freezing)"),
     "fedslim": Method(FedSlimConfig, f"{_M}.fedslim.algorithm:FedSlim", "paper 004's baseline (Algorithm 3)"),
     "fedhen": Method(
-        FedHeNConfig, f"{_M}.fedhen.algorithm:FedHeN", "Acar & Saligrama, 2022 (paper 001)",
+        FedHeNConfig,
+        f"{_M}.fedhen.algorithm:FedHeN",
+        "Acar & Saligrama, 2022 (paper 001)",
         f"{_M}.fedhen.rules:problems",
     ),
     "noside": Method(
@@ -97,10 +104,13 @@ METHODS: dict[str, Method] = {
         IndependentConfig, f"{_M}.independent.algorithm:IndependentFedAvg", "several independent FedAvg models"
     ),
     "fedtrans": Method(
-        FedTransConfig, f"{_M}.fedtrans.algorithm:FedTrans", "Zhu et al., MLSys 2024 (paper 002)",
+        FedTransConfig,
+        f"{_M}.fedtrans.algorithm:FedTrans",
+        "Zhu et al., MLSys 2024 (paper 002)",
         f"{_M}.fedtrans.rules:problems",
     ),
     "fedprox": Method(FedProxConfig, f"{_M}.fedprox.algorithm:FedProx", "Li et al., MLSys 2020"),
+    "fluid": Method(FLuIDConfig, f"{_M}.fluid.algorithm:FLuID", "Wang et al., NeurIPS 2023 (paper 002's baseline)"),
 }
 
 # The tagged table the loader reads ``algorithm:`` and ``phases[i].algorithm:`` with.
@@ -127,6 +137,7 @@ AlgorithmConfig = (
     | IndependentConfig
     | FedTransConfig
     | FedProxConfig
+    | FLuIDConfig
 )
 
 
