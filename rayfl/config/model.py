@@ -17,6 +17,7 @@ __all__ = [
     "CharLSTMConfig",
     "CharTransformerConfig",
     "CustomModelConfig",
+    "EnsembleConfig",
     "FemnistCNNConfig",
     "ModelConfig",
     "ResNetConfig",
@@ -182,6 +183,20 @@ class CellNetConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class EnsembleConfig:
+    """SplitMix's model (Hong et al., ICLR 2022; ``rayfl/models/ensemble.py``): ``members`` independent copies (base
+    models) of the cell network ``base`` at ``width`` of its every free dimension (the authors' ``atom_slim_ratio``;
+    ``ceil(width x size)`` channels), their parameters stacked along a leading member axis. It predicts the mean of
+    its members' logits; a sub-model is a subset of members. Paper 002 gives SplitMix FedTrans's largest model: copy
+    its ``transforms`` into ``base``."""
+
+    name: Literal["ensemble"] = "ensemble"
+    base: CellNetConfig = field(default_factory=CellNetConfig)
+    members: int = bounded(8, ge=1)
+    width: float = bounded(0.125, gt=0.0, le=1.0)
+
+
+@dataclass(frozen=True, kw_only=True)
 class CustomModelConfig:
     """A user's own fixed model: ``factory`` ("package.module:function") returns an ``nn.Module`` whose forward maps a
     batch to logits ``[batch, num_classes]``; it is called with ``kwargs`` (plus ``num_classes`` and ``input_shape``
@@ -202,6 +217,7 @@ ModelConfig = (
     | FemnistCNNConfig
     | SupernetConfig
     | CellNetConfig
+    | EnsembleConfig
     | CustomModelConfig
 )
 
@@ -216,5 +232,6 @@ MODEL_CONFIGS: dict[str, type[Any]] = {
     "femnist_cnn": FemnistCNNConfig,
     "supernet": SupernetConfig,
     "cellnet": CellNetConfig,
+    "ensemble": EnsembleConfig,
     "custom": CustomModelConfig,
 }

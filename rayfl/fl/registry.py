@@ -29,6 +29,7 @@ from rayfl.fl.methods.fluid.config import FLuIDConfig
 from rayfl.fl.methods.heterofl.config import HeteroFLConfig
 from rayfl.fl.methods.independent.config import IndependentConfig
 from rayfl.fl.methods.model_search.config import ModelSearchConfig
+from rayfl.fl.methods.splitmix.config import SplitMixConfig
 
 if TYPE_CHECKING:
     from rayfl.config.sections import TrainConfig
@@ -111,6 +112,12 @@ METHODS: dict[str, Method] = {
     ),
     "fedprox": Method(FedProxConfig, f"{_M}.fedprox.algorithm:FedProx", "Li et al., MLSys 2020"),
     "fluid": Method(FLuIDConfig, f"{_M}.fluid.algorithm:FLuID", "Wang et al., NeurIPS 2023 (paper 002's baseline)"),
+    "splitmix": Method(
+        SplitMixConfig,
+        f"{_M}.splitmix.algorithm:SplitMix",
+        "Hong et al., ICLR 2022 (paper 002's baseline)",
+        f"{_M}.splitmix.rules:problems",
+    ),
 }
 
 # The tagged table the loader reads ``algorithm:`` and ``phases[i].algorithm:`` with.
@@ -138,6 +145,7 @@ AlgorithmConfig = (
     | FedTransConfig
     | FedProxConfig
     | FLuIDConfig
+    | SplitMixConfig
 )
 
 

@@ -13,7 +13,7 @@ from rayfl.engine.driver import run_experiment
 from tests.helpers import tiny_image_dataset
 from tests.resume_cases import assert_same_run, case
 
-BASELINES = ["fluid"]
+BASELINES = ["fluid", "splitmix"]
 
 
 @pytest.mark.ray
