@@ -243,6 +243,8 @@ def test_family_costs_equal_the_measured_forward_flops() -> None:
         ("model: {name: cellnet, transforms: ['deepen c1', 'grow c1']}", r"model.transforms\[1\]: transform step"),
         ("model: {name: cellnet, base: resnet, channels: [4, 8]}", r"model.blocks: needs one block count per stage"),
         ("model: {name: cnn}\nalgorithm: {name: fedtrans}", r"algorithm.name: 'fedtrans' transforms cells"),
+        ("model: {name: cnn}\nalgorithm: {name: splitmix}", r"algorithm.name: 'splitmix' trains base models"),
+        ("model: {name: ensemble, width: 0}", r"model.width"),
     ],
 )
 def test_bad_cellnet_configs_are_one_line_errors(tmp_path: object, text: str, message: str) -> None:
