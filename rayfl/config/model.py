@@ -160,7 +160,10 @@ class CellNetConfig:
 
     ``base``: ``cnn`` (HeteroFL's conv net, ``channels`` = conv widths, default 16-32-64), ``resnet`` (a small
     ResNet-18: ``channels`` = stage widths, default 16-32-64-128, ``blocks`` per stage) or ``mobilenet_v3_small``
-    (torchvision's layer table; ``channels``, ``blocks`` and ``norm`` unused). ``transforms``: the transformation log
+    (torchvision's layer table; ``channels``, ``blocks`` and ``norm`` unused), ``mobilenet_tiny`` (the same kinds of
+    block at CPU size: 3 inverted residual blocks, 15 candidate cells; ``channels``, ``blocks``, ``norm`` unused) or
+    ``nb201`` (NAS-Bench-201's base network at CPU size: ``channels`` = stage widths, default 4-8, one fixed cell per
+    stage, a residual reduction block between; ``blocks`` and ``norm`` unused). ``transforms``: the transformation log
     applied to the base in order, each ``widen CELL FACTOR``, ``deepen CELL`` or ``reset`` (FedTrans writes it; a
     model FedTrans produced can be trained by any method by copying its log). ``scaler``: HeteroFL's
     divide-by-width-rate after every cell of a sub-model. ``head_pool``: the classifier reads the features averaged
@@ -172,7 +175,7 @@ class CellNetConfig:
     """
 
     name: Literal["cellnet"] = "cellnet"
-    base: Literal["cnn", "resnet", "mobilenet_v3_small"] = "cnn"
+    base: Literal["cnn", "resnet", "mobilenet_v3_small", "mobilenet_tiny", "nb201"] = "cnn"
     channels: tuple[int, ...] = ()
     blocks: tuple[int, ...] = (2, 2, 2, 2)
     norm: Literal["batch", "group", "none"] = "batch"

@@ -72,8 +72,13 @@ def _steps(graph: object, cells: list[str]) -> list[str]:
             ["b1dw", "b5e", "b5dw", "b5se1", "b5se2", "b6p", "fc", "head"],
             ("eval",),
         ),
+        # every cell of both preserves the function too (checked once by hand: 31 cells x 2 steps, about 2 min);
+        # here a cell of each kind and place: expansion, depthwise, squeeze, projection into a residual stream
+        pytest.param(CellNetConfig(base="mobilenet_tiny"), ["b1dw", "b1se1", "b3p"], ("eval",), marks=pytest.mark.slow),
+        # a cell edge, an edge summed into a node, the reduction's shortcut
+        pytest.param(CellNetConfig(base="nb201"), ["c1e01", "c1e23", "r2sc"], ("eval",), marks=pytest.mark.slow),
     ],
-    ids=["cnn-batch", "cnn-group", "resnet18", "mobilenet_v3_small"],
+    ids=["cnn-batch", "cnn-group", "resnet18", "mobilenet_v3_small", "mobilenet_tiny", "nb201"],
 )
 def test_widen_and_deepen_preserve_the_function(cfg: CellNetConfig, cells: list[str] | None, modes: tuple[str]) -> None:
     _, params = _params(cfg)
@@ -162,6 +167,23 @@ def test_widen_and_deepen_composed_keep_the_function(norm: str) -> None:
     for mode in ("eval", "train"):
         diff = (_outputs(graph, params, x, mode) - _outputs(g, p, x, mode)).abs().max()
         assert float(diff) <= 1e-5, (mode, float(diff))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("base", "shape"), [("mobilenet_tiny", (3, 32, 32)), ("nb201", (1, 28, 28))])
+def test_the_cpu_sized_starting_models_offer_choice_at_a_cost_every_client_can_train(
+    base: str, shape: tuple[int, int, int]
+) -> None:
+    """Issue 24: FedTrans's starting models for the CIFAR-like (MobileNetV3-small-shaped) and FEMNIST-like
+    (NAS-Bench-201-shaped) settings have at least 6 candidate cells (the classifier aside) and cost at most 2 MFLOPs
+    forward per sample: the weakest client of ``experiments/fedtrans`` (1 GFLOP/s for 0.3 s) trains 50 samples a
+    round at 3 x forward FLOPs each."""
+    cfg = CellNetConfig(base=base, head_pool=1)  # type: ignore[arg-type]
+    graph = build_graph(cfg, shape[0], 10, shape[1])
+    assert len([op for op in graph.cells if op.dim != "classes"]) >= 6
+    family = build_family(cfg, InputSpec("image", 10, shape))
+    forward = float(CostModel(family, 10).evaluate(np.array([family.full_units])).flops[0])
+    assert 3 * forward * 50 <= 1e9 * 0.3
 
 
 def test_widen_duplicates_first_and_divides_consumers() -> None:
