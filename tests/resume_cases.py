@@ -21,7 +21,7 @@ import pandas as pd
 import torch
 from safetensors.torch import load_file
 
-from rayfl.config.model import CellNetConfig, CNNConfig, ResNetConfig
+from rayfl.config.model import CellNetConfig, CNNConfig, EnsembleConfig, ResNetConfig
 from rayfl.config.sections import CheckpointConfig, DataConfig, LinkConfig, ResourceConfig, SystemConfig
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine.build import build_clock, build_setup
@@ -59,6 +59,7 @@ MODEL = CNNConfig(channels=(8, 16), norm="batch")  # batch norm: HeteroFL's stat
 SIDE_EXIT = ResNetConfig(widths=(4, 8, 8, 8), norm="gn", side_exit=2, side_pool=2)  # FedHeN's simple model
 SIDE_EXIT_METHODS = ("fedhen", "noside", "decouple")
 CELLNET = CellNetConfig(channels=(4, 8))  # FedTrans grows a family of cellnets
+ENSEMBLE = EnsembleConfig(base=CELLNET, members=4, width=0.5)  # SplitMix's bases: clients train 1 to 4 of them
 DISTILL = DistillConfig(enabled=True, iterations=2, batch_size=8)
 LINKS = LinkConfig(error_rate=ResourceConfig(source="uniform", low=0.1, high=0.3))
 NESTED = ("fedrescue", "fedseq", "fedrush", "fedslim", "fjord004")
@@ -73,6 +74,7 @@ SPECIAL: dict[str, Any] = {
     # models added after rounds 0 and 1: a resume lands between and after the family's growth
     "fedtrans": FedTransConfig(force_rounds=(0, 1), alpha=0.5, gamma=1, doc_step=1),
 }
+MODELS: dict[str, Any] = {"fedtrans": CELLNET, "splitmix": ENSEMBLE}
 PHASED = ("fedoras", "fedoras_search", "fedoras_finetune")
 SYNTHETIC = DataConfig(name="synthetic", partition="iid", num_clients=8, synthetic_samples=16)
 
@@ -93,7 +95,7 @@ def case(name: str, data: FederatedDataset | None, rounds: int = 4) -> Experimen
     cfg = dataclasses.replace(
         tiny_config(kind="local", num_hosts=2),
         rounds=rounds,
-        model=SIDE_EXIT if name in SIDE_EXIT_METHODS else CELLNET if name == "fedtrans" else MODEL,
+        model=SIDE_EXIT if name in SIDE_EXIT_METHODS else MODELS.get(name, MODEL),
         algorithm=algorithm,
         checkpoint=checkpoint,
     )

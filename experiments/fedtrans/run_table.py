@@ -11,6 +11,10 @@ Per seed, with the same data, budgets and training set-up (``--config``: ``cpu.y
   ``summary.json``: the paper gives its baselines "the largest model transformed by FedTrans"), each client the
   largest of HeteroFL's rates whose sub-model's training FLOPs fit its compute budget, with HeteroFL's scaler, static
   batch norm and label masking; every client is scored on the sub-model it can train (``eval_widths``);
+* **SplitMix** trains 8 base models of 1/8 the width of that largest model (``model.name: ensemble``), each client as
+  many as fit its compute budget; each client is scored on the mix of the bases it can train (``eval_widths``);
+* **FLuID** trains that largest model; clients whose compute budget it misses are stragglers and train invariant-
+  dropout sub-models of 0.95 ... 0.5 of it (those that fit none fail, recorded);
 * **FedAvg** trains the initial model, which every client can train.
 
 With ``--ablations``, the first seed also runs FedTrans without soft aggregation (each model averages its own
@@ -21,31 +25,43 @@ Writes ``results.md`` (per seed and mean over seeds: average client accuracy, it
 accuracy, models, total training MACs, network volume; the ablations; and Table 2's CIFAR-10 rows),
 ``client_accuracy.png`` (the clients' accuracies at the end, per method, first seed) and ``accuracy_vs_macs.png``
 (average client accuracy against cumulative training MACs, paper Figure 7); for another config than ``cpu.yaml`` the
-names carry its stem (``results_femnist.md``, ...). Runs go to ``runs/fedtrans[-STEM]/seed<S>/``.
+names carry its stem (``results_femnist.md``, ...). Runs go to ``runs/fedtrans[-STEM]/seed<S>/``; with ``--records
+DIR`` each finished run's records (``rounds.csv``, ``evals.csv``, ``client_accs.csv``, ``config.yaml``,
+``summary.json``) are copied to ``DIR/seed<S>/<method>/``, and ``--from-records DIR`` writes the tables from such a
+copy without running anything (``experiments/fedtrans/records/``, committed).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
+import shutil
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from rayfl.config.model import CellNetConfig, EnsembleConfig
 from rayfl.engine.driver import run_experiment
 from rayfl.experiment.loader import load_config
+from rayfl.experiment.schema import ExperimentConfig
 from rayfl.fl.common.widths import HETEROFL_RATES
+from rayfl.fl.methods.fluid.config import FLuIDConfig
+from rayfl.fl.methods.splitmix.config import SplitMixConfig
 from rayfl.report import load_run, plot_client_accuracy
 from rayfl.report.runs import RunRecords
 from rayfl.report.tables import cost_table
 
 HERE = Path(__file__).resolve().parent
-METHODS = ("fedtrans", "heterofl", "fedavg")
+METHODS = ("fedtrans", "heterofl", "splitmix", "fluid", "fedavg")
+RECORDS = ("rounds.csv", "evals.csv", "client_accs.csv", "config.yaml", "summary.json")
+BASES = 8  # SplitMix's base models, each 1/8 of the largest model's width (the authors' default atom_slim_ratio)
 PAPER = """Paper 002, Table 2 (100 clients per round, mean of 3 runs; CIFAR-10 from MobileNetV3-small, FEMNIST from
 NAS-Bench-201's smallest model):
 
@@ -58,8 +74,12 @@ NAS-Bench-201's smallest model):
 """
 
 
-def _run(config: Path, overrides: list[str], out: Path) -> Path:
+def _run(
+    config: Path, overrides: list[str], out: Path, edit: Callable[[ExperimentConfig], ExperimentConfig] | None = None
+) -> Path:
     cfg = load_config(config, [f"output_dir={out}", *overrides])
+    if edit is not None:
+        cfg = edit(cfg)
     done = out / cfg.name
     if (done / "summary.json").is_file():  # a finished run of an earlier call: reused (delete it to re-run)
         logging.info("%s: reused", done)
@@ -80,8 +100,43 @@ def run_seed(config: Path, seed: int, rounds: int, root: Path) -> dict[str, Path
     rates = json.dumps(sorted(HETEROFL_RATES))
     heterofl = ["name=heterofl", "algorithm.name=heterofl", "model.scaler=true", f"model.transforms={largest}"]
     dirs["heterofl"] = _run(config, [*common, *heterofl, f"eval_widths={rates}"], out)
+
+    def splitmix(cfg: ExperimentConfig) -> ExperimentConfig:
+        base = dataclasses.replace(cfg.model, transforms=tuple(family[-1]))
+        assert isinstance(base, CellNetConfig)
+        model = EnsembleConfig(base=base, members=BASES, width=1.0 / BASES)
+        widths = tuple(n / BASES for n in range(1, BASES + 1))
+        return dataclasses.replace(cfg, name="splitmix", model=model, algorithm=SplitMixConfig(), eval_widths=widths)
+
+    def fluid(cfg: ExperimentConfig) -> ExperimentConfig:
+        model = dataclasses.replace(cfg.model, transforms=tuple(family[-1]))
+        return dataclasses.replace(cfg, name="fluid", model=model, algorithm=FLuIDConfig())
+
+    dirs["splitmix"] = _run(config, common, out, splitmix)
+    dirs["fluid"] = _run(config, common, out, fluid)
     dirs["fedavg"] = _run(config, [*common, "name=fedavg", "algorithm.name=fedavg"], out)
     return dirs
+
+
+def copy_records(seeds: dict[int, dict[str, Path]], records: Path) -> None:
+    """Each run's records (``RECORDS``) to ``records/seed<S>/<method>/``."""
+    for seed, dirs in seeds.items():
+        for method, run_dir in dirs.items():
+            target = records / f"seed{seed}" / method
+            target.mkdir(parents=True, exist_ok=True)
+            for name in RECORDS:
+                if (run_dir / name).is_file():
+                    shutil.copy2(run_dir / name, target / name)
+
+
+def from_records(records: Path) -> dict[int, dict[str, Path]]:
+    """The seeds and methods of a ``copy_records`` directory (methods missing for a seed are left out)."""
+    seeds: dict[int, dict[str, Path]] = {}
+    for seed_dir in sorted(records.glob("seed*")):
+        dirs = {m: seed_dir / m for m in METHODS if (seed_dir / m / "summary.json").is_file()}
+        if dirs:
+            seeds[int(seed_dir.name.removeprefix("seed"))] = dirs
+    return seeds
 
 
 def _iqr(run: RunRecords) -> float:
@@ -98,7 +153,9 @@ def mean_table(seeds: dict[int, dict[str, Path]]) -> str:
         "|---|---:|---:|---:|---:|---:|",
     ]
     for method in METHODS:
-        runs = [load_run(dirs[method]) for dirs in seeds.values()]
+        runs = [load_run(dirs[method]) for dirs in seeds.values() if method in dirs]
+        if not runs:
+            continue
         acc = [100.0 * (r.final_client_acc or float("nan")) for r in runs]
         iqr = [_iqr(r) for r in runs]
         models = [r.num_models or 1 for r in runs]
@@ -109,8 +166,9 @@ def mean_table(seeds: dict[int, dict[str, Path]]) -> str:
             text = format(statistics.fmean(values), spec)
             return text if len(values) == 1 else f"{text} ({format(min(values), spec)}-{format(max(values), spec)})"
 
+        name = f"{method} ({len(runs)} seeds: {' / '.join(f'{a:.2f}' for a in acc)})"
         lines.append(
-            f"| {method} | {fmt(acc, '.2f')} | {fmt(iqr, '.2f')} | {fmt(models, '.1f')} | {fmt(macs, '.0f')} | "
+            f"| {name} | {fmt(acc, '.2f')} | {fmt(iqr, '.2f')} | {fmt(models, '.1f')} | {fmt(macs, '.0f')} | "
             f"{fmt(net, '.0f')} |"
         )
     return "\n".join(lines) + "\n"
@@ -144,16 +202,26 @@ def main() -> None:
     parser.add_argument("--runs", type=Path, default=None, help="default: runs/fedtrans[-STEM]")
     parser.add_argument("--out", type=Path, default=HERE)
     parser.add_argument("--ablations", action="store_true")
+    parser.add_argument("--records", type=Path, default=None, help="copy every run's records here")
+    parser.add_argument("--from-records", type=Path, default=None, help="tables from copied records; runs nothing")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("rayfl.engine").setLevel(logging.WARNING)
     config = HERE / args.config if (HERE / args.config).is_file() else Path(args.config)
     tag = "" if config.stem == "cpu" else f"_{config.stem}"
     runs_root = args.runs or Path("runs/fedtrans" + tag.replace("_", "-"))
-    seeds = {seed: run_seed(config, seed, args.rounds, runs_root) for seed in args.seeds}
+    if args.from_records is not None:
+        seeds = from_records(args.from_records)
+        args.seeds = sorted(seeds)
+    else:
+        seeds = {}
+        for seed in args.seeds:
+            seeds[seed] = run_seed(config, seed, args.rounds, runs_root)
+            if args.records is not None:
+                copy_records({seed: seeds[seed]}, args.records)
     ablations = " --ablations" if args.ablations else ""
     sections = [
-        "# FedTrans beside HeteroFL and FedAvg at CPU size",
+        "# FedTrans beside HeteroFL, SplitMix, FLuID and FedAvg at CPU size",
         "",
         f"`PYTHONPATH=$PWD python experiments/fedtrans/run_table.py --config {config.name} --seeds "
         f"{' '.join(map(str, args.seeds))} --rounds {args.rounds}{ablations}` (setting: `{config.name}`; see "
@@ -164,14 +232,19 @@ def main() -> None:
         mean_table(seeds),
     ]
     for seed, dirs in seeds.items():
-        runs = [load_run(dirs[m]) for m in METHODS]
+        runs = [load_run(dirs[m]) for m in METHODS if m in dirs]
         summary = json.loads((dirs["fedtrans"] / "summary.json").read_text())["fedtrans"]
+        flops = summary["train_flops_per_sample"]
         sections += [f"## Seed {seed}", "", cost_table(runs), "FedTrans's models (transformation logs):", ""]
-        sections += [f"- model {k}: `{list(log)}`" for k, log in enumerate(summary["models"])]
-        sections += ["", "Transformations:", ""]
+        sections += [
+            f"- model {k}: `{list(log)}`, {flops[k] / 3e6:.2f} MFLOPs forward per sample ({flops[k] / flops[0]:.1f}x)"
+            for k, log in enumerate(summary["models"])
+        ]
+        sections += ["", "Transformations (which cells, widened or deepened, at the parent's DoC):", ""]
         sections += [
             f"- after round {t['round_idx']}: model {t['child']} from {t['parent']}, "
             + ("forced" if t["doc"] is None else f"DoC {t['doc']:.5f}")
+            + f": {', '.join(t['steps'])}"
             for t in summary["transformations"]
         ]
         sections.append("")
@@ -186,9 +259,9 @@ def main() -> None:
         }
         dirs = [first["fedtrans"], *(_run(config, [*common, f"name={n}", *o], out) for n, o in variants.items())]
         sections += [f"## Ablations (seed {seed})", "", cost_table([load_run(d) for d in dirs])]
-    runs = {m: load_run(first[m]) for m in METHODS}
+    runs = {m: load_run(first[m]) for m in METHODS if m in first}
     clients_png, macs_png = f"client_accuracy{tag}.png", f"accuracy_vs_macs{tag}.png"
-    plot_client_accuracy(list(runs.values()), args.out / clients_png, labels=list(METHODS))
+    plot_client_accuracy(list(runs.values()), args.out / clients_png, labels=list(runs))
     plot_accuracy_vs_macs(runs, args.out / macs_png)
     sections += [PAPER, f"![clients]({clients_png})", "", f"![accuracy vs MACs]({macs_png})", ""]
     (args.out / f"results{tag}.md").write_text("\n".join(sections))

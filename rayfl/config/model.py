@@ -17,6 +17,7 @@ __all__ = [
     "CharLSTMConfig",
     "CharTransformerConfig",
     "CustomModelConfig",
+    "EnsembleConfig",
     "FemnistCNNConfig",
     "ModelConfig",
     "ResNetConfig",
@@ -162,22 +163,43 @@ class CellNetConfig:
 
     ``base``: ``cnn`` (HeteroFL's conv net, ``channels`` = conv widths, default 16-32-64), ``resnet`` (a small
     ResNet-18: ``channels`` = stage widths, default 16-32-64-128, ``blocks`` per stage) or ``mobilenet_v3_small``
-    (torchvision's layer table; ``channels``, ``blocks`` and ``norm`` unused). ``transforms``: the transformation log
+    (torchvision's layer table; ``channels``, ``blocks`` and ``norm`` unused), ``mobilenet_tiny`` (the same kinds of
+    block at CPU size: 3 inverted residual blocks, 15 candidate cells; ``channels``, ``blocks``, ``norm`` unused) or
+    ``nb201`` (NAS-Bench-201's base network at CPU size: ``channels`` = stage widths, default 4-8, one fixed cell per
+    stage, a residual reduction block between; ``blocks`` and ``norm`` unused). ``transforms``: the transformation log
     applied to the base in order, each ``widen CELL FACTOR``, ``deepen CELL`` or ``reset`` (FedTrans writes it; a
     model FedTrans produced can be trained by any method by copying its log). ``scaler``: HeteroFL's
     divide-by-width-rate after every cell of a sub-model. ``head_pool``: the classifier reads the features averaged
     to ``head_pool`` x ``head_pool`` (1 = global pooling, HeteroFL's; more keeps where things are, which rayfl's
-    synthetic images label by).
+    synthetic images label by). ``deepen_width``: ``own`` (paper 002 Fig. 5): a cell inserted by ``deepen`` writes a
+    dimension of its own, so it and the cell before it are widened independently; ``shared``: the inserted cell
+    writes its predecessor's dimension and widening either widens both (rayfl before issue 24). A cell whose output
+    is added to a value from before it (a residual branch's last conv) always shares: its width is the stream's.
     """
 
     name: Literal["cellnet"] = "cellnet"
-    base: Literal["cnn", "resnet", "mobilenet_v3_small"] = "cnn"
+    base: Literal["cnn", "resnet", "mobilenet_v3_small", "mobilenet_tiny", "nb201"] = "cnn"
     channels: tuple[int, ...] = ()
     blocks: tuple[int, ...] = (2, 2, 2, 2)
     norm: Literal["batch", "group", "none"] = "batch"
     scaler: bool = False
     head_pool: int = bounded(1, ge=1)  # cnn/resnet: average-pool to head_pool x head_pool before the classifier
     transforms: tuple[str, ...] = ()
+    deepen_width: Literal["own", "shared"] = "own"  # whether a deepened cell's inserted cell gets its own width
+
+
+@dataclass(frozen=True, kw_only=True)
+class EnsembleConfig:
+    """SplitMix's model (Hong et al., ICLR 2022; ``rayfl/models/ensemble.py``): ``members`` independent copies (base
+    models) of the cell network ``base`` at ``width`` of its every free dimension (the authors' ``atom_slim_ratio``;
+    ``ceil(width x size)`` channels), their parameters stacked along a leading member axis. It predicts the mean of
+    its members' logits; a sub-model is a subset of members. Paper 002 gives SplitMix FedTrans's largest model: copy
+    its ``transforms`` into ``base``."""
+
+    name: Literal["ensemble"] = "ensemble"
+    base: CellNetConfig = field(default_factory=CellNetConfig)
+    members: int = bounded(8, ge=1)
+    width: float = bounded(0.125, gt=0.0, le=1.0)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -201,6 +223,7 @@ ModelConfig = (
     | FemnistCNNConfig
     | SupernetConfig
     | CellNetConfig
+    | EnsembleConfig
     | CustomModelConfig
 )
 
@@ -215,5 +238,6 @@ MODEL_CONFIGS: dict[str, type[Any]] = {
     "femnist_cnn": FemnistCNNConfig,
     "supernet": SupernetConfig,
     "cellnet": CellNetConfig,
+    "ensemble": EnsembleConfig,
     "custom": CustomModelConfig,
 }

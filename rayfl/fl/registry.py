@@ -26,9 +26,11 @@ from rayfl.fl.methods.fedslim.config import FedSlimConfig
 from rayfl.fl.methods.fedtrans.config import FedTransConfig
 from rayfl.fl.methods.fjord.config import FjORDConfig
 from rayfl.fl.methods.fjord004.config import FjORD004Config
+from rayfl.fl.methods.fluid.config import FLuIDConfig
 from rayfl.fl.methods.heterofl.config import HeteroFLConfig
 from rayfl.fl.methods.independent.config import IndependentConfig
 from rayfl.fl.methods.model_search.config import ModelSearchConfig
+from rayfl.fl.methods.splitmix.config import SplitMixConfig
 
 if TYPE_CHECKING:
     from rayfl.config.sections import TrainConfig
@@ -73,11 +75,15 @@ METHODS: dict[str, Method] = {
         FedorASConfig, f"{_M}.fedoras.algorithm:FedorAS", "Dudziak et al., paper 003", f"{_M}.fedoras.rules:problems"
     ),
     "fedoras_search": Method(
-        FedorASSearchConfig, f"{_M}.fedoras.search:FedorASSearch", "paper 003, search phase",
+        FedorASSearchConfig,
+        f"{_M}.fedoras.search:FedorASSearch",
+        "paper 003, search phase",
         f"{_M}.fedoras.rules:problems",
     ),
     "fedoras_finetune": Method(
-        FedorASFinetuneConfig, f"{_M}.fedoras.finetune:FedorASFinetune", "paper 003, fine-tuning phase",
+        FedorASFinetuneConfig,
+        f"{_M}.fedoras.finetune:FedorASFinetune",
+        "paper 003, fine-tuning phase",
         f"{_M}.fedoras.rules:problems",
     ),
     "fedrescue": Method(FedResCuEConfig, f"{_M}.fedrescue.algorithm:FedResCuE", "Zhu et al., ICML 2022 (paper 004)"),
@@ -86,7 +92,9 @@ METHODS: dict[str, Method] = {
     "fedslim": Method(FedSlimConfig, f"{_M}.fedslim.algorithm:FedSlim", "paper 004's baseline (Algorithm 3)"),
     "fjord004": Method(FjORD004Config, f"{_M}.fjord004.algorithm:FjORD004", "paper 004's FjORD (Algorithm 4)"),
     "fedhen": Method(
-        FedHeNConfig, f"{_M}.fedhen.algorithm:FedHeN", "Acar & Saligrama, 2022 (paper 001)",
+        FedHeNConfig,
+        f"{_M}.fedhen.algorithm:FedHeN",
+        "Acar & Saligrama, 2022 (paper 001)",
         f"{_M}.fedhen.rules:problems",
     ),
     "noside": Method(
@@ -99,10 +107,19 @@ METHODS: dict[str, Method] = {
         IndependentConfig, f"{_M}.independent.algorithm:IndependentFedAvg", "several independent FedAvg models"
     ),
     "fedtrans": Method(
-        FedTransConfig, f"{_M}.fedtrans.algorithm:FedTrans", "Zhu et al., MLSys 2024 (paper 002)",
+        FedTransConfig,
+        f"{_M}.fedtrans.algorithm:FedTrans",
+        "Zhu et al., MLSys 2024 (paper 002)",
         f"{_M}.fedtrans.rules:problems",
     ),
     "fedprox": Method(FedProxConfig, f"{_M}.fedprox.algorithm:FedProx", "Li et al., MLSys 2020"),
+    "fluid": Method(FLuIDConfig, f"{_M}.fluid.algorithm:FLuID", "Wang et al., NeurIPS 2023 (paper 002's baseline)"),
+    "splitmix": Method(
+        SplitMixConfig,
+        f"{_M}.splitmix.algorithm:SplitMix",
+        "Hong et al., ICLR 2022 (paper 002's baseline)",
+        f"{_M}.splitmix.rules:problems",
+    ),
 }
 
 # The tagged table the loader reads ``algorithm:`` and ``phases[i].algorithm:`` with.
@@ -130,6 +147,8 @@ AlgorithmConfig = (
     | IndependentConfig
     | FedTransConfig
     | FedProxConfig
+    | FLuIDConfig
+    | SplitMixConfig
 )
 
 

@@ -14,6 +14,7 @@ from rayfl.config.model import (
     CharTransformerConfig,
     CNNConfig,
     CustomModelConfig,
+    EnsembleConfig,
     FemnistCNNConfig,
     ModelConfig,
     ResNetConfig,
@@ -63,6 +64,7 @@ _BUILDERS: dict[type[Any], Callable[[Any, InputSpec], nn.Module]] = {
     FemnistCNNConfig: _elastic,
     SupernetConfig: _elastic,
     CellNetConfig: _elastic,
+    EnsembleConfig: _elastic,
     CustomModelConfig: _custom,
 }
 

@@ -12,6 +12,7 @@ from rayfl.config.model import (
     CellNetConfig,
     CharBertConfig,
     CNNConfig,
+    EnsembleConfig,
     FemnistCNNConfig,
     ResNetConfig,
     SupernetConfig,
@@ -23,6 +24,7 @@ from rayfl.models.elastic.convnets import FemnistCNNFamily, HeteroCNNFamily
 from rayfl.models.elastic.family import ElasticFamily
 from rayfl.models.elastic.resnet import ResNetFamily
 from rayfl.models.elastic.vit import ViTFamily
+from rayfl.models.ensemble import EnsembleFamily
 from rayfl.models.inputs import InputSpec
 from rayfl.models.supernet import SupernetFamily
 
@@ -67,6 +69,11 @@ def _cellnet(cfg: Any, spec: InputSpec) -> ElasticFamily:
     return CellNetFamily(cfg, in_channels=channels, num_classes=spec.num_classes, image_size=size)
 
 
+def _ensemble(cfg: Any, spec: InputSpec) -> ElasticFamily:
+    channels, size = _image(spec, cfg)
+    return EnsembleFamily(cfg, in_channels=channels, num_classes=spec.num_classes, image_size=size)
+
+
 def _char_bert(cfg: Any, spec: InputSpec) -> ElasticFamily:
     if spec.input_kind != "tokens":
         raise ValueError(f"model.name={cfg.name!r} needs token inputs, but the data gives {spec.input_kind}")
@@ -86,6 +93,7 @@ FAMILIES: dict[type[Any], Callable[[Any, InputSpec], ElasticFamily]] = {
     CharBertConfig: _char_bert,
     SupernetConfig: _supernet,
     CellNetConfig: _cellnet,
+    EnsembleConfig: _ensemble,
 }
 
 

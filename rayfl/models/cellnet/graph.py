@@ -242,11 +242,22 @@ _MOBILENET_V3_SMALL = (
 )
 
 
-def _mobilenet_v3_small(cfg: CellNetConfig, b: _Builder) -> str:
-    """torchvision's MobileNetV3-small: batch norms with eps 1e-3 and momentum 0.01, dropout 0.2 in the classifier."""
-    bn = {"eps": 1e-3, "momentum": 0.01}
-    x = b.block("stem", INPUT, b.new_dim("stem", 16), 3, 2, "batch", "hardswish", **bn)
-    for i, (kernel, expanded, width, se, hs, stride) in enumerate(_MOBILENET_V3_SMALL):
+# A CPU-sized MobileNetV3-small shape (issue 24: FedTrans's CIFAR-10 start at the size of rayfl's CPU settings): the
+# same kinds of block (expansion, depthwise, squeeze-and-excitation, hard-swish, residual projection), fewer and
+# narrower; 15 candidate cells besides the classifier
+_MOBILENET_TINY = (
+    (3, 16, 8, True, False, 2),
+    (3, 24, 12, False, False, 2),
+    (3, 32, 12, True, True, 1),
+)
+
+
+def _inverted_residuals(
+    b: _Builder, x: str, table: tuple[tuple[int, int, int, bool, bool, int], ...], bn: dict[str, float]
+) -> str:
+    """MobileNetV3's inverted residual blocks ``b1``, ``b2``, ... after value ``x`` (kernel, expanded width, output
+    width, squeeze-and-excitation, hard-swish, stride per block)."""
+    for i, (kernel, expanded, width, se, hs, stride) in enumerate(table):
         p, act = f"b{i + 1}", "hardswish" if hs else "relu"
         h = x
         if expanded != b.sizes[b.dim_of[x]]:
@@ -262,6 +273,14 @@ def _mobilenet_v3_small(cfg: CellNetConfig, b: _Builder) -> str:
         out = b.dim_of[x] if residual else b.new_dim(f"{p}", width)
         h = b.block(f"{p}p", h, out, 1, 1, "batch", "", **bn)
         x = b.binary(f"{p}_add", h, x, "add") if residual else h
+    return x
+
+
+def _mobilenet_v3_small(cfg: CellNetConfig, b: _Builder) -> str:
+    """torchvision's MobileNetV3-small: batch norms with eps 1e-3 and momentum 0.01, dropout 0.2 in the classifier."""
+    bn = {"eps": 1e-3, "momentum": 0.01}
+    x = b.block("stem", INPUT, b.new_dim("stem", 16), 3, 2, "batch", "hardswish", **bn)
+    x = _inverted_residuals(b, x, _MOBILENET_V3_SMALL, bn)
     x = b.block("last", x, b.new_dim("last", 576), 1, 1, "batch", "hardswish", **bn)
     x = b.unary("flatten", b.unary("gap", x, "gap"), "flatten")
     x = b.unary("fc_a", b.linear("fc", x, b.new_dim("fc", 1024)), "act", act="hardswish")
@@ -269,7 +288,62 @@ def _mobilenet_v3_small(cfg: CellNetConfig, b: _Builder) -> str:
     return b.linear("head", b.unary("fc_drop", x, "dropout", p=0.2), CLASSES)
 
 
-_BASES = {"cnn": _cnn, "resnet": _resnet, "mobilenet_v3_small": _mobilenet_v3_small}
+def _mobilenet_tiny(cfg: CellNetConfig, b: _Builder) -> str:
+    """``_MOBILENET_TINY``: a stride-2 stem of 8 channels, three inverted residual blocks, a 1 x 1 conv to 32 channels
+    with hard-swish, pooling to ``head_pool`` and the classifier (MobileNetV3-small's shape at CPU size)."""
+    bn = {"eps": 1e-3, "momentum": 0.01}
+    x = b.block("stem", INPUT, b.new_dim("stem", 8), 3, 2, "batch", "hardswish", **bn)
+    x = _inverted_residuals(b, x, _MOBILENET_TINY, bn)
+    x = b.block("last", x, b.new_dim("last", 32), 1, 1, "batch", "hardswish", **bn)
+    return b.head(x, cfg.head_pool)
+
+
+def _nb201_cell(b: _Builder, prefix: str, x: str) -> str:
+    """NAS-Bench-201's cell as a fixed DAG of ReLU-conv-BN edges over four nodes on ``x``'s dimension: node 1 = 3 x 3
+    of node 0; node 2 = 1 x 1 of node 0 + 3 x 3 of node 1; node 3 = node 0 (skip) + 1 x 1 of node 1 + 3 x 3 of node 2.
+    Every edge writes the cell's dimension (they are summed)."""
+    dim = b.dim_of[x]
+
+    def edge(name: str, value: str, kernel: int) -> str:
+        h = b.unary(f"{name}_a", value, "act", act="relu")
+        return b.norm(f"{name}_n", b.conv(name, h, dim, kernel, bias=False), "batch")
+
+    n1 = edge(f"{prefix}e01", x, 3)
+    n2 = b.binary(f"{prefix}n2", edge(f"{prefix}e02", x, 1), edge(f"{prefix}e12", n1, 3), "add")
+    n3 = b.binary(f"{prefix}n3a", x, edge(f"{prefix}e13", n1, 1), "add")
+    return b.binary(f"{prefix}n3", n3, edge(f"{prefix}e23", n2, 3), "add")
+
+
+def _nb201(cfg: CellNetConfig, b: _Builder) -> str:
+    """A CPU-sized NAS-Bench-201 base network (Dong & Yang, ICLR 2020): a 3 x 3 conv stem, then per stage of
+    ``channels`` (default 4-8) one cell (``_nb201_cell``), a residual reduction block (ReLU-conv 3 x 3 stride 2-BN,
+    ReLU-conv 3 x 3-BN, a 1 x 1 stride-2 shortcut) between stages, BN-ReLU, pooling to ``head_pool`` and the
+    classifier; 7 candidate cells per stage besides the classifier (each stage's cell edges share a width)."""
+    widths = cfg.channels or (4, 8)
+    x = b.norm("stem_n", b.conv("stem", INPUT, b.new_dim("s1", widths[0]), 3, bias=False), "batch")
+    for s, width in enumerate(widths):
+        if s > 0:
+            p = f"r{s + 1}"
+            out = b.new_dim(f"s{s + 1}", width)
+            h = b.conv(f"{p}c1", b.unary(f"{p}c1_a", x, "act", act="relu"), out, 3, 2, bias=False)
+            h = b.norm(f"{p}c1_n", h, "batch")
+            h = b.norm(
+                f"{p}c2_n", b.conv(f"{p}c2", b.unary(f"{p}c2_a", h, "act", act="relu"), out, 3, bias=False), "batch"
+            )
+            short = b.conv(f"{p}sc", x, out, 1, 2, bias=False)
+            x = b.binary(f"{p}_add", h, short, "add")
+        x = _nb201_cell(b, f"c{s + 1}", x)
+    x = b.unary("last_a", b.norm("last_n", x, "batch"), "act", act="relu")
+    return b.head(x, cfg.head_pool)
+
+
+_BASES = {
+    "cnn": _cnn,
+    "resnet": _resnet,
+    "mobilenet_v3_small": _mobilenet_v3_small,
+    "mobilenet_tiny": _mobilenet_tiny,
+    "nb201": _nb201,
+}
 
 
 def base_graph(cfg: CellNetConfig, in_channels: int, num_classes: int, image_size: int) -> Graph:
@@ -277,5 +351,3 @@ def base_graph(cfg: CellNetConfig, in_channels: int, num_classes: int, image_siz
     builder = _Builder(in_channels, num_classes)
     _BASES[cfg.base](cfg, builder)
     return builder.graph(image_size)
-
-

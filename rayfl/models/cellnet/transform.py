@@ -16,7 +16,14 @@ and to the weights (``transform_params``), so that the child computes what its p
   reads it, the new cell goes after that ReLU and gets a ReLU of its own: ReLU(I ReLU(z)) = ReLU(z), so the inserted
   layer adds a non-linearity and is still exact. Otherwise (a residual branch's last conv, a hard-swish or the
   classifier) it goes right after the cell, before anything else reads its output: a linear map composed with the
-  identity. The inserted cell shares its input's dimension, so widening it later widens the deepened cell with it.
+  identity. The inserted cell writes a dimension of its own (named after it, as wide as its input; paper 002 Fig. 5:
+  a new cell is widened and deepened on its own): it reads the deepened cell's dimension, and everything downstream
+  of it that was on that dimension moves to the new one (the next cells' input columns, norms, a depthwise conv and
+  its squeeze-and-excitation gate), so widening the inserted cell leaves the deepened cell's width alone and the
+  reverse. Where that cannot be (a value from before the insertion is added to or multiplies one after it: a
+  residual branch's last conv, whose width is the stream's; an inserted depthwise conv, whose width is its input's;
+  a layer inserted after the classifier, which writes the classes), and with ``deepen_width: shared`` (rayfl before
+  issue 24), the inserted cell shares the deepened cell's dimension and widening either widens both.
 * ``reset``: the model was re-initialised instead of inheriting (the paper's "no warm-up" ablation): it changes no
   architecture, only the similarity (every cell loses its parent's weights, ``mc = -1``).
 
@@ -32,7 +39,7 @@ from functools import lru_cache
 import torch
 
 from rayfl.config.model import CellNetConfig
-from rayfl.models.cellnet.graph import CLASSES, IMAGE, Graph, Op, base_graph
+from rayfl.models.cellnet.graph import CLASSES, IMAGE, INPUT, Graph, Op, base_graph
 
 __all__ = [
     "RESET",
@@ -94,8 +101,9 @@ def _cell(graph: Graph, name: str) -> Op:
     return op
 
 
-def apply_step(graph: Graph, step: str) -> Graph:
-    """The architecture after one log entry."""
+def apply_step(graph: Graph, step: str, own_width: bool = True) -> Graph:
+    """The architecture after one log entry (``own_width``: an inserted cell gets a dimension of its own where it can,
+    the module docstring's ``deepen``)."""
     kind, name, factor = parse_step(step)
     if kind == RESET:
         return graph
@@ -109,7 +117,7 @@ def apply_step(graph: Graph, step: str) -> Graph:
             for op in graph.ops
         )
         return dataclasses.replace(graph, ops=ops).with_sizes(sizes)
-    return _deepen(graph, cell)
+    return _deepen(graph, cell, own_width)
 
 
 def insertion_point(graph: Graph, cell: Op) -> tuple[str, Op | None]:
@@ -131,7 +139,7 @@ def _new_name(graph: Graph, base: str) -> str:
     return f"{base}_d{n}"
 
 
-def _deepen(graph: Graph, cell: Op) -> Graph:
+def _deepen(graph: Graph, cell: Op, own_width: bool) -> Graph:
     point, act = insertion_point(graph, cell)
     name = _new_name(graph, cell.name)
     kernel = cell.kernel if cell.kind != "linear" else 1
@@ -146,7 +154,55 @@ def _deepen(graph: Graph, cell: Op) -> Graph:
         ops.append(op)
         if op.name == point:
             ops.extend(inserted)
-    return dataclasses.replace(graph, ops=tuple(ops))
+    shared = dataclasses.replace(graph, ops=tuple(ops))
+    if not own_width or cell.kind == "dwconv" or cell.dim in (IMAGE, CLASSES):
+        return shared
+    return _own_dimension(shared, name) or shared
+
+
+def _own_dimension(graph: Graph, name: str) -> Graph | None:
+    """``graph`` with the inserted cell ``name`` writing a new dimension of its input's size, and every op downstream
+    of it on the old dimension moved to the new one; ``None`` when the result is inconsistent (a value on the old
+    dimension from before the insertion meets one after it)."""
+    old = graph.op(name).dim
+    dims = {d for d, _ in graph.sizes}
+    new, n = name, 1
+    while new in dims:
+        new, n = f"{name}_w{n}", n + 1
+    downstream = {name}
+    ops: list[Op] = []
+    for op in graph.ops:
+        if op.name == name:
+            op = dataclasses.replace(op, dim=new)
+        elif any(value in downstream for value in op.inputs):
+            downstream.add(op.name)
+            op = dataclasses.replace(
+                op,
+                dim=new if op.dim == old else op.dim,
+                in_dim=new if op.is_cell and op.in_dim == old else op.in_dim,
+            )
+        ops.append(op)
+    sizes: list[tuple[str, int]] = []
+    for d, s in graph.sizes:
+        sizes.append((d, s))
+        if d == old:
+            sizes.append((new, s))
+    out = dataclasses.replace(graph, ops=tuple(ops), sizes=tuple(sizes))
+    return out if _consistent(out) else None
+
+
+def _consistent(graph: Graph) -> bool:
+    """Whether every op reads values on the dimensions it expects (a cell its ``in_dim``, a depthwise conv its own,
+    any other op its own dimension for every input)."""
+    dim_of = {INPUT: IMAGE}
+    for op in graph.ops:
+        expected = op.in_dim if op.is_cell else op.dim
+        if op.kind == "dwconv" and op.in_dim != op.dim:
+            return False
+        if any(dim_of[v] != expected for v in op.inputs):
+            return False
+        dim_of[op.name] = op.dim
+    return True
 
 
 # ---------------------------------------------------------------------------------------------------- weights
@@ -224,11 +280,12 @@ def transform_params(
     step: str,
     noise: float = 0.0,
     generator: torch.Generator | None = None,
+    own_width: bool = True,
 ) -> tuple[Graph, dict[str, torch.Tensor]]:
     """The architecture and weights after one log entry (weights under the model's own tensor names). ``reset`` keeps
-    the weights: the caller re-initialises the model."""
+    the weights: the caller re-initialises the model. ``own_width``: as ``apply_step``."""
     kind, name, factor = parse_step(step)
-    after = apply_step(graph, step)
+    after = apply_step(graph, step, own_width)
     if kind == "widen":
         new = _widen_params(graph, params, graph.op(name), factor, noise, generator)
     elif kind == "deepen":
@@ -244,5 +301,5 @@ def build_graph(cfg: CellNetConfig, in_channels: int, num_classes: int, image_si
     """The architecture ``cfg`` describes: its base with the transformation log ``cfg.transforms`` applied in order."""
     graph = base_graph(cfg, in_channels, num_classes, image_size)
     for step in cfg.transforms:
-        graph = apply_step(graph, step)
+        graph = apply_step(graph, step, cfg.deepen_width == "own")
     return graph

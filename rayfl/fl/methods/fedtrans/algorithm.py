@@ -316,8 +316,9 @@ class FedTrans(Algorithm):
         child = parent + 1
         gen = torch.Generator().manual_seed(derive_seed(ctx.seed, "fedtrans-widen", child))
         tensors = model_params(state.params, parent)
+        own = parent_cfg.deepen_width == "own"
         for step in steps:
-            graph, tensors = transform_params(graph, tensors, step, cfg.noise, gen)
+            graph, tensors = transform_params(graph, tensors, step, cfg.noise, gen, own)
         if not cfg.warmup:
             steps = (*steps, RESET)
         child_cfg = dataclasses.replace(parent_cfg, transforms=(*parent_cfg.transforms, *steps))

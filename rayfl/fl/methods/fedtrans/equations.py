@@ -146,12 +146,13 @@ def input_scales(source: Graph, receiver: Graph) -> dict[str, float]:
     dimension they size differently, ``source size / receiver size`` (``1 / K`` after a widening by ``K``; ``K`` the
     other way). Tensor names are the models' own; weights not listed keep their scale (biases, norms and depthwise
     filters are per output channel and never summed over a widened dimension)."""
-    known = {op.name for op in source.cells}
+    known = {op.name: op for op in source.cells}
     out: dict[str, float] = {}
     for op in receiver.cells:
         if op.kind == "dwconv" or op.name not in known:
             continue
-        ratio = source.size(op.in_dim) / receiver.size(op.in_dim)
+        # the two models may name the input dimension differently (a cell inserted between: its own dimension)
+        ratio = source.size(known[op.name].in_dim) / receiver.size(op.in_dim)
         if ratio != 1.0:
             out[tensor_name(op.name, "weight")] = ratio
     return out
