@@ -266,6 +266,10 @@ def emulated_cluster(
             "--include-dashboard=true",
             f"--dashboard-host={head_ip}",
             f"--dashboard-port={dashboard_port}",
+            # the job API's agent listens on this machine's namespace: Ray's default port (52365) is taken by any
+            # other Ray started here (another test's ray.init), and then no job can be submitted ("No available
+            # agent to submit job")
+            f"--dashboard-agent-listen-port={free_port()}",
         ]
     try:
         _ip("link", "add", cluster.bridge, "type", "bridge")

@@ -99,8 +99,10 @@ def _node_ips(trial_dir: Path) -> set[str]:
     return {json.loads(line)["node_ip"] for line in lines if line.strip()}
 
 
-# first: on this loaded 2-core box a head that has served sweeps (SIGKILLed drivers, killed trials) was seen to time
-# out the job agent's submissions for minutes; a fresh cluster's head answers at once
+# first: a head that has served sweeps (SIGKILLed drivers, killed trials) was seen to time out the job agent's
+# submissions for minutes; a fresh cluster's head answers at once. (Submissions that failed with "No available agent"
+# for minutes under pytest -n 2 came from the agent's default port being held by another test's Ray: the fixture now
+# gives the head's agent a free port.)
 def test_a_ray_job_writes_its_results_where_they_outlive_the_job(cluster: EmulatedCluster, tmp_path: Path) -> None:
     job_dir = tmp_path / "job"
     job_dir.mkdir()
