@@ -6,10 +6,11 @@ job's working directory) is exercised by tests.
   runs in this machine's network namespace on the bridge's address ``.1``; worker *i* runs in a network namespace of
   its own, joined to the bridge by a veth pair, at ``.(i+2)``. Ray therefore sees distinct node IPs. Only loopback and
   these addresses are used.
-* **Disk.** Each worker also has a mount namespace of its own: a private ``/tmp`` (a folder under the cluster's root,
-  bind-mounted over ``/tmp``) that holds its working directory (``/tmp/work``), ``HOME`` and Ray session folder. The
-  head and the test share this machine's ``/tmp``, and the cluster's root lives there, so whatever the head writes
-  under ``/tmp`` (a pytest ``tmp_path`` included) is invisible to the workers, as a head's local disk is.
+* **Disk.** Each worker also has a mount namespace of its own: a private temp folder (a folder under the cluster's
+  root, bind-mounted over the machine's temp folder ``NODE_TMP``) that holds its working directory (``NODE_WORK``),
+  ``HOME`` and Ray session folder. The head and the test share this machine's temp folder, and the cluster's root
+  lives there, so whatever the head writes under it (a pytest ``tmp_path`` included) is invisible to the workers, as
+  a head's local disk is.
 * **Shared storage.** ``shared_dir`` (under the root) is bind-mounted at the same path into the workers named by
   ``shared_on`` (all by default), as an NFS mount would be; on the others that path does not exist.
 
@@ -43,6 +44,11 @@ from pathlib import Path
 import psutil
 
 from tests.local_cluster import BIN, OBJECT_STORE_BYTES, cluster_env, free_port, processes_of, stop, wait_for_nodes
+
+# the machine's temp folder: the head's and the test's, and where each worker mounts its private one (so a worker's
+# working directory and HOME sit at the same paths as on every other node)
+NODE_TMP = Path(tempfile.gettempdir())
+NODE_WORK = NODE_TMP / "work"
 
 START_TIMEOUT_S = 240.0  # three `ray start`s on a loaded 2-core box took 55-150 s
 STOP_TIMEOUT_S = 20.0
@@ -100,7 +106,7 @@ class EmulatedCluster:
     _extra: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     def run_on(
-        self, worker: int, argv: Sequence[str], *, timeout_s: float = 60.0, cwd: str = "/tmp/work"
+        self, worker: int, argv: Sequence[str], *, timeout_s: float = 60.0, cwd: str = str(NODE_WORK)
     ) -> subprocess.CompletedProcess[str]:
         """Run ``argv`` inside worker ``worker``'s network and mount namespaces (it sees that node's disk)."""
         node = self.workers[worker]
@@ -180,9 +186,9 @@ def _free_subnet() -> ipaddress.IPv4Network:
 _WORKER_SCRIPT = """set -e
 mount --make-rprivate /
 if [ -n "$EC_SHARED" ]; then mount --bind "$EC_SHARED" "$EC_TMP$EC_SHARED_REL"; fi
-mount --rbind "$EC_TMP" /tmp
-cd /tmp/work
-export HOME=/tmp/home TMPDIR=/tmp
+mount --rbind "$EC_TMP" "$EC_NODE_TMP"
+cd "$EC_NODE_TMP/work"
+export HOME="$EC_NODE_TMP/home" TMPDIR="$EC_NODE_TMP"
 exec "$@"
 """
 
@@ -190,9 +196,9 @@ exec "$@"
 def _start_worker(cluster: EmulatedCluster, node: WorkerNode, cpus: float, resources: str | None) -> None:
     (node.private_tmp / "work").mkdir(parents=True)
     (node.private_tmp / "home").mkdir()
-    env = dict(cluster.env, EC_TMP=str(node.private_tmp), EC_SHARED="", EC_SHARED_REL="")
+    env = dict(cluster.env, EC_TMP=str(node.private_tmp), EC_NODE_TMP=str(NODE_TMP), EC_SHARED="", EC_SHARED_REL="")
     if node.shared:
-        rel = cluster.shared_dir.relative_to("/tmp")
+        rel = cluster.shared_dir.relative_to(NODE_TMP)
         (node.private_tmp / rel).mkdir(parents=True)
         env.update(EC_SHARED=str(cluster.shared_dir), EC_SHARED_REL=f"/{rel}")
     ray_args = [
@@ -200,7 +206,7 @@ def _start_worker(cluster: EmulatedCluster, node: WorkerNode, cpus: float, resou
         "start",
         f"--address={cluster.address}",
         f"--node-ip-address={node.ip}",
-        f"--temp-dir=/tmp/ray_w{node.index}",
+        f"--temp-dir={NODE_TMP / f'ray_w{node.index}'}",
         f"--num-cpus={cpus:g}",
         "--num-gpus=0",
         f"--object-store-memory={OBJECT_STORE_BYTES}",
@@ -234,7 +240,7 @@ def emulated_cluster(
     Raises RuntimeError if the cluster does not come up within ``START_TIMEOUT_S``."""
     remove_stale()
     tag = f"{random.Random(os.getpid() ^ time.monotonic_ns()).randrange(1 << 20):05x}"
-    root = Path(tempfile.mkdtemp(prefix=f"rfec{tag}_", dir="/tmp"))  # short: Ray's socket paths live under it
+    root = Path(tempfile.mkdtemp(prefix=f"rfec{tag}_", dir=NODE_TMP))  # short: Ray's socket paths live under it
     shared_dir = root / "shared"
     shared_dir.mkdir()
     net = _free_subnet()

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.emulated_cluster import emulated_cluster, leftovers, unavailable
+from tests.emulated_cluster import NODE_TMP, NODE_WORK, emulated_cluster, leftovers, unavailable
 
 # with pytest -n, one worker runs every multi-node test one after another (each starts several raylets)
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.xdist_group("cluster")]
@@ -39,12 +39,16 @@ def test_nodes_have_their_own_address_and_disk() -> None:
         assert sorted(ips) == sorted([cluster.head_ip, *(w.ip for w in cluster.workers)])
         assert len(set(ips)) == 3
 
-        wrote = cluster.run_on(0, ["sh", "-c", f"echo w0 > /tmp/marker && echo shared > {cluster.shared_dir}/from_w0"])
+        wrote = cluster.run_on(
+            0, ["sh", "-c", f"echo w0 > {NODE_TMP}/marker && echo shared > {cluster.shared_dir}/from_w0"]
+        )
         assert wrote.returncode == 0, wrote.stderr
         assert (cluster.workers[0].private_tmp / "marker").read_text() == "w0\n"  # the node's own /tmp
         assert (cluster.shared_dir / "from_w0").read_text() == "shared\n"  # seen by the head
-        other = cluster.run_on(1, ["sh", "-c", f"test -e /tmp/marker; echo $?; test -e {cluster.shared_dir}; echo $?"])
+        other = cluster.run_on(
+            1, ["sh", "-c", f"test -e {NODE_TMP}/marker; echo $?; test -e {cluster.shared_dir}; echo $?"]
+        )
         assert other.stdout.split() == ["1", "1"], other.stderr  # neither w0's /tmp nor the unmounted share
         where = cluster.run_on(1, ["pwd"])
-        assert where.stdout.strip() == "/tmp/work"
+        assert where.stdout.strip() == str(NODE_WORK)
     assert leftovers(cluster) == []
