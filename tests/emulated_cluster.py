@@ -340,6 +340,9 @@ def _teardown(cluster: EmulatedCluster, made_bridge: bool, made_netns: list[str]
             proc.kill()
     for name in made_netns:
         subprocess.run(["ip", "netns", "del", name], capture_output=True, check=False)  # takes its veth end along
+    for node in cluster.workers:
+        # ... but the kernel drops the pair asynchronously: delete this side too, so nothing outlives the teardown
+        subprocess.run(["ip", "link", "del", f"rf{cluster.bridge[3:]}h{node.index}"], capture_output=True, check=False)
     if made_bridge:
         subprocess.run(["ip", "link", "del", cluster.bridge], capture_output=True, check=False)
     shutil.rmtree(cluster.root, ignore_errors=True)
