@@ -3,12 +3,8 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pytest
-
-if TYPE_CHECKING:
-    from tests.emulated_cluster import EmulatedCluster
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -40,19 +36,3 @@ def private_cache_one_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
         yield
     finally:
         torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def emulated_cluster() -> Iterator[EmulatedCluster]:
-    """A head (0 CPUs: the driver's and GCS's) and two 1-CPU worker nodes, each worker in its own network and mount
-    namespace (own IP, own /tmp and working directory), ``shared_dir`` mounted into both (``tests/emulated_cluster.py``;
-    for other shapes call ``emulated_cluster(...)`` from there). One per module: starting one takes most of a test's
-    time. Skipped in one line where namespaces cannot be made."""
-    from tests.emulated_cluster import emulated_cluster as start
-    from tests.emulated_cluster import unavailable
-
-    reason = unavailable()
-    if reason is not None:
-        pytest.skip(reason)
-    with start(workers=2) as cluster:
-        yield cluster

@@ -1,6 +1,9 @@
 """Sweeps and jobs on the emulated multi-node cluster (issue 32; ``tests/emulated_cluster.py``): a head reserved for
 the driver (0 CPUs) and two 1-CPU worker nodes, each with its own IP and its own ``/tmp``; ``shared_dir`` is mounted
-into both, as NFS would be. One cluster serves the module.
+into both, as NFS would be. One cluster serves the module (starting one is most of a test's time).
+
+* The cluster itself: its nodes report distinct IPs to Ray, a worker's ``/tmp`` and working directory are its own,
+  and the shared folder is the same on the head and both workers (its teardown leaves nothing: the fixture checks).
 
 * A two-trial sweep whose trials (1 CPU each) run on the two different worker nodes, its folder on the shared
   storage: checkpoints and results land there; the sweep's driver is SIGKILLed mid-run and ``rayfl sweep --resume``
@@ -32,7 +35,7 @@ import yaml
 
 from rayfl.engine.driver import run_experiment
 from rayfl.experiment.loader import load_config
-from tests.emulated_cluster import EmulatedCluster, emulated_cluster, leftovers, unavailable
+from tests.emulated_cluster import NODE_TMP, NODE_WORK, EmulatedCluster, emulated_cluster, leftovers, unavailable
 from tests.local_cluster import BIN
 from tests.resume_cases import assert_same_run
 
@@ -60,6 +63,40 @@ def cluster() -> Iterator[EmulatedCluster]:
     with emulated_cluster(workers=2, worker_cpus=1, head_cpus=0, dashboard=True) as running:
         yield running
     assert leftovers(running) == []
+
+
+NODE_IPS = (
+    "import ray, sys\n"
+    "ray.init(address=sys.argv[1], log_to_driver=False)\n"
+    "print('IPS', *sorted(n['NodeManagerAddress'] for n in ray.nodes() if n['Alive']))\n"
+)
+
+
+def test_nodes_have_their_own_address_and_disk(cluster: EmulatedCluster) -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", NODE_IPS, cluster.address],
+        env=cluster.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    ips = next(line for line in out.stdout.splitlines() if line.startswith("IPS")).split()[1:]
+    assert sorted(ips) == sorted([cluster.head_ip, *(w.ip for w in cluster.workers)])
+    assert len(set(ips)) == 3
+
+    wrote = cluster.run_on(
+        0, ["sh", "-c", f"echo w0 > {NODE_TMP}/marker && echo shared > {cluster.shared_dir}/from_w0"]
+    )
+    assert wrote.returncode == 0, wrote.stderr
+    assert (cluster.workers[0].private_tmp / "marker").read_text() == "w0\n"  # the node's own /tmp
+    assert (cluster.shared_dir / "from_w0").read_text() == "shared\n"  # seen by the head
+    other = cluster.run_on(1, ["sh", "-c", f"test -e {NODE_TMP}/marker; echo $?; cat {cluster.shared_dir}/from_w0"])
+    assert other.stdout.split() == ["1", "shared"], other.stderr  # not w0's /tmp, but the same shared folder
+    where = cluster.run_on(1, ["pwd"])
+    assert where.stdout.strip() == str(NODE_WORK)
+    (cluster.shared_dir / "from_w0").unlink()
 
 
 def _sweep_file(where: Path, cluster: EmulatedCluster, output_dir: Path, seeds: list[int] | None = None) -> Path:
