@@ -169,6 +169,25 @@ def table(
     else:
         lines += [
             "",
+            "Mean accuracy over the four widths seed by seed (seeds "
+            f"{' / '.join(map(str, whole))}), then the mean over seeds with its range [min, max]:",
+            "",
+            "| method | " + " | ".join(f"er {er:g}" for er in ers) + f" | change er {ers[0]:g} -> {ers[-1]:g} |",
+            "|---|" + "---|" * (len(ers) + 1),
+        ]
+        for label in shown:
+            cells = []
+            for values in [acc[(label, er)].mean(axis=1) for er in ers] + [
+                acc[(label, ers[-1])].mean(axis=1) - acc[(label, ers[0])].mean(axis=1)
+            ]:
+                sign = "+" if len(cells) == len(ers) else ""
+                cells.append(
+                    " / ".join(f"{v:{sign}.3f}" for v in values)
+                    + f"; **{values.mean():{sign}.3f}** [{values.min():{sign}.3f}, {values.max():{sign}.3f}]"
+                )
+            lines.append(f"| {label} | {' | '.join(cells)} |")
+        lines += [
+            "",
             f"Change from er = {ers[0]:g}, per seed (the same seed's run at er {ers[0]:g}), mean over seeds",
             "with the range over seeds in brackets; `mean` is the change of the mean over widths, `rel.` that",
             f"change relative to the mean at er {ers[0]:g}:",
