@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 import shlex
 import sys
 import time
@@ -47,6 +48,7 @@ ERROR_RATES = (0.0, 0.1, 0.2)
 WIDTHS = [f"x{p:g}" for p in CAPACITIES]
 RECENT = 5  # a run's accuracy: the mean over its last RECENT evaluations (one evaluation is noisy)
 EQUAL = "-x2"  # a label ending in this runs its method with train.steps_per_batch 2 (the equal-updates control)
+S_LABEL = re.compile(r"^(?P<method>.+)-S(?P<s>\d+)$")  # "FedSlim-S2": the method with num_ratios (S) = 2
 PAPER_OPTIMIZER = {"lr": 0.1, "momentum": 0.9, "nesterov": True, "weight_decay": 1e-4}  # paper 004, Table 17
 
 
@@ -63,6 +65,20 @@ def methods(base: FedResCuEConfig) -> dict[str, Any]:
         # makes as many sub-model passes per batch as FedResCuE's and FedSlim's S = 4 (their last ratio is 1)
         "FjORD-004": FjORD004Config(capacities=base.capacities, ratios=base.ratios, num_ratios=base.num_ratios - 1),
     }
+
+
+def resolve(label: str, catalogue: dict[str, Any]) -> tuple[str, Any, int]:
+    """A label's method name, algorithm config and optimizer steps per batch: ``-x2`` at the end gives 2 steps, and
+    ``-S<n>`` before it sets the method's ``num_ratios`` (S) to n."""
+    steps = 2 if label.endswith(EQUAL) else 1
+    method = label.removesuffix(EQUAL)
+    match = S_LABEL.match(method)
+    if match is None or match["method"] not in catalogue:
+        return method, catalogue.get(method), steps
+    algorithm = catalogue[match["method"]]
+    if not hasattr(algorithm, "num_ratios"):
+        return method, None, steps
+    return method, dataclasses.replace(algorithm, num_ratios=int(match["s"])), steps
 
 
 def run_key(label: str, er: float, seed: int) -> str:
@@ -153,6 +169,25 @@ def table(
     else:
         lines += [
             "",
+            "Mean accuracy over the four widths seed by seed (seeds "
+            f"{' / '.join(map(str, whole))}), then the mean over seeds with its range [min, max]:",
+            "",
+            "| method | " + " | ".join(f"er {er:g}" for er in ers) + f" | change er {ers[0]:g} -> {ers[-1]:g} |",
+            "|---|" + "---|" * (len(ers) + 1),
+        ]
+        for label in shown:
+            cells = []
+            for values in [acc[(label, er)].mean(axis=1) for er in ers] + [
+                acc[(label, ers[-1])].mean(axis=1) - acc[(label, ers[0])].mean(axis=1)
+            ]:
+                sign = "+" if len(cells) == len(ers) else ""
+                cells.append(
+                    " / ".join(f"{v:{sign}.3f}" for v in values)
+                    + f"; **{values.mean():{sign}.3f}** [{values.min():{sign}.3f}, {values.max():{sign}.3f}]"
+                )
+            lines.append(f"| {label} | {' | '.join(cells)} |")
+        lines += [
+            "",
             f"Change from er = {ers[0]:g}, per seed (the same seed's run at er {ers[0]:g}), mean over seeds",
             "with the range over seeds in brackets; `mean` is the change of the mean over widths, `rel.` that",
             f"change relative to the mean at er {ers[0]:g}:",
@@ -198,6 +233,54 @@ def table(
             f"Seed {s} is left out, incomplete: {len(have)} of {len(shown) * len(ers)} runs "
             f"({', '.join(k.rsplit('/', 1)[0] for k in have) or 'none'}).",
         ]
+    return "\n".join(lines) + "\n"
+
+
+def sweep_table(
+    runs: dict[str, Any],
+    methods_: list[str],
+    s_values: list[int],
+    catalogue: dict[str, Any],
+    seeds: list[int],
+    ers: tuple[float, ...],
+    rounds: int,
+    command: str,
+) -> str:
+    """Per method, er and S: the mean accuracy over the widths (each the mean of the run's last ``RECENT``
+    evaluations), mean over ``seeds`` where all are there, and the best S per method (highest mean over ers)."""
+    lines = [
+        f"# S sweep ({rounds} rounds, `{HERE.name}/cpu.yaml`, seeds {', '.join(map(str, seeds))}, "
+        f"er {', '.join(f'{er:g}' for er in ers)})",
+        "",
+        "Produced by (the runs' figures are in the `--runs` file; `--table-only` rewrites this file from it)",
+        "",
+        f"    {command}",
+        "",
+        f"Mean accuracy over the x0.25 ... x1 sub-models, each the mean of the run's last {RECENT} evaluations",
+        "(per-width figures in brackets: x0.25 / x0.5 / x0.75 / x1). S is each method's `num_ratios`: FedResCuE's",
+        "and FedSlim's S ordered ratios end at the client's own (S - 1 below it); FjORD-004's S widths are all below",
+        "the client's own, besides the client model's own step. Best S per method in bold.",
+        "",
+        "| method | er | " + " | ".join(f"S = {s}" for s in s_values) + " | best S |",
+        "|---|---|" + "---|" * len(s_values) + "---|",
+    ]
+    for er in ers:
+        for m in methods_:
+            default = getattr(catalogue[m], "num_ratios", None)
+            cells, means = [], []
+            for s in s_values:
+                label = m if s == default else f"{m}-S{s}"
+                got = [runs[k] for seed in seeds if (k := run_key(label, er, seed)) in runs]
+                if len(got) < len(seeds) or not got:
+                    cells.append("(not run)")
+                    means.append(-1.0)
+                    continue
+                a = np.mean([recent(g) for g in got], axis=0)
+                means.append(float(a.mean()))
+                cells.append(f"{a.mean():.3f} ({' / '.join(f'{x:.3f}' for x in a)})")
+            best = int(np.argmax(means))
+            cells[best] = f"**{cells[best]}**"
+            lines.append(f"| {m} | {er:g} | {' | '.join(cells)} | {s_values[best]} |")
     return "\n".join(lines) + "\n"
 
 
@@ -281,13 +364,12 @@ def run_all(
                 key = run_key(label, er, seed)
                 if key in runs and runs[key].get("rounds") == base.rounds:
                     continue
-                method = label.removesuffix(EQUAL)
-                steps = 2 if label.endswith(EQUAL) else 1
+                method, algorithm, steps = resolve(label, catalogue)
                 cfg = dataclasses.replace(
                     base,
                     name=f"{method.lower()}{'-x2' if steps > 1 else ''}-er{er:g}-seed{seed}",
                     seed=seed,
-                    algorithm=catalogue[method],
+                    algorithm=algorithm,
                     system=dataclasses.replace(base.system, links=links),
                     train=dataclasses.replace(base.train, steps_per_batch=steps),
                 )
@@ -313,6 +395,13 @@ def main() -> None:
     parser.add_argument("--command", default="", help="the command line to state in the table")
     parser.add_argument("--eval-every", type=int, default=0, help="override the YAML's eval_every")
     parser.add_argument(
+        "--s-sweep",
+        type=int,
+        nargs="+",
+        default=[],
+        help="run each of --methods at each of these S (num_ratios) and write the S-sweep table to --out",
+    )
+    parser.add_argument(
         "--paper-optimizer", action="store_true", help="paper 004's SGD for every method: lr 0.1, Nesterov, wd 1e-4"
     )
     args = parser.parse_args()
@@ -328,9 +417,18 @@ def main() -> None:
     assert isinstance(base.algorithm, FedResCuEConfig)
     catalogue = methods(base.algorithm)
     labels = args.methods or list(catalogue)
-    unknown = [lb for lb in labels if lb.removesuffix(EQUAL) not in catalogue]
+    if args.s_sweep:
+        labels = [
+            m if s == getattr(catalogue.get(m), "num_ratios", None) else f"{m}-S{s}"
+            for m in labels
+            for s in args.s_sweep
+        ]
+    unknown = [lb for lb in labels if resolve(lb, catalogue)[1] is None]
     if unknown:
-        parser.error(f"--methods: {unknown} are not among {list(catalogue)} (optionally with the suffix '{EQUAL}')")
+        parser.error(
+            f"--methods: {unknown} are not among {list(catalogue)} (optionally with '-S<n>' for a method that has S, "
+            f"then '{EQUAL}')"
+        )
     path = Path(args.runs)
     runs: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
     ers = tuple(args.error_rates)
@@ -341,7 +439,11 @@ def main() -> None:
         run_all(base, catalogue, labels, seeds, ers, runs, path)
     done = {k: v for k, v in runs.items() if v.get("rounds") == base.rounds}
     command = args.command or shlex.join(["python", "experiments/fedrescue/run_table.py", *sys.argv[1:]])
-    Path(args.out).write_text(table(done, labels, seeds, base.rounds, command, ers))
+    if args.s_sweep:
+        text = sweep_table(done, args.methods, args.s_sweep, catalogue, seeds, ers, base.rounds, command)
+    else:
+        text = table(done, labels, seeds, base.rounds, command, ers)
+    Path(args.out).write_text(text)
     print(f"wrote {args.out}")
     if args.curves:
         plot_curves(done, labels, seeds, Path(args.curves), ers)
