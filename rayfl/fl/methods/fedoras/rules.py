@@ -40,6 +40,8 @@ def problems(run: RunView, at: KeyPath, algo: Any) -> list[Problem]:
         problems.extend(_search_problems(run, at, algo, before))
     elif isinstance(algo, FedorASFinetuneConfig):
         problems.extend(_finetune_problems(run, at, algo, before))
+        if algo.draw and algo.architectures != "random":
+            problems.append(((*at, "draw"), "a draw of random paths needs architectures: random"))
     return problems
 
 
