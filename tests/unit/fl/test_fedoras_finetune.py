@@ -240,9 +240,7 @@ def test_random_architecture_draws_for_the_random_search_baseline() -> None:
     paths: dict[int, list[tuple[int, ...]]] = {}
     for draw in (0, 1, 2):
         algo = FedorASFinetuneConfig(architectures="random", init="random", tiers=TINY_TIERS, draw=draw)
-        cfg = dataclasses.replace(
-            base, rounds=1, phases=(PhaseConfig(name="tier-aware", rounds=1, algorithm=algo),)
-        )
+        cfg = dataclasses.replace(base, rounds=1, phases=(PhaseConfig(name="tier-aware", rounds=1, algorithm=algo),))
         setup = build_setup(cfg, tiny_image_dataset())
         bind_algorithm(cfg, setup, build_clock(cfg, setup))
         algorithm = setup.algorithm.phases[0].algorithm  # type: ignore[attr-defined]
