@@ -150,3 +150,24 @@ def test_width_needs_a_path_and_fedoras_refuses_it() -> None:
     assert problems == [(("model", "elastic"), "width needs model.path (the path whose widths shrink)")]
     with pytest.raises(ValueError, match=r"needs model\.path"):
         SupernetWidthFamily(SupernetConfig(elastic="width"))
+
+
+@pytest.mark.slow
+def test_fjord_runs_on_the_width_family() -> None:
+    """FjORD (ordered dropout with self-distillation) on the tiny path, two rounds in-process, with nothing FjORD
+    knows about this family: finite losses and a finite global model of the full shape."""
+    from rayfl.engine.driver import run_experiment
+    from rayfl.fl.methods.fjord.config import FjORDConfig
+    from tests.helpers import tiny_config, tiny_image_dataset
+
+    cfg = dataclasses.replace(
+        tiny_config(kind="local"), rounds=2, algorithm=FjORDConfig(widths=(0.5, 1.0), kd=True), model=CFG
+    )
+    data = tiny_image_dataset()
+    family = SupernetWidthFamily(CFG, in_channels=3, num_classes=4, image_size=8)
+    before = family.global_model()
+    result = run_experiment(cfg, write=False, dataset=data)
+    assert all(np.isfinite(r.train_loss) for r in result.records)
+    weight = result.state.params["layers.0.0.3.squeeze.weight"]  # the SE's h x h: rows and columns first-k
+    assert weight.shape == before.state_dict()["layers.0.0.3.squeeze.weight"].shape == (8, 8, 1, 1)
+    assert torch.isfinite(weight).all()
