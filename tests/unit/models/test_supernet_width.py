@@ -106,6 +106,7 @@ def test_submodel_at_half_width_is_the_first_k_slice_and_computes_the_block_by_h
     assert torch.allclose(sub(x), logits, atol=1e-5)  # (torch.testing imports torch.distributed: 7 s)
 
 
+@pytest.mark.slow  # fits every piece afresh (no disk cache): 23 s at load 5
 def test_flops_and_params_against_the_cost_model_by_hand() -> None:
     """At p = 0.5 (c 2, h 4, c' 3; 8x8 maps, 4x4 after the reduction), forward FLOPs per sample (2 per multiply-add,
     convolutions and the linear layer, as the cost model's counter): stem 2 x 27 x 2 x 64 = 6,912; MBConv expansion
