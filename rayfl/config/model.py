@@ -144,7 +144,9 @@ class SupernetConfig:
     multiplies the channels by ``width_mult``; global pooling and a linear classifier. The paper's CIFAR-10 space is
     ``stem_channels: 64``, ``blocks_per_stage: [4, 4, 4, 4]`` and all nine ops. ``mbconv``: ``official`` (the official
     code's MBConv: a full KxK convolution from c to E x c, Squeeze-and-Excitation, a pointwise back to c) or
-    ``separable`` (a pointwise to E x c, then a depthwise KxK, SE, pointwise back: MobileNet-V2's cheaper form)."""
+    ``separable`` (a pointwise to E x c, then a depthwise KxK, SE, pointwise back: MobileNet-V2's cheaper form).
+    ``elastic: width`` with a ``path`` makes that path a width-elastic family (each stage's channels and each op's
+    expanded width are dimensions; issue 25's "FjORD on the supernet's ops")."""
 
     name: Literal["supernet"] = "supernet"
     stem_channels: int = bounded(16, ge=1)
@@ -155,6 +157,11 @@ class SupernetConfig:
     # A realised path (FedorAS's per-tier models): one op of ``ops`` per searchable block; the model then holds only
     # those ops, a stand-alone network whose tensors have the supernet's names. Empty: the whole supernet.
     path: tuple[str, ...] = ()
+    # What a sub-model may shrink. ``ops`` (FedorAS's): which ops each searchable block holds. ``width`` (needs a
+    # ``path``): the realised path as a width-elastic network, so any width method (FjORD, HeteroFL, ...) runs on a
+    # ResNet of the supernet's own ops: the channels of each stage's residual stream and each op's expanded width
+    # (its SE's too) are dimensions of which a sub-model keeps the first units.
+    elastic: Literal["ops", "width"] = "ops"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -22,6 +22,8 @@ def supernet_problems(model: Any) -> list[Problem]:
         problems.append((("model", "blocks_per_stage"), "must list at least one stage of at least one block"))
     elif model.path:
         problems.extend(path_problems(model, ("model", "path"), model.path))
+    if model.elastic == "width" and not model.path:
+        problems.append((("model", "elastic"), "width needs model.path (the path whose widths shrink)"))
     return problems
 
 

@@ -27,6 +27,7 @@ from rayfl.models.elastic.vit import ViTFamily
 from rayfl.models.ensemble import EnsembleFamily
 from rayfl.models.inputs import InputSpec
 from rayfl.models.supernet import SupernetFamily
+from rayfl.models.supernet_width import SupernetWidthFamily
 
 __all__ = ["FAMILIES", "build_family"]
 
@@ -61,6 +62,8 @@ def _femnist_cnn(cfg: Any, spec: InputSpec) -> ElasticFamily:
 
 def _supernet(cfg: Any, spec: InputSpec) -> ElasticFamily:
     channels, size = _image(spec, cfg)
+    if cfg.elastic == "width":  # a realised path as a width-elastic network (any width method runs on it)
+        return SupernetWidthFamily(cfg, in_channels=channels, num_classes=spec.num_classes, image_size=size)
     return SupernetFamily(cfg, in_channels=channels, num_classes=spec.num_classes, image_size=size)
 
 

@@ -76,25 +76,48 @@ def _bn(channels: int) -> nn.BatchNorm2d:
 
 class SqueezeExcite(nn.Module):
     """Squeeze-and-Excitation on ``channels`` (the official ``SE``: pooled features through 1x1 conv → ReLU → 1x1
-    conv, both with biases and no channel reduction, then a sigmoid gate per channel)."""
+    conv, both with biases and no channel reduction, then a sigmoid gate per channel). ``inner`` (default
+    ``channels``) differs only in the cost model's pieces, which measure the ``channels x channels`` products with
+    two separate widths (the fit is multilinear in distinct widths)."""
 
-    def __init__(self, channels: int) -> None:
+    def __init__(self, channels: int, inner: int | None = None) -> None:
         super().__init__()
-        self.squeeze = nn.Conv2d(channels, channels, 1)
-        self.excite = nn.Conv2d(channels, channels, 1)
+        inner = channels if inner is None else inner
+        self.squeeze = nn.Conv2d(channels, inner, 1)
+        self.excite = nn.Conv2d(inner, channels, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate = torch.sigmoid(self.excite(torch.relu(self.squeeze(x.mean(dim=(2, 3), keepdim=True)))))
         return x * gate
 
 
-def make_op(name: str, channels: int, mbconv: str = "official") -> nn.Module:
+def op_hidden(name: str, channels: int) -> int:
+    """The expanded width ``E x c`` of a ``ds``/``mb`` op on ``channels`` channels (0 for ``conv1``/``identity``)."""
+    kind, _, expansion = parse_op(name)
+    return max(1, round(expansion * channels)) if kind in ("ds", "mb") else 0
+
+
+def make_op(
+    name: str,
+    channels: int,
+    mbconv: str = "official",
+    *,
+    hidden: int | None = None,
+    out: int | None = None,
+    inner: int | None = None,
+) -> nn.Module:
     """One candidate op on ``channels`` channels (stride 1, same channels in and out); ``mbconv`` picks the MBConv's
-    form (``official``: full KxK expansion conv; ``separable``: pointwise expansion then depthwise KxK)."""
-    kind, kernel, expansion = parse_op(name)
-    hidden = max(1, round(expansion * channels))
+    form (``official``: full KxK expansion conv; ``separable``: pointwise expansion then depthwise KxK).
+
+    ``hidden``: the expanded width (default ``E x channels``; a width-elastic path's sub-model keeps fewer).
+    ``out`` (default ``channels``) and ``inner`` (the SE's inner width, default ``hidden``) only for the cost
+    model's pieces of the width-elastic family: they give the two ends of a ``c x c`` or ``h x h`` product separate
+    widths so that the measured costs are multilinear in distinct widths."""
+    kind, kernel, _ = parse_op(name)
+    hidden = op_hidden(name, channels) if hidden is None else hidden
+    out = channels if out is None else out
     if kind == "conv":
-        return nn.Sequential(nn.Conv2d(channels, channels, 1, bias=False), _bn(channels), nn.ReLU())
+        return nn.Sequential(nn.Conv2d(channels, out, 1, bias=False), _bn(out), nn.ReLU())
     if kind == "ds":
         return nn.Sequential(
             nn.Conv2d(channels, channels, kernel, padding=kernel // 2, groups=channels, bias=False),
@@ -103,17 +126,17 @@ def make_op(name: str, channels: int, mbconv: str = "official") -> nn.Module:
             nn.Conv2d(channels, hidden, 1, bias=False),
             _bn(hidden),
             nn.ReLU(),
-            nn.Conv2d(hidden, channels, 1, bias=False),
-            _bn(channels),
+            nn.Conv2d(hidden, out, 1, bias=False),
+            _bn(out),
         )
     if kind == "mb" and mbconv == "official":
         return nn.Sequential(
             nn.Conv2d(channels, hidden, kernel, padding=kernel // 2, bias=False),
             _bn(hidden),
             nn.ReLU(),
-            SqueezeExcite(hidden),
-            nn.Conv2d(hidden, channels, 1, bias=False),
-            _bn(channels),
+            SqueezeExcite(hidden, inner),
+            nn.Conv2d(hidden, out, 1, bias=False),
+            _bn(out),
         )
     if kind == "mb" and mbconv == "separable":
         return nn.Sequential(
@@ -123,9 +146,9 @@ def make_op(name: str, channels: int, mbconv: str = "official") -> nn.Module:
             nn.Conv2d(hidden, hidden, kernel, padding=kernel // 2, groups=hidden, bias=False),
             _bn(hidden),
             nn.ReLU(),
-            SqueezeExcite(hidden),
-            nn.Conv2d(hidden, channels, 1, bias=False),
-            _bn(channels),
+            SqueezeExcite(hidden, inner),
+            nn.Conv2d(hidden, out, 1, bias=False),
+            _bn(out),
         )
     if kind == "mb":
         raise ValueError(f"model.mbconv: {mbconv!r} is neither 'official' nor 'separable'")
@@ -177,6 +200,9 @@ class SupernetModel(nn.Module):
 
     ``path`` (one op index per layer, each present) chooses the ops the next forward passes run; with ``path`` unset
     every layer must hold exactly one op (a realised path, or the evaluation of one).
+
+    ``channels`` (each stage's, then the classifier's) and ``hidden`` (each layer's expanded width, 0 where its op
+    has none) default to the config's; a sub-model of the width-elastic family passes fewer.
     """
 
     def __init__(
@@ -185,18 +211,21 @@ class SupernetModel(nn.Module):
         in_channels: int,
         num_classes: int,
         present: Sequence[Sequence[int]],
+        channels: Sequence[int] | None = None,
+        hidden: Sequence[int] | None = None,
     ) -> None:
         super().__init__()
         self.op_names = tuple(cfg.ops)
         self.present = tuple(tuple(int(o) for o in layer) for layer in present)
-        channels = _stage_channels(cfg)
+        channels = list(_stage_channels(cfg) if channels is None else channels)
         self.stem = nn.Sequential(nn.Conv2d(in_channels, channels[0], 3, padding=1, bias=False), _bn(channels[0]))
         layers: list[nn.ModuleDict] = []
         self.stage_of_layer: list[int] = []
         for s, blocks in enumerate(cfg.blocks_per_stage):
             for _ in range(blocks):
+                width = None if hidden is None else hidden[len(layers)]
                 ops = {
-                    str(o): make_op(self.op_names[o], channels[s], cfg.mbconv)
+                    str(o): make_op(self.op_names[o], channels[s], cfg.mbconv, hidden=width)
                     for o in self.present[len(layers)]
                     if self.op_names[o] != IDENTITY
                 }

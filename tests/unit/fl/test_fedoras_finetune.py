@@ -228,3 +228,55 @@ def test_report_lists_the_phases_and_each_tier_model(searched: RunResult, tmp_pa
     for t in result["tiers"]:
         assert f"| {t['tier']} | {t['clients']} | {t['eligible_clients']} |" in markdown
         assert f"{100 * t['test_acc']:.1f}% | {' '.join(t['path'])} |" in markdown
+
+
+def test_random_architecture_draws_for_the_random_search_baseline() -> None:
+    """``draw`` 0 keeps the tier-aware baseline's paths (the generator keys it always had); draws 1 and 2 are other
+    in-bracket paths (paper 003 App. E trains several draws from scratch); a draw needs ``architectures: random``."""
+    from rayfl.core.rng import derive_rng
+    from rayfl.fl.methods.fedoras.sampling import sample_paths_in_bracket
+
+    base = fedoras_tiny_config(kind="local", num_hosts=1)
+    paths: dict[int, list[tuple[int, ...]]] = {}
+    for draw in (0, 1, 2):
+        algo = FedorASFinetuneConfig(architectures="random", init="random", tiers=TINY_TIERS, draw=draw)
+        cfg = dataclasses.replace(base, rounds=1, phases=(PhaseConfig(name="tier-aware", rounds=1, algorithm=algo),))
+        setup = build_setup(cfg, tiny_image_dataset())
+        bind_algorithm(cfg, setup, build_clock(cfg, setup))
+        algorithm = setup.algorithm.phases[0].algorithm  # type: ignore[attr-defined]
+        assert isinstance(algorithm, FedorASFinetune)
+        state = algorithm.init_state({})
+        assert isinstance(state.algo_state, FinetuneState)
+        tiers = state.algo_state.tiers
+        paths[draw] = [tuple(p) for p in state.algo_state.paths]
+        for tier, path in enumerate(paths[draw]):
+            assert tiers.edges[tier] <= path_flops(algorithm.tables, np.array(path))[0] <= tiers.edges[tier + 1]
+        if draw == 0:
+            old = [
+                tuple(
+                    sample_paths_in_bracket(
+                        algorithm.tables,
+                        1,
+                        tiers.edges[t],
+                        tiers.edges[t + 1],
+                        derive_rng(cfg.seed, "fedoras-random-architecture", t),
+                    )[0]
+                )
+                for t in range(tiers.num_tiers)
+            ]
+            assert paths[0] == old
+    assert paths[1] != paths[0] and paths[2] != paths[0] and paths[1] != paths[2]
+    with pytest.raises(ConfigError, match="draw"):
+        load_config(
+            None,
+            [
+                "data.name=synthetic",
+                "model.name=supernet",
+                "algorithm.name=fedoras_finetune",
+                "algorithm.architectures=given",
+                "algorithm.init=random",
+                f"algorithm.paths=[{','.join(['[' + ','.join(['identity'] * 6) + ']'] * 2)}]",
+                "algorithm.draw=1",
+                "algorithm.tiers.shares=[0.5,0.5]",
+            ],
+        )

@@ -90,3 +90,6 @@ class FedorASFinetuneConfig:
     paths: tuple[tuple[str, ...], ...] = ()
     init: Literal["supernet", "random"] = "supernet"
     tiers: FedorASTiersConfig | None = None
+    # With architectures: random, which draw of in-bracket paths (0: the tier-aware FedAvg baseline's; paper 003's
+    # App. E random search trains draws 0, 1, ... from scratch and keeps the best per tier).
+    draw: int = bounded(0, ge=0)

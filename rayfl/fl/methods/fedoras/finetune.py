@@ -8,7 +8,8 @@ with plain FedAvg (McMahan et al. 2017), on the engine's several global models (
   supernet's tensor names), model ``t`` of the run (model 0 under its own names, ``t > 0`` under ``m{t}/``);
   ``ServerState.models`` holds the architectures. ``architectures: searched`` takes each tier's best path from the
   search phase (``SearchState``), ``random`` one valid path per tier drawn inside its FLOPs bracket from
-  ``derive_rng(seed, "fedoras-random-architecture", tier)`` (the paper's tier-aware FedAvg baseline), ``given`` the
+  ``derive_rng(seed, "fedoras-random-architecture", tier)`` (the paper's tier-aware FedAvg baseline; ``draw`` d > 0
+  adds d to the keys: App. E's random search trains several draws), ``given`` the
   configured ``paths``. ``init: supernet`` copies the supernet's tensors by name (FedorAS); ``init: random`` draws
   fresh weights (``initial_model_params``: the paper's rand-init baseline, same architectures, random init).
 * **Eligibility.** Tier ``t``'s model trains on clients of tier ``t`` and every higher tier (Sec. 3.3), never on a
@@ -148,7 +149,8 @@ class FedorASFinetune(Algorithm):
         elif how == "random":
             paths = []
             for tier in range(tiers.num_tiers):
-                rng = derive_rng(self.server.seed, "fedoras-random-architecture", tier)
+                draw = (self.config.draw,) if self.config.draw else ()  # draw 0: the keys it always had
+                rng = derive_rng(self.server.seed, "fedoras-random-architecture", tier, *draw)
                 lo, hi = tiers.edges[tier], tiers.edges[tier + 1]
                 paths.append(sample_paths_in_bracket(self.tables, 1, lo, hi, rng)[0])
         else:

@@ -31,6 +31,8 @@ def problems(run: RunView, at: KeyPath, algo: Any) -> list[Problem]:
         problems.append(((*at, "name"), f"{algo.name!r} needs model.name: supernet, got {run.model.name!r}"))
     elif run.model.path:
         problems.append((("model", "path"), f"{algo.name!r} works on the whole supernet: leave model.path empty"))
+    elif run.model.elastic != "ops":
+        problems.append((("model", "elastic"), f"{algo.name!r} searches ops: model.elastic must be ops"))
     before = _previous(run, at)
     if isinstance(algo, FedorASConfig):
         problems.extend(_tier_problems(run, (*at, "tiers"), algo.tiers))
@@ -38,6 +40,8 @@ def problems(run: RunView, at: KeyPath, algo: Any) -> list[Problem]:
         problems.extend(_search_problems(run, at, algo, before))
     elif isinstance(algo, FedorASFinetuneConfig):
         problems.extend(_finetune_problems(run, at, algo, before))
+        if algo.draw and algo.architectures != "random":
+            problems.append(((*at, "draw"), "a draw of random paths needs architectures: random"))
     return problems
 
 
