@@ -15,7 +15,7 @@ every ``experiments/issue33/setting*`` when none is named) and prints, per setti
   overhead excluded), the clients that failed, the distinct structures assigned, and the mean over client-rounds of
   the parameters a client trained relative to the parameters HeteroFL's run of the same seed gave the same client in
   the same round (both ran);
-* core (no distillation) minus HeteroFL per seed.
+* the most frequent test label's accuracy (chance) and core (no distillation) minus HeteroFL, per seed.
 """
 
 from __future__ import annotations
@@ -115,6 +115,7 @@ def setting_lines(root: Path) -> list[str]:
     ]
     rows: dict[str, list[str]] = {}
     gaps: list[str] = []
+    chance: list[str] = []
     for seed_dir in sorted(root.glob("seed*")):
         seed = seed_dir.name.removeprefix("seed")
         runs = {p.name.removeprefix(prefix): p for p in sorted(seed_dir.iterdir()) if (p / "rounds.csv").exists()}
@@ -146,14 +147,20 @@ def setting_lines(root: Path) -> list[str]:
                 f"{'—' if distinct.isna().all() else int(distinct.iloc[-1])}"
                 f" | {'—' if math.isnan(rel) else f'{rel:.2f}x'} |"
             )
+        first = next(iter(runs.values()), None)
+        if first is not None and (first / "summary.json").exists():
+            chance.append(
+                f"seed {seed}: {100 * json.loads((first / 'summary.json').read_text())['baseline_acc']:.1f} %"
+            )
         if "heterofl" in runs and "model_search-no-distill" in runs:
             gap = accuracy(runs["model_search-no-distill"]).tail(3).mean() - accuracy(runs["heterofl"]).tail(3).mean()
             gaps.append(f"seed {seed}: {100 * gap:+.2f}")
     for m in sorted(rows, key=lambda m: (ORDER.index(m) if m in ORDER else len(ORDER), m)):
         lines += rows[m]
+    if chance:
+        lines += ["", "Most frequent test label (chance): " + "; ".join(chance) + "."]
     if gaps:
         lines += [
-            "",
             "Core (no distillation) minus HeteroFL, accuracy of the last three evaluations, points: "
             + "; ".join(gaps)
             + ".",
