@@ -132,16 +132,15 @@ def main() -> None:
     else:
         out, config = args.runs / f"seed{seed}", HERE / "cpu.yaml"
         long = [f"seed={seed}", f"rounds={args.long}"]
-        got = {
-            "fedtrans-cap": _run(config, [*long, "name=fedtrans-cap"], out),
-            "fedavg-cap": _run(config, [*long, "name=fedavg-cap", "algorithm.name=fedavg"], out),
-            "fedtrans-early": _run(
-                config,
-                [f"seed={seed}", "rounds=100", "name=fedtrans-early", f"algorithm.force_rounds={args.early}"],
-                out,
-            ),
+        plans = {  # the cheapest first; each run's records are copied as soon as it ends
+            "fedtrans-early": [f"seed={seed}", "rounds=100", f"algorithm.force_rounds={args.early}"],
+            "fedtrans-cap": long,
+            "fedavg-cap": [*long, "algorithm.name=fedavg"],
         }
-        copy_records({seed: got}, args.records)
+        got: dict[str, Path] = {}
+        for name, overrides in plans.items():
+            got[name] = _run(config, [*overrides, f"name={name}"], out)
+            copy_records({seed: {name: got[name]}}, args.records)
     dirs = {
         "FedTrans, 100 rounds (the table)": TABLE / f"seed{seed}" / "fedtrans",
         "FedAvg (initial model), 100 rounds (the table)": TABLE / f"seed{seed}" / "fedavg",
