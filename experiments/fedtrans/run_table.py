@@ -174,6 +174,19 @@ def mean_table(seeds: dict[int, dict[str, Path]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def converged_at(run: RunRecords) -> str:
+    """Paper 002's convergence rule on the evaluated rounds (every 10 here): the first evaluation whose average
+    client accuracy is no more than 1 point above the one 10 rounds before, with that accuracy; "not met" if none."""
+    rounds = run.rounds
+    acc = pd.to_numeric(rounds["client_acc"])
+    keep = acc.notna()
+    idx, values = pd.to_numeric(rounds["round_idx"])[keep].tolist(), (100.0 * acc[keep]).tolist()
+    for k in range(1, len(values)):
+        if idx[k] - idx[k - 1] == 10 and values[k] - values[k - 1] <= 1.0:
+            return f"round {int(idx[k])} ({values[k]:.2f} %)"
+    return "not met"
+
+
 def plot_accuracy_vs_macs(runs: dict[str, RunRecords], out_png: Path) -> Path:
     """Average client accuracy (evaluated rounds) against the training MACs spent so far, one line per method."""
     figure = Figure(figsize=(6.5, 4.2), dpi=100)
@@ -235,7 +248,14 @@ def main() -> None:
         runs = [load_run(dirs[m]) for m in METHODS if m in dirs]
         summary = json.loads((dirs["fedtrans"] / "summary.json").read_text())["fedtrans"]
         flops = summary["train_flops_per_sample"]
-        sections += [f"## Seed {seed}", "", cost_table(runs), "FedTrans's models (transformation logs):", ""]
+        sections += [f"## Seed {seed}", "", cost_table(runs)]
+        sections += [
+            "Paper 002's convergence rule (no more than 1 point over 10 rounds) first met at: "
+            + "; ".join(f"{m} {converged_at(load_run(dirs[m]))}" for m in METHODS if m in dirs),
+            "",
+            "FedTrans's models (transformation logs):",
+            "",
+        ]
         sections += [
             f"- model {k}: `{list(log)}`, {flops[k] / 3e6:.2f} MFLOPs forward per sample ({flops[k] / flops[0]:.1f}x)"
             for k, log in enumerate(summary["models"])
