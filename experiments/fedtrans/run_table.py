@@ -226,6 +226,7 @@ def main() -> None:
     if args.from_records is not None:
         seeds = from_records(args.from_records)
         args.seeds = sorted(seeds)
+        args.rounds = load_run(seeds[args.seeds[0]]["fedtrans"]).rounds_run  # the records' cap, not the default
     else:
         seeds = {}
         for seed in args.seeds:
