@@ -91,7 +91,8 @@ def _run(
     return result.run_dir
 
 
-def run_seed(config: Path, seed: int, rounds: int, root: Path) -> dict[str, Path]:
+def run_seed(config: Path, seed: int, rounds: int, root: Path, methods: tuple[str, ...] = METHODS) -> dict[str, Path]:
+    """Every method of ``methods`` on one seed (FedTrans always: the baselines take its largest model)."""
     out = root / f"seed{seed}"
     common = [f"seed={seed}", f"rounds={rounds}"]
     dirs = {"fedtrans": _run(config, [*common, "name=fedtrans"], out)}
@@ -99,7 +100,8 @@ def run_seed(config: Path, seed: int, rounds: int, root: Path) -> dict[str, Path
     largest = json.dumps(family[-1])
     rates = json.dumps(sorted(HETEROFL_RATES))
     heterofl = ["name=heterofl", "algorithm.name=heterofl", "model.scaler=true", f"model.transforms={largest}"]
-    dirs["heterofl"] = _run(config, [*common, *heterofl, f"eval_widths={rates}"], out)
+    if "heterofl" in methods:
+        dirs["heterofl"] = _run(config, [*common, *heterofl, f"eval_widths={rates}"], out)
 
     def splitmix(cfg: ExperimentConfig) -> ExperimentConfig:
         base = dataclasses.replace(cfg.model, transforms=tuple(family[-1]))
@@ -112,9 +114,12 @@ def run_seed(config: Path, seed: int, rounds: int, root: Path) -> dict[str, Path
         model = dataclasses.replace(cfg.model, transforms=tuple(family[-1]))
         return dataclasses.replace(cfg, name="fluid", model=model, algorithm=FLuIDConfig())
 
-    dirs["splitmix"] = _run(config, common, out, splitmix)
-    dirs["fluid"] = _run(config, common, out, fluid)
-    dirs["fedavg"] = _run(config, [*common, "name=fedavg", "algorithm.name=fedavg"], out)
+    if "splitmix" in methods:
+        dirs["splitmix"] = _run(config, common, out, splitmix)
+    if "fluid" in methods:
+        dirs["fluid"] = _run(config, common, out, fluid)
+    if "fedavg" in methods:
+        dirs["fedavg"] = _run(config, [*common, "name=fedavg", "algorithm.name=fedavg"], out)
     return dirs
 
 
@@ -215,6 +220,7 @@ def main() -> None:
     parser.add_argument("--runs", type=Path, default=None, help="default: runs/fedtrans[-STEM]")
     parser.add_argument("--out", type=Path, default=HERE)
     parser.add_argument("--ablations", action="store_true")
+    parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS), help="default: all")
     parser.add_argument("--records", type=Path, default=None, help="copy every run's records here")
     parser.add_argument("--from-records", type=Path, default=None, help="tables from copied records; runs nothing")
     args = parser.parse_args()
@@ -230,7 +236,7 @@ def main() -> None:
     else:
         seeds = {}
         for seed in args.seeds:
-            seeds[seed] = run_seed(config, seed, args.rounds, runs_root)
+            seeds[seed] = run_seed(config, seed, args.rounds, runs_root, tuple(args.methods))
             if args.records is not None:
                 copy_records({seed: seeds[seed]}, args.records)
     ablations = " --ablations" if args.ablations else ""
