@@ -66,11 +66,11 @@ def _last3(run: RunRecords) -> float:
     return 100.0 * statistics.fmean(acc.iloc[-3:])
 
 
-def _ended_on(run_dir: Path) -> str:
+def _ended_on(run_dir: Path, models: int) -> str:
     """How many clients are scored on each model at the last evaluation (their compatible model of highest utility)."""
     rows = pd.read_csv(run_dir / "client_accs.csv")
     counts = rows[rows["round_idx"] == rows["round_idx"].max()]["model_id"].astype(int).value_counts()
-    return " / ".join(str(int(counts.get(k, 0))) for k in range(int(counts.index.max()) + 1))
+    return " / ".join(str(int(counts.get(k, 0))) for k in range(max(models, int(counts.index.max()) + 1)))
 
 
 def table(dirs: dict[str, Path]) -> str:
@@ -84,7 +84,7 @@ def table(dirs: dict[str, Path]) -> str:
         lines.append(
             f"| {label} | {run.rounds_run} | {100 * (run.final_client_acc or float('nan')):.2f} | {_last3(run):.2f} | "
             f"{run.num_models or 1} | {_model_accs(run_dir)} | {' / '.join(map(str, _client_rounds(run_dir)))} | "
-            f"{_ended_on(run_dir)} | "
+            f"{_ended_on(run_dir, run.num_models or 1)} | "
             f"{(run.total_train_macs or 0) / 1e9:.0f} |"
         )
     return "\n".join(lines) + "\n"
