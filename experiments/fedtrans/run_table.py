@@ -81,9 +81,10 @@ def _run(
     if edit is not None:
         cfg = edit(cfg)
     done = out / cfg.name
-    if (done / "summary.json").is_file():  # a finished run of an earlier call: reused (delete it to re-run)
-        logging.info("%s: reused", done)
-        return done
+    summary = done / "summary.json"
+    if summary.is_file() and json.loads(summary.read_text()).get("status") == "finished":
+        logging.info("%s: reused", done)  # a finished run of an earlier call (delete it to re-run); an interrupted
+        return done  # one also writes a summary, and is run again
     began = time.perf_counter()
     result = run_experiment(cfg)
     assert result.run_dir is not None
