@@ -207,6 +207,17 @@ def test_fine_tuning_configs_are_checked(tmp_path: Path, phases: str, message: s
         load_config(path)
 
 
+def test_a_single_section_fine_tuning_without_tiers_is_one_clear_error(tmp_path: Path) -> None:
+    """Without phases there is no fedoras phase to inherit tiers from: the missing ``tiers`` is the one error (this
+    raised IndexError while counting the given paths against inherited tiers)."""
+    path = tmp_path / "bad.yaml"
+    algorithm = "{name: fedoras_finetune, architectures: given, paths: [[conv1]]}"
+    text = f"rounds: 2\ndata: {{name: synthetic}}\nmodel: {{name: supernet}}\nalgorithm: {algorithm}\n"
+    path.write_text(text, "utf-8")
+    with pytest.raises(ConfigError, match=r"algorithm\.tiers: .*needs its own tiers"):
+        load_config(path)
+
+
 def test_a_realised_path_model_trains_with_fedavg() -> None:
     """``model.path`` is an ordinary fixed architecture for any method (the rand-init of one path, by hand)."""
     base = fedoras_tiny_config(kind="local", num_hosts=1)

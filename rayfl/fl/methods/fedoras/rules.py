@@ -109,7 +109,7 @@ def _finetune_problems(cfg: RunView, at: KeyPath, algo: FedorASFinetuneConfig, b
         problems.append(((*at, "architectures"), "'searched' must follow a 'fedoras_search' phase"))
     if algo.architectures == "given":
         count = len(tiers.shares) if tiers is not None else _inherited_tiers(cfg, at)
-        if len(algo.paths) != count:
+        if count is not None and len(algo.paths) != count:
             problems.append(((*at, "paths"), f"must list one path per tier ({count}), got {len(algo.paths)}"))
         if isinstance(cfg.model, SupernetConfig) and cfg.model.blocks_per_stage:
             for i, path in enumerate(algo.paths):
@@ -119,8 +119,11 @@ def _finetune_problems(cfg: RunView, at: KeyPath, algo: FedorASFinetuneConfig, b
     return problems
 
 
-def _inherited_tiers(cfg: RunView, at: KeyPath) -> int:
-    """How many tiers the last fedoras phase before ``at`` makes."""
+def _inherited_tiers(cfg: RunView, at: KeyPath) -> int | None:
+    """How many tiers the last fedoras phase before ``at`` makes; None outside phases (a run of one section has no
+    phase before it: its missing ``tiers`` is reported on its own)."""
+    if len(at) < 2:
+        return None
     for phase in reversed(cfg.phases[: int(at[1])]):
         if isinstance(phase.algorithm, FedorASConfig):
             return len(phase.algorithm.tiers.shares)
