@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -36,3 +37,22 @@ def private_cache_one_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
         yield
     finally:
         torch.set_num_threads(threads)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under ``pytest -n N --dist loadgroup`` (the CI command) every test marked ``xdist_group`` must carry its group
+    in its node id, which is how pytest-xdist keeps a group on one worker: the multi-node tests (group "cluster")
+    start raylets of their own and must not run side by side. pytest 9.2 stopped honouring the way xdist 3.8 renames
+    node ids, and the group then silently spread over both workers; this stops such a run at collection instead."""
+    if not getattr(config.option, "loadgroup", False) or not hasattr(config, "workerinput"):
+        return
+    ungrouped = [item.nodeid for item in items if item.get_closest_marker("xdist_group") and "@" not in item.nodeid]
+    if ungrouped:
+        message = (
+            f"{len(ungrouped)} tests marked xdist_group have no group in their node id (e.g. {ungrouped[0]}): "
+            f"pytest {pytest.__version__} with this pytest-xdist would spread the group over workers; "
+            "install the versions pyproject.toml's test extra names"
+        )
+        print(f"ERROR: {message}", file=sys.__stderr__)  # a worker's own error reaches the run only as a crash
+        raise pytest.UsageError(message)
