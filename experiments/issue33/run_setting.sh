@@ -7,6 +7,7 @@
 # experiments/issue33/setting{N}/timings.tsv. The table is experiments/issue33/table.py's.
 #   PYTHONPATH=$PWD bash experiments/issue33/run_setting.sh N [SEED ...]          (seeds 0 1 when none is given)
 #   METHODS="model_search-no-distill heterofl" ...                                 (a subset, in that order)
+# heterofl-no-clip (not in the default list): HeteroFL without its authors' gradient clipping at norm 1, a control.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
@@ -43,6 +44,7 @@ declare -A METHOD=(
   [largest]="algorithm.name=fedavg algorithm.budgets=ignore"
   [smallest]="algorithm.name=fedavg algorithm.model=smallest algorithm.ratios=$SMALLEST_RATIOS"
   [heterofl]="algorithm.name=heterofl"
+  [heterofl-no-clip]="algorithm.name=heterofl algorithm.grad_clip_norm=0"
   [fedrolex]="algorithm.name=fedrolex"
   [fjord]="algorithm.name=fjord"
   [model_search]=""
