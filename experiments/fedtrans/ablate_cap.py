@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import statistics
 import sys
 from pathlib import Path
@@ -31,7 +30,7 @@ from pathlib import Path
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run_table import _run, copy_records
+from run_table import ablation_args, run_plans
 
 from rayfl.report import load_run
 from rayfl.report.runs import RunRecords
@@ -114,13 +113,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--long", type=int, default=300)
     parser.add_argument("--early", type=int, nargs="+", default=[15, 30, 45])
-    parser.add_argument("--runs", type=Path, default=Path("runs/i24-ablation"))
-    parser.add_argument("--records", type=Path, default=HERE / "records" / "cifar_like_ablation")
-    parser.add_argument("--from-records", type=Path, default=None, help="the table from copied records; runs nothing")
-    parser.add_argument("--out", type=Path, default=HERE / "issue24")
-    args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    logging.getLogger("rayfl.engine").setLevel(logging.WARNING)
+    args = ablation_args(parser, "runs/i24-ablation", "cifar_like_ablation")
     seed = args.seed
     names = {
         "fedtrans-cap": f"FedTrans, {args.long} rounds",
@@ -137,10 +130,7 @@ def main() -> None:
             "fedtrans-cap": long,
             "fedavg-cap": [*long, "algorithm.name=fedavg"],
         }
-        got: dict[str, Path] = {}
-        for name, overrides in plans.items():
-            got[name] = _run(config, [*overrides, f"name={name}"], out)
-            copy_records({seed: {name: got[name]}}, args.records)
+        got = run_plans(config, plans, out, seed, args.records)
     dirs = {
         "FedTrans, 100 rounds (the table)": TABLE / f"seed{seed}" / "fedtrans",
         "FedAvg (initial model), 100 rounds (the table)": TABLE / f"seed{seed}" / "fedavg",

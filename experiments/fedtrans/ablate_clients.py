@@ -16,13 +16,12 @@ the cut explains the gap, FedTrans gains more from the larger cohort than FedAvg
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ablate_cap import table, transformations
-from run_table import _run, copy_records
+from run_table import ablation_args, run_plans
 
 HERE = Path(__file__).resolve().parent
 TABLE = HERE / "records" / "femnist_like"
@@ -34,13 +33,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--clients", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=100)
-    parser.add_argument("--runs", type=Path, default=Path("runs/i24-femnist-clients"))
-    parser.add_argument("--records", type=Path, default=HERE / "records" / "femnist_like_ablation")
-    parser.add_argument("--from-records", type=Path, default=None, help="the table from copied records; runs nothing")
-    parser.add_argument("--out", type=Path, default=HERE / "issue24")
-    args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    logging.getLogger("rayfl.engine").setLevel(logging.WARNING)
+    args = ablation_args(parser, "runs/i24-femnist-clients", "femnist_like_ablation")
     k = args.clients
     names = {
         f"fedtrans-c{k}": f"FedTrans, {k} clients a round",
@@ -51,13 +44,9 @@ def main() -> None:
         if args.from_records is not None:
             got = {m: args.from_records / f"seed{seed}" / m for m in names}
         else:
-            out = args.runs / f"seed{seed}"
             common = [f"seed={seed}", f"rounds={args.rounds}", f"clients_per_round={k}"]
             plans = {f"fedtrans-c{k}": common, f"fedavg-c{k}": [*common, "algorithm.name=fedavg"]}
-            got = {}
-            for name, overrides in plans.items():
-                got[name] = _run(CONFIG, [*overrides, f"name={name}"], out)
-                copy_records({seed: {name: got[name]}}, args.records)
+            got = run_plans(CONFIG, plans, args.runs / f"seed{seed}", seed, args.records)
         dirs = {
             "FedTrans, 5 clients a round (the table)": TABLE / f"seed{seed}" / "fedtrans",
             "FedAvg (initial model), 5 clients a round (the table)": TABLE / f"seed{seed}" / "fedavg",

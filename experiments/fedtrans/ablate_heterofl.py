@@ -18,15 +18,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ablate_cap import table
-from run_table import _run, copy_records
-
-from rayfl.fl.common.widths import HETEROFL_RATES
+from run_table import ablation_args, heterofl_overrides, resolve_config, run_plans
 
 HERE = Path(__file__).resolve().parent
 
@@ -55,31 +52,15 @@ def main() -> None:
     parser.add_argument("--table", type=Path, default=HERE / "records" / "cifar_like_mobilenet")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--rounds", type=int, default=100)
-    parser.add_argument("--runs", type=Path, default=Path("runs/i24-heterofl-ablation"))
-    parser.add_argument("--records", type=Path, default=HERE / "records" / "cifar_like_mobilenet_heterofl")
-    parser.add_argument("--from-records", type=Path, default=None, help="the table from copied records; runs nothing")
-    parser.add_argument("--out", type=Path, default=HERE / "issue24")
-    args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    logging.getLogger("rayfl.engine").setLevel(logging.WARNING)
+    args = ablation_args(parser, "runs/i24-heterofl-ablation", "cifar_like_mobilenet_heterofl")
     seed, table_dir = args.seed, args.table / f"seed{args.seed}"
     if args.from_records is not None:
         got = {m: args.from_records / f"seed{seed}" / m for m in VARIANTS}
     else:
-        config = Path(args.config) if Path(args.config).is_file() else HERE / args.config
         family = json.loads((table_dir / "fedtrans" / "summary.json").read_text())["fedtrans"]["models"]
-        common = [
-            f"seed={seed}",
-            f"rounds={args.rounds}",
-            "algorithm.name=heterofl",
-            "model.scaler=true",
-            f"model.transforms={json.dumps(family[-1])}",
-            f"eval_widths={json.dumps(sorted(HETEROFL_RATES))}",
-        ]
-        got = {}
-        for name, (_, overrides) in VARIANTS.items():
-            got[name] = _run(config, [*common, *overrides, f"name={name}"], args.runs / f"seed{seed}")
-            copy_records({seed: {name: got[name]}}, args.records)
+        common = [f"seed={seed}", f"rounds={args.rounds}", *heterofl_overrides(family[-1])]
+        plans = {name: [*common, *overrides] for name, (_, overrides) in VARIANTS.items()}
+        got = run_plans(resolve_config(args.config), plans, args.runs / f"seed{seed}", seed, args.records)
     dirs = {
         "HeteroFL (the table)": table_dir / "heterofl",
         "FLuID (the table)": table_dir / "fluid",

@@ -25,10 +25,11 @@ Writes ``results.md`` (per seed and mean over seeds: average client accuracy, it
 accuracy, models, total training MACs, network volume; the ablations; and Table 2's CIFAR-10 rows),
 ``client_accuracy.png`` (the clients' accuracies at the end, per method, first seed) and ``accuracy_vs_macs.png``
 (average client accuracy against cumulative training MACs, paper Figure 7); for another config than ``cpu.yaml`` the
-names carry its stem (``results_femnist.md``, ...). Runs go to ``runs/fedtrans[-STEM]/seed<S>/``; with ``--records
-DIR`` each finished run's records (``rounds.csv``, ``evals.csv``, ``client_accs.csv``, ``config.yaml``,
-``summary.json``) are copied to ``DIR/seed<S>/<method>/``, and ``--from-records DIR`` writes the tables from such a
-copy without running anything (``experiments/fedtrans/records/``, committed).
+names carry its stem (``results_femnist.md``, ...), or ``--tag``'s name; ``--set KEY=VALUE`` (repeatable) adds an
+override to every run (a variant of a setting without a copy of its config). Runs go to
+``runs/fedtrans[-STEM]/seed<S>/``; with ``--records DIR`` each finished run's records (``rounds.csv``, ``evals.csv``,
+``client_accs.csv``, ``config.yaml``, ``summary.json``) are copied to ``DIR/seed<S>/<method>/``, and ``--from-records
+DIR`` writes the tables from such a copy without running anything (``experiments/fedtrans/records/``, committed).
 """
 
 from __future__ import annotations
@@ -92,17 +93,66 @@ def _run(
     return result.run_dir
 
 
-def run_seed(config: Path, seed: int, rounds: int, root: Path, methods: tuple[str, ...] = METHODS) -> dict[str, Path]:
-    """Every method of ``methods`` on one seed (FedTrans always: the baselines take its largest model)."""
+def resolve_config(name: str) -> Path:
+    """A config of ``experiments/fedtrans/`` by name, or a path."""
+    return HERE / name if (HERE / name).is_file() else Path(name)
+
+
+def quiet_logging() -> None:
+    """The scripts' logging: one line per run, the engine's per-round lines off."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("rayfl.engine").setLevel(logging.WARNING)
+
+
+def heterofl_overrides(largest: list[str]) -> list[str]:
+    """HeteroFL as the table runs it: on FedTrans's largest model (``largest``, its transformation log; App. A.1),
+    with HeteroFL's scaler, evaluated at each of its rates as well."""
+    return [
+        "algorithm.name=heterofl",
+        "model.scaler=true",
+        f"model.transforms={json.dumps(largest)}",
+        f"eval_widths={json.dumps(sorted(HETEROFL_RATES))}",
+    ]
+
+
+def run_plans(config: Path, plans: dict[str, list[str]], out: Path, seed: int, records: Path) -> dict[str, Path]:
+    """Each named run of ``plans`` (its overrides), in order, under ``out``; each run's records are copied to
+    ``records`` as soon as it ends (``copy_records``), so a cut session keeps what finished."""
+    done: dict[str, Path] = {}
+    for name, overrides in plans.items():
+        done[name] = _run(config, [*overrides, f"name={name}"], out)
+        copy_records({seed: {name: done[name]}}, records)
+    return done
+
+
+def ablation_args(parser: argparse.ArgumentParser, runs: str, records: str) -> argparse.Namespace:
+    """The ablation scripts' shared options (``--runs``, ``--records`` under ``records/``, ``--from-records``,
+    ``--out``), parsed, with ``quiet_logging``."""
+    parser.add_argument("--runs", type=Path, default=Path(runs))
+    parser.add_argument("--records", type=Path, default=HERE / "records" / records)
+    parser.add_argument("--from-records", type=Path, default=None, help="the table from copied records; runs nothing")
+    parser.add_argument("--out", type=Path, default=HERE / "issue24")
+    args = parser.parse_args()
+    quiet_logging()
+    return args
+
+
+def run_seed(
+    config: Path,
+    seed: int,
+    rounds: int,
+    root: Path,
+    methods: tuple[str, ...] = METHODS,
+    extra: tuple[str, ...] = (),
+) -> dict[str, Path]:
+    """Every method of ``methods`` on one seed (FedTrans always: the baselines take its largest model), each with the
+    overrides ``extra`` (``--set``) as well."""
     out = root / f"seed{seed}"
-    common = [f"seed={seed}", f"rounds={rounds}"]
+    common = [f"seed={seed}", f"rounds={rounds}", *extra]
     dirs = {"fedtrans": _run(config, [*common, "name=fedtrans"], out)}
     family = json.loads((dirs["fedtrans"] / "summary.json").read_text())["fedtrans"]["models"]
-    largest = json.dumps(family[-1])
-    rates = json.dumps(sorted(HETEROFL_RATES))
-    heterofl = ["name=heterofl", "algorithm.name=heterofl", "model.scaler=true", f"model.transforms={largest}"]
     if "heterofl" in methods:
-        dirs["heterofl"] = _run(config, [*common, *heterofl, f"eval_widths={rates}"], out)
+        dirs["heterofl"] = _run(config, [*common, "name=heterofl", *heterofl_overrides(family[-1])], out)
 
     def splitmix(cfg: ExperimentConfig) -> ExperimentConfig:
         base = dataclasses.replace(cfg.model, transforms=tuple(family[-1]))
@@ -224,11 +274,13 @@ def main() -> None:
     parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS), help="default: all")
     parser.add_argument("--records", type=Path, default=None, help="copy every run's records here")
     parser.add_argument("--from-records", type=Path, default=None, help="tables from copied records; runs nothing")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="an override for every run")
+    parser.add_argument("--tag", default=None, help="the output names' suffix (default: the config's stem)")
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    logging.getLogger("rayfl.engine").setLevel(logging.WARNING)
-    config = HERE / args.config if (HERE / args.config).is_file() else Path(args.config)
-    tag = "" if config.stem == "cpu" else f"_{config.stem}"
+    quiet_logging()
+    config = resolve_config(args.config)
+    tag = f"_{args.tag}" if args.tag else "" if config.stem == "cpu" else f"_{config.stem}"
+    sets = "".join(f" --set {o}" for o in args.set) + (f" --tag {args.tag}" if args.tag else "")
     runs_root = args.runs or Path("runs/fedtrans" + tag.replace("_", "-"))
     if args.from_records is not None:
         seeds = from_records(args.from_records)
@@ -237,7 +289,7 @@ def main() -> None:
     else:
         seeds = {}
         for seed in args.seeds:
-            seeds[seed] = run_seed(config, seed, args.rounds, runs_root, tuple(args.methods))
+            seeds[seed] = run_seed(config, seed, args.rounds, runs_root, tuple(args.methods), tuple(args.set))
             if args.records is not None:
                 copy_records({seed: seeds[seed]}, args.records)
     ablations = " --ablations" if args.ablations else ""
@@ -245,7 +297,7 @@ def main() -> None:
         "# FedTrans beside HeteroFL, SplitMix, FLuID and FedAvg at CPU size",
         "",
         f"`PYTHONPATH=$PWD python experiments/fedtrans/run_table.py --config {config.name} --seeds "
-        f"{' '.join(map(str, args.seeds))} --rounds {args.rounds}{ablations}` (setting: `{config.name}`; see "
+        f"{' '.join(map(str, args.seeds))} --rounds {args.rounds}{sets}{ablations}` (setting: `{config.name}`; see "
         "`README.md`).",
         "",
         f"## Mean over seeds {', '.join(map(str, args.seeds))}",
@@ -279,7 +331,7 @@ def main() -> None:
     first = seeds[args.seeds[0]]
     if args.ablations:
         seed, out = args.seeds[0], runs_root / f"seed{args.seeds[0]}"
-        common = [f"seed={seed}", f"rounds={args.rounds}"]
+        common = [f"seed={seed}", f"rounds={args.rounds}", *args.set]
         variants = {
             "fedtrans-s": ["algorithm.soft_aggregation=false"],
             "fedtrans-l2s": ["algorithm.share_large_to_small=true"],
