@@ -47,7 +47,8 @@ from tests.local_cluster import BIN, OBJECT_STORE_BYTES, cluster_env, free_port,
 
 # the machine's temp folder: the head's and the test's, and where each worker mounts its private one (so a worker's
 # working directory and HOME sit at the same paths as on every other node)
-NODE_TMP = Path(tempfile.gettempdir())
+NODE_TMP = Path(tempfile.gettempdir()).resolve()
+REPO_ROOT = Path(__file__).resolve().parents[1]
 NODE_WORK = NODE_TMP / "work"
 
 START_TIMEOUT_S = 240.0  # three `ray start`s on a loaded 2-core box took 55-150 s
@@ -102,6 +103,7 @@ class EmulatedCluster:
     bridge: str
     node_ids: frozenset[str] = frozenset()
     dashboard: str = ""  # http://head_ip:port when started with dashboard=True
+    visible: tuple[Path, ...] = ()  # folders under NODE_TMP every worker also sees, at the same path
     head_proc: subprocess.Popen[bytes] | None = None
     _extra: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
@@ -186,6 +188,9 @@ def _free_subnet() -> ipaddress.IPv4Network:
 _WORKER_SCRIPT = """set -e
 mount --make-rprivate /
 if [ -n "$EC_SHARED" ]; then mount --bind "$EC_SHARED" "$EC_TMP$EC_SHARED_REL"; fi
+printf '%s\\n' "$EC_MACHINE" | while IFS= read -r p; do
+  if [ -n "$p" ]; then mount --bind "$p" "$EC_TMP${p#"$EC_NODE_TMP"}"; fi
+done
 mount --rbind "$EC_TMP" "$EC_NODE_TMP"
 cd "$EC_NODE_TMP/work"
 export HOME="$EC_NODE_TMP/home" TMPDIR="$EC_NODE_TMP"
@@ -193,10 +198,31 @@ exec "$@"
 """
 
 
+def machine_paths_under_node_tmp() -> list[Path]:
+    """What every node must see of this machine but that lives under ``NODE_TMP``, which a worker's private temp
+    folder hides: the repository (rayfl is installed from it in editable mode), the Python environment that runs
+    ``ray`` and its base installation. A checkout under the temp folder (a CI clone in ``/tmp``) otherwise leaves the
+    workers without ``ray`` ("exec: .../bin/ray: not found"), and the cluster never reaches its node count."""
+    needed = {REPO_ROOT, Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), BIN.resolve().parent}
+    under = sorted(p for p in needed if p != NODE_TMP and p.is_relative_to(NODE_TMP))
+    # the outermost of nested paths carries the rest
+    return [p for p in under if not any(q != p and p.is_relative_to(q) for q in under)]
+
+
 def _start_worker(cluster: EmulatedCluster, node: WorkerNode, cpus: float, resources: str | None) -> None:
     (node.private_tmp / "work").mkdir(parents=True)
     (node.private_tmp / "home").mkdir()
-    env = dict(cluster.env, EC_TMP=str(node.private_tmp), EC_NODE_TMP=str(NODE_TMP), EC_SHARED="", EC_SHARED_REL="")
+    visible = [*machine_paths_under_node_tmp(), *cluster.visible]
+    for path in visible:
+        (node.private_tmp / path.relative_to(NODE_TMP)).mkdir(parents=True, exist_ok=True)
+    env = dict(
+        cluster.env,
+        EC_TMP=str(node.private_tmp),
+        EC_NODE_TMP=str(NODE_TMP),
+        EC_SHARED="",
+        EC_SHARED_REL="",
+        EC_MACHINE="\n".join(str(p) for p in visible),
+    )
     if node.shared:
         rel = cluster.shared_dir.relative_to(NODE_TMP)
         (node.private_tmp / rel).mkdir(parents=True)
@@ -217,8 +243,8 @@ def _start_worker(cluster: EmulatedCluster, node: WorkerNode, cpus: float, resou
     node.proc = subprocess.Popen(
         ["ip", "netns", "exec", node.netns, "unshare", "--mount", "--", "sh", "-c", _WORKER_SCRIPT, "sh", *ray_args],
         env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=open(cluster.root / f"w{node.index}.log", "wb"),  # noqa: SIM115 - owned by the process
+        stdout=open(cluster.root / f"w{node.index}.log", "wb"),  # noqa: SIM115 - owned by the process
+        stderr=subprocess.STDOUT,
     )
 
 
@@ -232,12 +258,16 @@ def emulated_cluster(
     worker_resources: str | None = None,
     dashboard: bool = False,
     system_config: Mapping[str, object] | None = None,
+    visible: Sequence[Path] = (),
 ) -> Iterator[EmulatedCluster]:
     """Start a head (``head_cpus``, default 0: reserved for the driver and GCS) and ``workers`` worker nodes of
     ``worker_cpus`` each; ``shared_on`` lists the workers that mount ``shared_dir`` (None: all of them); with
     ``dashboard`` the head serves Ray's dashboard and job API at ``cluster.dashboard`` (``ray job submit --address``);
-    ``system_config`` goes to the head's ``--system-config`` (e.g. faster health checks for node-loss tests).
-    Raises RuntimeError if the cluster does not come up within ``START_TIMEOUT_S``."""
+    ``system_config`` goes to the head's ``--system-config`` (e.g. faster health checks for node-loss tests);
+    ``visible`` names folders under ``NODE_TMP`` that the workers see as well (as this machine's own paths that a
+    node also has; the repository and the Python environment are always visible, see
+    ``machine_paths_under_node_tmp``). Raises RuntimeError if the cluster does not come up within
+    ``START_TIMEOUT_S``, with each node's ``ray start`` output and log tails (``start_report``)."""
     remove_stale()
     tag = f"{random.Random(os.getpid() ^ time.monotonic_ns()).randrange(1 << 20):05x}"
     root = Path(tempfile.mkdtemp(prefix=f"rfec{tag}_", dir=NODE_TMP))  # short: Ray's socket paths live under it
@@ -261,6 +291,7 @@ def emulated_cluster(
             for i in range(workers)
         ],
         bridge=f"rfb{tag}",
+        visible=tuple(Path(v) for v in visible),
     )
     made_bridge = False
     made_netns: list[str] = []
@@ -309,15 +340,70 @@ def emulated_cluster(
                 "--block",
             ],
             env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=open(root / "head.log", "wb"),  # noqa: SIM115 - owned by the process
+            stdout=open(root / "head.log", "wb"),  # noqa: SIM115 - owned by the process
+            stderr=subprocess.STDOUT,
         )
         for node in cluster.workers:
             _start_worker(cluster, node, worker_cpus, worker_resources)
-        cluster.node_ids = wait_for_nodes(address, env, workers + 1, timeout_s=START_TIMEOUT_S)
+        try:
+            cluster.node_ids = wait_for_nodes(
+                address, env, workers + 1, timeout_s=START_TIMEOUT_S, give_up=lambda: _exited(cluster)
+            )
+        except RuntimeError as err:
+            raise RuntimeError(f"{err}\n{start_report(cluster)}") from None
         yield cluster
     finally:
         _teardown(cluster, made_bridge, made_netns)
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")  # ray start colours its output
+
+
+def _tail(path: Path, lines: int = 25) -> str:
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except OSError as err:
+        return f"    ({path.name}: {err.strerror})"
+    return "\n".join(f"    {_ANSI.sub('', line)}" for line in text[-lines:]) or "    (empty)"
+
+
+def _state(proc: subprocess.Popen[bytes] | None) -> str:
+    if proc is None:
+        return "not started"
+    code = proc.poll()
+    return "running" if code is None else f"exited with {code}"
+
+
+def _exited(cluster: EmulatedCluster) -> str | None:
+    """Which node's ``ray start --block`` has ended (it never does while its node runs), if any."""
+    for name, proc in [("head", cluster.head_proc), *((f"worker {n.index}", n.proc) for n in cluster.workers)]:
+        if proc is not None and proc.poll() is not None:
+            return f"the {name}'s `ray start` exited with {proc.returncode}"
+    return None
+
+
+def start_report(cluster: EmulatedCluster) -> str:
+    """What each node did while the cluster came up, for a failure message that CI's output alone explains: each
+    worker's ``ray start`` state and output and its raylet's log tails, then the head's (shorter: it is the node the
+    probe reached)."""
+    parts: list[str] = []
+    for node in cluster.workers:
+        name = f"worker {node.index} ({node.ip}, netns {node.netns})"
+        log = cluster.root / f"w{node.index}.log"
+        parts.append(f"--- {name}: `ray start` {_state(node.proc)}; its output:\n{_tail(log)}")
+        logs = node.private_tmp / f"ray_w{node.index}" / "session_latest" / "logs"
+        if not logs.exists():
+            parts.append(f"--- {name}: no Ray session logs (the node's raylet never started)")
+        for file in ("raylet.err", "raylet.out"):
+            if (logs / file).exists():
+                parts.append(f"--- {name}: {file}:\n{_tail(logs / file, 15)}")
+    parts.append(f"--- head ({cluster.head_ip}): `ray start` {_state(cluster.head_proc)}; its output:")
+    parts.append(_tail(cluster.root / "head.log", 8))
+    logs = cluster.root / "head" / "session_latest" / "logs"
+    for file in ("gcs_server.err", "raylet.err"):
+        if (logs / file).exists():
+            parts.append(f"--- head: {file}:\n{_tail(logs / file, 10)}")
+    return "\n".join(parts)
 
 
 def _teardown(cluster: EmulatedCluster, made_bridge: bool, made_netns: list[str]) -> None:

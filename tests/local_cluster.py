@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import psutil
@@ -88,29 +88,51 @@ def start_node(
     return subprocess.Popen(args, env=dict(env), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def wait_for_nodes(address: str, env: Mapping[str, str], count: int, timeout_s: float = 60.0) -> frozenset[str]:
-    """The ids of the cluster's alive nodes once there are ``count`` of them."""
+def wait_for_nodes(
+    address: str,
+    env: Mapping[str, str],
+    count: int,
+    timeout_s: float = 60.0,
+    give_up: Callable[[], str | None] | None = None,
+) -> frozenset[str]:
+    """The ids of the cluster's alive nodes once there are ``count`` of them. ``give_up`` (polled every half second)
+    says why waiting on is pointless (e.g. a node's ``ray start`` exited), which ends the wait at once."""
     script = (
         "import sys, time, ray\n"
         "ray.init(address=sys.argv[1], log_to_driver=False)\n"
         "deadline = time.monotonic() + float(sys.argv[3])\n"
         "while time.monotonic() < deadline:\n"
-        "    alive = [n['NodeID'] for n in ray.nodes() if n['Alive']]\n"
+        "    nodes = ray.nodes()\n"
+        "    alive = [n['NodeID'] for n in nodes if n['Alive']]\n"
         "    if len(alive) == int(sys.argv[2]):\n"
         "        print('NODES', ' '.join(alive)); break\n"
         "    time.sleep(0.5)\n"
+        "else:\n"
+        "    print(f'after {sys.argv[3]} s the GCS knows {len(nodes)} node(s):')\n"
+        "    for n in nodes:\n"
+        "        print('  ', n['NodeManagerAddress'], 'alive' if n['Alive'] else 'dead', n['NodeID'][:12])\n"
     )
-    out = subprocess.run(
+    probe = subprocess.Popen(
         [sys.executable, "-c", script, address, str(count), str(timeout_s)],
         env=dict(env),
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=timeout_s + 60,
-        check=False,
     )
-    match = re.search(r"^NODES (.+)$", out.stdout, re.MULTILINE)
+    deadline = time.monotonic() + timeout_s + 60
+    reason = None
+    while probe.poll() is None and time.monotonic() < deadline:
+        reason = give_up() if give_up is not None else None
+        if reason is not None:
+            break
+        time.sleep(0.5)
+    if probe.poll() is None:
+        probe.kill()
+    stdout, stderr = probe.communicate()
+    match = re.search(r"^NODES (.+)$", stdout, re.MULTILINE)
     if match is None:
-        raise RuntimeError(f"the cluster did not reach {count} nodes:\n{out.stdout}\n{out.stderr}")
+        why = f" ({reason})" if reason else ""
+        raise RuntimeError(f"the cluster did not reach {count} nodes{why}:\n{stdout}\n{stderr}")
     return frozenset(match.group(1).split())
 
 

@@ -4,6 +4,8 @@ into both, as NFS would be. One cluster serves the module (starting one is most 
 
 * The cluster itself: its nodes report distinct IPs to Ray, a worker's ``/tmp`` and working directory are its own,
   and the shared folder is the same on the head and both workers (its teardown leaves nothing: the fixture checks).
+  What the workers need of this machine but lives under ``/tmp`` (a CI clone there, its virtual environment: issue
+  46, where every worker failed with "exec: .../bin/ray: not found") stays visible to them at the same path.
 
 * A two-trial sweep whose trials (1 CPU each) run on the two different worker nodes, its folder on the shared
   storage: checkpoints and results land there; the sweep's driver is SIGKILLed mid-run and ``rayfl sweep --resume``
@@ -21,9 +23,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,7 +39,14 @@ import yaml
 
 from rayfl.engine.driver import run_experiment
 from rayfl.experiment.loader import load_config
-from tests.emulated_cluster import NODE_TMP, NODE_WORK, EmulatedCluster, emulated_cluster, leftovers, unavailable
+from tests.emulated_cluster import (
+    NODE_TMP,
+    NODE_WORK,
+    EmulatedCluster,
+    emulated_cluster,
+    leftovers,
+    unavailable,
+)
 from tests.local_cluster import BIN
 from tests.resume_cases import assert_same_run
 
@@ -60,9 +71,18 @@ def cluster() -> Iterator[EmulatedCluster]:
     reason = unavailable()
     if reason is not None:
         pytest.skip(reason)
-    with emulated_cluster(workers=2, worker_cpus=1, head_cpus=0, dashboard=True) as running:
-        yield running
-    assert leftovers(running) == []
+    # a folder of this machine's under its temp folder, standing in for a checkout there (the case of issue 46)
+    machine = Path(tempfile.mkdtemp(prefix="rfmachine_", dir=NODE_TMP))
+    (machine / "bin").mkdir()
+    (machine / "bin" / "tool").write_text("#!/bin/sh\necho tool ran\n")
+    (machine / "bin" / "tool").chmod(0o755)
+    try:
+        with emulated_cluster(workers=2, worker_cpus=1, head_cpus=0, dashboard=True, visible=[machine]) as running:
+            yield running
+        assert leftovers(running) == []
+        assert (machine / "bin" / "tool").exists()  # the workers' binds never reach the machine's own folder
+    finally:
+        shutil.rmtree(machine, ignore_errors=True)
 
 
 NODE_IPS = (
@@ -97,6 +117,23 @@ def test_nodes_have_their_own_address_and_disk(cluster: EmulatedCluster) -> None
     where = cluster.run_on(1, ["pwd"])
     assert where.stdout.strip() == str(NODE_WORK)
     (cluster.shared_dir / "from_w0").unlink()
+
+
+def test_workers_see_this_machines_paths_under_tmp_and_its_python_wherever_it_lives(cluster: EmulatedCluster) -> None:
+    # a folder of this machine's under /tmp, named visible: the same files at the same path on every worker, while
+    # the rest of the worker's /tmp stays its own
+    (machine,) = cluster.visible
+    assert machine.is_relative_to(NODE_TMP)
+    for worker in range(len(cluster.workers)):
+        ran = cluster.run_on(worker, [str(machine / "bin" / "tool")])
+        assert (ran.returncode, ran.stdout) == (0, "tool ran\n"), ran.stderr
+    # this process's Python, rayfl and ray, whether or not the checkout lies under /tmp (CI clones may)
+    probe = "import sys, rayfl, ray; print(sys.prefix, rayfl.__file__)"
+    ran = cluster.run_on(0, [sys.executable, "-c", probe])
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    import rayfl
+
+    assert ran.stdout.split() == [sys.prefix, rayfl.__file__]
 
 
 def _sweep_file(where: Path, cluster: EmulatedCluster, output_dir: Path, seeds: list[int] | None = None) -> Path:
