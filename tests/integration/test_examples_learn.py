@@ -31,6 +31,13 @@ def _run_example(name: str, tmp_path: Path, overrides: list[str]) -> tuple[float
     cfg = load_config(EXAMPLES / name, [f"output_dir={tmp_path / 'runs'}", *overrides])
     result = run_experiment(cfg)
     assert result.final_eval is not None
+    import torch
+
+    # the margins of issue 46 are read from here (pytest -rP): accuracy and baseline per kernel path
+    print(
+        f"{name}: accuracy {result.final_eval.accuracy:.4f}, baseline {result.baseline_acc:.4f}, kernels "
+        f"{torch.backends.cpu.get_cpu_capability()}, {torch.get_num_threads()} torch threads"
+    )
     return result.final_eval.accuracy, result.baseline_acc, int(result.final_eval.num_samples)
 
 
@@ -45,17 +52,22 @@ def test_bert_tokens_learns_well_above_its_baseline(tmp_path: Path) -> None:
 
 
 def test_resnet18_synthetic_learns_well_above_its_baseline(tmp_path: Path) -> None:
-    # 4 of the example's 8 rounds on half its images
+    """12 rounds on half the example's images. Where the run takes off depends on the CPU's kernels (issue 46): the
+    same seeded run at 4 rounds ended at 0.69 with this machine's AVX2 kernels, 0.31 with ``ATEN_CPU_CAPABILITY=
+    default``, 0.39 with oneDNN held to SSE4.1 and 0.43 on an AVX-512 machine, against a baseline of 0.24; the take-off
+    came between rounds 4 and 8 on every path, and from round 10 on every path measured was at 0.98-1.00 (own AVX2,
+    ATen default, oneDNN SSE4.1, both together). So the run is long enough for the plateau, not the take-off."""
     acc, baseline, n = _run_example(
-        "resnet18_synthetic.yaml", tmp_path, ["rounds=4", "eval_every=4", "data.kwargs.num_samples=512"]
+        "resnet18_synthetic.yaml", tmp_path, ["rounds=12", "eval_every=12", "data.kwargs.num_samples=512"]
     )
     assert n == 256 and baseline < 0.3  # four balanced quadrant classes
-    assert acc >= baseline + 0.3, (acc, baseline)
+    assert acc >= baseline + 0.5, (acc, baseline)
 
 
 def test_shapes_parquet_learns_well_above_its_baseline(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     figures = main(["--data", str(tmp_path / "shapes"), f"output_dir={tmp_path / 'runs'}", "rounds=8"])
     out = capsys.readouterr().out
+    print(f"shapes_parquet: {figures}")  # the margins of issue 46 (pytest -rP)
     assert f"wrote the shapes data to {tmp_path / 'shapes'}" in out
     assert figures["chance"] == 1 / len(CLASSES) and figures["baseline"] < 0.15
     # 8 of the example's 30 rounds: about 62 % (the full run: about 90 %), against a baseline of about 11 %
