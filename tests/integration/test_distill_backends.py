@@ -1,5 +1,6 @@
-"""In-place distillation (Eq. 2, optimizer state kept across rounds) gives the same numbers in-process and on Ray,
-and its optimizer state lives in ``ServerState.opt_state``."""
+"""In-place distillation gives the same numbers in-process and on Ray: the default (Algorithm 1's trained copies)
+and the Eq. 2 ablation on the shared weights with its optimizer state kept across rounds, which lives in
+``ServerState.opt_state``."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from rayfl.fl.methods.model_search.config import ModelSearchConfig
 from tests.helpers import tiny_config, tiny_image_dataset
 from tests.unit.fl.test_model_search_algorithm import RESNET
 
-DISTILL = DistillConfig(enabled=True, iterations=2, batch_size=8, optimizer_state="run")
+DISTILL = DistillConfig(enabled=True, iterations=2, batch_size=8, update="shared", optimizer_state="run")
 
 
 def _config(algorithm: object, kind: str, hosts: int, shards: int) -> ExperimentConfig:
@@ -46,4 +47,16 @@ def test_distillation_on_ray_equals_in_process_and_keeps_its_adam_in_server_stat
     steps = local.state.opt_state["distill/steps"]
     assert set(local.state.opt_state) == set(OPT_KEYS)
     assert float(steps.max()) == 2 * DISTILL.iterations  # two rounds of steps on the elements both rounds covered
+    _assert_identical(local, run_experiment(_config(algorithm, "ray", 2, 2), write=False, dataset=data))
+
+
+@pytest.mark.ray
+@pytest.mark.usefixtures("ray_local")
+def test_the_default_distillation_on_ray_equals_in_process() -> None:
+    data = tiny_image_dataset()
+    distill = DistillConfig(enabled=True, iterations=2, batch_size=8)
+    assert distill.update == "copies"
+    algorithm = ModelSearchConfig(ratios=(0.0, 0.5, 1.0), distill=distill)
+    local = run_experiment(_config(algorithm, "local", 2, 1), write=False, dataset=data)
+    assert local.state.opt_state == {}  # each copy's Adam lives for its round only
     _assert_identical(local, run_experiment(_config(algorithm, "ray", 2, 2), write=False, dataset=data))

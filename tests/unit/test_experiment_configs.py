@@ -212,9 +212,10 @@ def test_paper_settings_set_up_the_baselines_as_their_official_codes(path: Path,
 
 
 @pytest.mark.parametrize("path", [p for p, _ in BASELINE_ACT], ids=lambda p: str(p.relative_to(REPO)))
-def test_paper_settings_distill_on_the_shared_weights_with_n_clients_per_round(path: Path) -> None:
-    """Eq. (2) (``update: shared``) with the paper's n, the clients per round (``subnets: 0``, so that an override of
-    clients_per_round moves n with it), Adam's lr 0.001, the current model as teacher, Adam afresh every round."""
+def test_paper_settings_distill_as_algorithm_1_with_n_clients_per_round(path: Path) -> None:
+    """Algorithm 1 (``update: copies``: trained copies of the sub-nets against the frozen aggregated model, averaged
+    back) with the paper's n, the clients per round (``subnets: 0``, so that an override of clients_per_round moves n
+    with it), Adam's lr 0.001, and token noise with the embedding output's statistics (issue 40)."""
     distill = _setting(path).algorithm.distill  # type: ignore[union-attr]
-    assert distill.enabled and distill.update == "shared" and distill.subnets == 0
-    assert (distill.lr, distill.teacher, distill.optimizer_state) == (1e-3, "step", "round")
+    assert distill.enabled and distill.update == "copies" and distill.subnets == 0
+    assert (distill.lr, distill.optimizer, distill.noise) == (1e-3, "adam", "embedding")

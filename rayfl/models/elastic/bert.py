@@ -91,12 +91,21 @@ class ElasticCharBert(nn.Module):
         self.norm = nn.LayerNorm(e, eps=LN_EPS)
         self.decoder = nn.Linear(e, vocab_size)
         self.embed_dim = e
+        self.vocab_size = vocab_size
         init_transformer(self)
         nn.init.trunc_normal_(self.pos_embed, std=0.02, a=-0.04, b=0.04)
 
     def forward(self, x: torch.Tensor, all_positions: bool = False) -> torch.Tensor:
         """Logits for the next character: ``[B, V]`` after the window, or ``[B, L, V]`` after every prefix."""
         return self.forward_hidden(_embed(x, self.tok_embed, self.pos_embed, self.emb_drop), all_positions)
+
+    def embedding_statistics(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The embedding output's statistics over uniformly random tokens, without data: its mean at each position and
+        dimension ``[L, embed_dim]`` (the tokens' mean embedding plus the position's) and its standard deviation per
+        dimension ``[embed_dim]`` (the token embeddings' own, over the vocabulary; the position adds no spread)."""
+        with torch.no_grad():
+            tok = self.tok_embed.weight.detach()
+            return tok.mean(0) + self.pos_embed.detach(), tok.std(0, unbiased=False)
 
     def forward_hidden(self, h: torch.Tensor, all_positions: bool = False) -> torch.Tensor:
         """The model from the embedding output on: hidden states ``[B, L, embed_dim]`` (token plus position embedding,

@@ -18,16 +18,23 @@ class DistillConfig:
     ``subnets`` sub-nets (n; 0 = the round's ``clients_per_round``, as the paper) are drawn uniformly from the search
     space (``ratios``, its S; empty: the method's own ratios or rates). Each of ``iterations`` (T_SKD) iterations gives
     every sub-net ``batch_size`` (K) fresh Gaussian inputs and a KL loss (``temperature``) against the global model's
-    outputs. ``update``: ``shared`` (the paper's Eq. 2) runs the sub-nets on the global model's own weights and takes
-    one Adam step (``lr``) on them with the sub-nets' gradients averaged per element over the sub-nets holding it, the
-    teacher being the current global model; ``copies`` (rayfl's earlier variant, kept for comparison) trains a copy
-    of each sub-net with its own Adam against the global model frozen at the round's start and then replaces every
-    covered element by the copies' mean. ``optimizer_state`` (``shared`` only): ``round`` starts Adam afresh each
-    round, ``run`` keeps its moments across rounds in ``ServerState.opt_state``. ``teacher`` (``shared`` only):
-    ``step`` is the paper's ``W^{t-1}``, the global model before each step; ``round`` freezes it at the aggregated
-    model for the whole round (an ablation: the teacher no longer moves with the weights it shares). ``optimizer``:
-    ``adam`` (the paper's) or ``sgd`` (plain steps of ``lr`` times the gradient: an ablation, whose steps scale with
-    the KD gradient where Adam's are about ``lr`` whatever its size).
+    outputs. ``update``: ``copies`` (the default, Algorithm 1 as Sec. 3.3 runs it: "for each sampled subnet, we train
+    them with the soft labels from the global model ... After T_SKD iterations of training, we aggregate the weights
+    of these n subnets into the global model") trains a copy of each sub-net with its own optimizer (``lr``) against
+    the aggregated global model frozen as the teacher, then averages the copies into the elements they hold, the
+    rest unchanged; ``shared`` (an ablation: Eq. 2 read as an update rule) runs the sub-nets on the global model's
+    own weights and takes one Adam step on them per iteration with the sub-nets' gradients averaged per element, the
+    teacher being those same live weights, so teacher and students can settle on an output that ignores the input
+    (issue 40: one round took a model at 22 % to a constant prediction). ``optimizer_state`` (``shared`` only):
+    ``round`` starts Adam afresh each round, ``run`` keeps its moments across rounds in ``ServerState.opt_state``.
+    ``teacher`` (``shared`` only): ``step`` is Eq. 2's ``W^{t-1}``, the global model before each step; ``round``
+    freezes it at the aggregated model for the whole round. ``optimizer``: ``adam`` (the paper's) or ``sgd`` (plain
+    steps of ``lr`` times the gradient: an ablation, whose steps scale with the KD gradient where Adam's are about
+    ``lr`` whatever its size). ``noise`` (token models only; images take ``N(0, 1)`` in their normalised input space,
+    as clients normalise theirs): ``embedding`` (default) draws Gaussian hidden states with the per-dimension mean
+    and standard deviation of the global model's embedding output over uniformly random tokens, measured each
+    round; ``tokens`` feeds uniformly random token sequences through the model's own embedding (an ablation);
+    ``unit`` is ``N(0, 1)`` at the embedding output (rayfl's earlier choice, about 30 times the real scale).
     """
 
     enabled: bool = False
@@ -37,7 +44,8 @@ class DistillConfig:
     lr: float = bounded(1e-3, gt=0.0)
     temperature: float = bounded(1.0, gt=0.0)
     ratios: tuple[float, ...] = ()
-    update: Literal["shared", "copies"] = "shared"
+    update: Literal["copies", "shared"] = "copies"
     optimizer_state: Literal["round", "run"] = "round"
     teacher: Literal["step", "round"] = "step"
     optimizer: Literal["adam", "sgd"] = "adam"
+    noise: Literal["embedding", "tokens", "unit"] = "embedding"

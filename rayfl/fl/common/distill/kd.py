@@ -4,7 +4,8 @@ their first-k weights, the Gaussian inputs and the KD loss. ``fl/common/distill/
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import Literal, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -18,11 +19,13 @@ from rayfl.models.inputs import InputSpec
 
 __all__ = [
     "HiddenStateModel",
+    "NoiseSource",
     "allowed_ratios",
     "kd_loss",
     "load_sub_model",
     "model_logits",
     "noise_shape",
+    "noise_source",
     "sample_structures",
     "teacher_model",
 ]
@@ -30,11 +33,15 @@ __all__ = [
 
 @runtime_checkable
 class HiddenStateModel(Protocol):
-    """A token model that can run from its embedding output (the noise enters there)."""
+    """A token model that can run from its embedding output (the noise enters there) and say, without data, what its
+    embedding output looks like over uniformly random tokens."""
 
     embed_dim: int
+    vocab_size: int
 
     def forward_hidden(self, h: torch.Tensor, all_positions: bool = False) -> torch.Tensor: ...
+
+    def embedding_statistics(self) -> tuple[torch.Tensor, torch.Tensor]: ...
 
 
 def allowed_ratios(space: SearchSpace, ratios: Sequence[float]) -> list[tuple[float, ...]]:
@@ -90,6 +97,46 @@ def kd_loss(student: torch.Tensor, teacher: torch.Tensor, temperature: float) ->
     return loss
 
 
+@dataclass(frozen=True)
+class NoiseSource:
+    """Where the distillation's data-free inputs come from (``distill.noise``; see ``DistillConfig``).
+
+    ``kind``: ``images`` (``N(0, 1)`` in the model's normalised input space, as clients normalise theirs), ``hidden``
+    (Gaussian hidden states at a token model's embedding output, ``mean + std * N(0, 1)`` per position and dimension)
+    or ``tokens`` (uniformly random token ids of ``vocab`` symbols, fed through the model's own embedding)."""
+
+    kind: Literal["images", "hidden", "tokens"]
+    shape: tuple[int, ...]
+    mean: torch.Tensor | None = None
+    std: torch.Tensor | None = None
+    vocab: int = 0
+
+    def draw(self, generator: torch.Generator) -> torch.Tensor:
+        """One batch, read from ``generator`` (the same number of draws per batch whatever the model's weights)."""
+        if self.kind == "tokens":
+            return torch.randint(0, self.vocab, self.shape, generator=generator)
+        x = torch.randn(self.shape, generator=generator)
+        if self.mean is not None and self.std is not None:
+            x = x * self.std + self.mean
+        return x
+
+
+def noise_source(
+    model: nn.Module, input_spec: InputSpec, batch: int, mode: Literal["embedding", "tokens", "unit"] = "embedding"
+) -> NoiseSource:
+    """The noise for ``model`` (the round's global model, whose embedding statistics ``embedding`` mode reads)."""
+    shape = noise_shape(model, input_spec, batch)
+    if input_spec.input_kind != "tokens":
+        return NoiseSource("images", shape)
+    assert isinstance(model, HiddenStateModel)  # noise_shape refused the others
+    if mode == "tokens":
+        return NoiseSource("tokens", shape[:2], vocab=int(model.vocab_size))
+    if mode == "unit":
+        return NoiseSource("hidden", shape)
+    mean, std = model.embedding_statistics()
+    return NoiseSource("hidden", shape, mean=mean[: shape[1]].detach().clone(), std=std.detach().clone())
+
+
 def noise_shape(model: nn.Module, input_spec: InputSpec, batch: int) -> tuple[int, ...]:
     """The shape of a batch of ``batch`` Gaussian inputs: images in the model's input space; for tokens, hidden states
     at the embedding output (characters are discrete)."""
@@ -104,9 +151,13 @@ def noise_shape(model: nn.Module, input_spec: InputSpec, batch: int) -> tuple[in
 
 
 def model_logits(model: nn.Module, x: torch.Tensor, tokens: bool) -> torch.Tensor:
-    """The model's logits on a noise batch: every position of a token model run from its hidden states."""
+    """The model's logits on a noise batch; a token model's at every position, run from its hidden states (a
+    floating ``x``) or from token ids (an integer ``x``: ``distill.noise: tokens``)."""
     if tokens and isinstance(model, HiddenStateModel):
-        return model.forward_hidden(x, all_positions=True)
+        if x.is_floating_point():
+            return model.forward_hidden(x, all_positions=True)
+        ids: torch.Tensor = model(x, all_positions=True)
+        return ids
     out: torch.Tensor = model(x)
     return out
 

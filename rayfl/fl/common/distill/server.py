@@ -4,20 +4,26 @@ After aggregation the server, holding no data, distils the global model into its
 
 1. draw ``n`` structures uniformly from the search space (every dimension uniformly from its allowed ratios of ``S``;
    0, which removes a block, only for skippable dimensions) with ``derive_rng(seed, "distill", round)``;
-2. for ``T_SKD`` iterations, for each sub-net: draw ``K`` inputs from ``N(0, 1)`` (clients normalise their data to
-   zero mean and unit variance, so this is the data's scale), take the teacher's soft labels
-   ``softmax(teacher / T)`` and the KD loss ``T^2 * KL(soft labels || softmax(student / T))`` (batch mean);
+2. for ``T_SKD`` iterations, for each sub-net: draw ``K`` inputs (``distill.noise``: images from ``N(0, 1)``, since
+   clients normalise their data to zero mean and unit variance, so this is the data's scale; token models below),
+   take the teacher's soft labels ``softmax(teacher / T)`` and the KD loss
+   ``T^2 * KL(soft labels || softmax(student / T))`` (batch mean);
 3. update the global model, in one of two ways (``distill.update``):
 
-   * ``shared`` (default; the paper's Eq. 2, ``fl/common/distill/shared.py``): the sub-nets are the first-k parts of
-     the global weights themselves; their KD gradients with respect to the shared weights are averaged per element
-     over the sub-nets that hold it and one Adam step is taken on the global model per iteration; the teacher is the
-     current global model ``W^{t-1}``, so it moves with every step;
-   * ``copies`` (rayfl's earlier reading, kept so the two can be compared): every sub-net is a copy with its own
-     fresh Adam (or SGD, ``distill.optimizer``), one step per iteration against the global model frozen at the
-     aggregated parameters; after ``T_SKD`` iterations the copies are merged by the count-weighted element-wise mean
-     (``MaskedWeightedMean``, each copy weighing 1): an element covered by ``c`` copies becomes the mean of those
-     ``c`` values, an uncovered one keeps its value.
+   * ``copies`` (default; Algorithm 1 as Sec. 3.3 runs it: "for each sampled subnet, we train them with the soft
+     labels from the global model ... After T_SKD iterations of training, we aggregate the weights of these n
+     subnets into the global model"): every sub-net is a copy with its own fresh Adam (or SGD,
+     ``distill.optimizer``), one step per iteration against the global model frozen at the aggregated parameters;
+     after ``T_SKD`` iterations the copies are merged by the element-wise mean (``merge_copies``, each copy weighing
+     1): an element held by ``c`` copies becomes the mean of those ``c`` values, one no copy holds keeps its value.
+     Eq. (2) is the expected gradient of this procedure (App. B), not a different update;
+   * ``shared`` (an ablation: Eq. 2 read as an update rule, ``fl/common/distill/shared.py``): the sub-nets are the
+     first-k parts of the global weights themselves; their KD gradients with respect to the shared weights are
+     averaged per element over the sub-nets that hold it and one Adam step is taken on the global model per
+     iteration; the teacher is the current global model ``W^{t-1}``, so it moves with every step. Teacher and students
+     being the same weights, they can agree on an output that ignores the input: issue 40 measured one round taking
+     a character BERT at 22.2 % to a constant prediction (logits' spread over inputs 0.203 -> 0.001), where copies
+     kept 0.115.
 
 Both variants draw the same structures and the same noise batches in the same order, so they differ only in the
 update. None of the bugs of the Plato prototype (ALGORITHMS.md section 12): the result is kept, the loss compares
@@ -29,9 +35,16 @@ Choices where the paper is open:
 * **Noise per sub-net.** Algorithm 1 draws ``X_KD`` inside the loop over sub-nets (line 5), Eq. (2) writes one
   ``X_KD``; a fresh batch per sub-net and iteration is used, from one torch generator
   ``derive_torch_generator(seed, "distill-noise", round)`` read in loop order. Images: ``(K, C, H, W)`` in the
-  model's normalised input space. Tokens (CharBert): characters are discrete, so the noise ``(K, seq_len, hidden)``
-  replaces the embedding output (``ElasticCharBert.forward_hidden``) and the loss covers the logits at every position
-  (the KL is averaged over the ``K x seq_len`` positions); the embeddings get no gradient and keep their values.
+  model's normalised input space.
+* **Token noise** (``distill.noise``). Characters are discrete, so the noise enters where the model first sees
+  real-valued data, its embedding output (``ElasticCharBert.forward_hidden``), and the loss covers the logits at
+  every position (the KL averaged over the ``K x seq_len`` positions). The paper draws noise with the statistics
+  clients' normalised inputs have; the server has no data, so ``embedding`` (default) draws
+  ``N(mean, std^2)`` with the statistics the embedding output has over uniformly random tokens, measured on the
+  round's global model (``ElasticCharBert.embedding_statistics``: the mean per position and dimension, the standard
+  deviation per dimension); the embeddings get no gradient and keep their values. ``tokens`` (ablation) feeds
+  uniformly random token sequences through the model's own embedding, which then trains too. ``unit`` (rayfl's
+  earlier choice) is ``N(0, 1)`` there, about 30 times the spread of real embedding outputs.
 * **Modes.** The teacher runs in evaluation mode (no dropout: clean soft labels). The sub-nets run in training mode,
   as clients train them, so HeteroFL scalers divide by the width rate exactly as in local training; dropout, where a
   model has it, draws from the global torch generator, which is forked and seeded with
@@ -50,6 +63,7 @@ import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 
@@ -63,7 +77,7 @@ from rayfl.fl.common.distill.kd import (
     kd_loss,
     load_sub_model,
     model_logits,
-    noise_shape,
+    noise_source,
     sample_structures,
     teacher_model,
 )
@@ -81,6 +95,7 @@ __all__ = [
     "inplace_distill",
     "kd_loss",
     "load_sub_model",
+    "merge_copies",
     "sample_structures",
 ]
 
@@ -140,7 +155,7 @@ def _copies(
     make = torch.optim.SGD if cfg.optimizer == "sgd" else torch.optim.Adam
     optimizers = [make([p for p in s.parameters() if p.requires_grad], lr=cfg.lr) for s in students]
     tokens = input_spec.input_kind == "tokens"
-    shape = noise_shape(teacher, input_spec, cfg.batch_size)
+    source = noise_source(teacher, input_spec, cfg.batch_size, cfg.noise)
     noise = derive_torch_generator(seed, "distill-noise", round_idx)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(derive_seed(seed, "distill-dropout", round_idx))
@@ -148,20 +163,21 @@ def _copies(
             student.train()
         for _ in range(cfg.iterations):
             for student, opt in zip(students, optimizers, strict=True):
-                x = torch.randn(shape, generator=noise)
+                x = source.draw(noise)
                 with torch.no_grad():
                     soft = model_logits(teacher, x, tokens)
                 opt.zero_grad(set_to_none=True)
                 loss = kd_loss(model_logits(student, x, tokens), soft, cfg.temperature)
                 loss.backward()  # type: ignore[no-untyped-call]  # torch stubs leave backward untyped
                 opt.step()
-    return _merge(family, params, structures, students)
+    return merge_copies(family, params, structures, students)
 
 
-def _merge(
+def merge_copies(
     family: ElasticFamily, params: Params, structures: Sequence[tuple[int, ...]], students: Sequence[torch.nn.Module]
 ) -> Params:
-    """Count-weighted element-wise mean of the sub-nets (weight 1 each); uncovered elements keep their value."""
+    """The global parameters after the ``copies`` update: every element the sub-nets ``students`` (first-k, of
+    ``structures``) hold becomes the mean of their values there (each sub-net weighing 1), the rest keep theirs."""
     reducer = MaskedWeightedMean()
     shapes = {k: v.shape for k, v in params.items()}
     partial: Partial = {}
@@ -194,20 +210,21 @@ def distillation_gap(
     batch_size: int,
     temperature: float = 1.0,
     seed: int = 0,
+    noise: Literal["embedding", "tokens", "unit"] = "embedding",
 ) -> float:
     """Mean distillation loss (``kd_loss``) between the global model of ``params`` and its first-k sub-nets
-    ``structures`` on fresh Gaussian inputs (one batch of ``batch_size`` per sub-net from
-    ``derive_torch_generator(seed, "distill-gap")``), in the modes the distillation uses; a diagnostic."""
+    ``structures`` on fresh noise inputs (``noise``, as ``distill.noise``; one batch of ``batch_size`` per sub-net
+    from ``derive_torch_generator(seed, "distill-gap")``), in the modes the distillation uses; a diagnostic."""
     teacher = teacher_model(family, params)
     tokens = input_spec.input_kind == "tokens"
-    shape = noise_shape(teacher, input_spec, batch_size)
-    noise = derive_torch_generator(seed, "distill-gap")
+    source = noise_source(teacher, input_spec, batch_size, noise)
+    gen = derive_torch_generator(seed, "distill-gap")
     total = 0.0
     with torch.random.fork_rng(devices=[]), torch.no_grad():
         torch.manual_seed(derive_seed(seed, "distill-gap-dropout"))
         for units in structures:
             student = load_sub_model(family, params, units)
             student.train()
-            x = torch.randn(shape, generator=noise)
+            x = source.draw(gen)
             total += float(kd_loss(model_logits(student, x, tokens), model_logits(teacher, x, tokens), temperature))
     return total / max(1, len(structures))

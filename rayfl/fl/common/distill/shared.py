@@ -1,4 +1,7 @@
-"""In-place distillation on the global model's own weights (paper 000, Algorithm 1 with Eq. 2, Appendix B).
+"""In-place distillation on the global model's own weights (paper 000, Eq. 2 read as an update rule, Appendix B):
+``distill.update: shared``, an ablation since issue 40 (the default, ``copies``, trains copies as Algorithm 1 does;
+``fl/common/distill/server.py``). Teacher and students share these weights, so they can settle on an output that
+ignores the input.
 
 The sub-nets are not copies: sub-net ``i`` *is* the first-k part of the global weights ``W``, so its parameters are
 views of ``W``'s tensors and its KD loss has a gradient with respect to ``W``. Per iteration (``T_SKD`` of them):
@@ -48,7 +51,14 @@ from torch.func import functional_call
 from rayfl.core.messages import Params, TensorSlice
 from rayfl.core.rng import derive_seed, derive_torch_generator
 from rayfl.fl.common.distill.config import DistillConfig
-from rayfl.fl.common.distill.kd import empty_model, kd_loss, model_logits, noise_shape
+from rayfl.fl.common.distill.kd import (
+    empty_model,
+    kd_loss,
+    model_logits,
+    noise_shape,
+    noise_source,
+    teacher_model,
+)
 from rayfl.models.elastic.family import ElasticFamily
 from rayfl.models.elastic.spec import first_k
 from rayfl.models.inputs import InputSpec
@@ -199,6 +209,10 @@ class SharedDistillation:
         self.teacher, _ = _net(family, family.full_units, teacher_weights, tokens, prefix)
         self.teacher.module.eval()
         self.noise_shape = noise_shape(full, input_spec, cfg.batch_size)
+        # the embedding statistics (token models, distill.noise: embedding) are the aggregated model's
+        self.noise_source = noise_source(
+            teacher_model(family, params) if tokens else full, input_spec, cfg.batch_size, cfg.noise
+        )
         count = torch.zeros_like(self.flat)
         counts = self.layout.views(count)
         self.students: list[_Net] = []
@@ -273,7 +287,7 @@ def shared_distill(
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(derive_seed(seed, "distill-dropout", round_idx))
         for _ in range(cfg.iterations):
-            grad = run.gradient([torch.randn(run.noise_shape, generator=noise) for _ in run.students])
+            grad = run.gradient([run.noise_source.draw(noise) for _ in run.students])
             if not bool(torch.isfinite(grad).all()):
                 skipped += 1
                 continue
