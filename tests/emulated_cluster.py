@@ -203,7 +203,7 @@ def machine_paths_under_node_tmp() -> list[Path]:
     folder hides: the repository (rayfl is installed from it in editable mode), the Python environment that runs
     ``ray`` and its base installation. A checkout under the temp folder (a CI clone in ``/tmp``) otherwise leaves the
     workers without ``ray`` ("exec: .../bin/ray: not found"), and the cluster never reaches its node count."""
-    needed = {REPO_ROOT, Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), BIN.resolve().parent}
+    needed = {REPO_ROOT, Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}  # `ray` is in sys.prefix
     under = sorted(p for p in needed if p != NODE_TMP and p.is_relative_to(NODE_TMP))
     # the outermost of nested paths carries the rest
     return [p for p in under if not any(q != p and p.is_relative_to(q) for q in under)]

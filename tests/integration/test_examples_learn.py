@@ -25,14 +25,14 @@ def test_every_shipped_example_config_is_tested_here() -> None:
 
 def _run_example(name: str, tmp_path: Path, overrides: list[str]) -> tuple[float, float, int]:
     """Run ``examples/NAME`` with ``overrides``: its final accuracy, baseline and test-set size."""
+    import torch
+
     from rayfl.engine.driver import run_experiment
     from rayfl.experiment.loader import load_config
 
     cfg = load_config(EXAMPLES / name, [f"output_dir={tmp_path / 'runs'}", *overrides])
     result = run_experiment(cfg)
     assert result.final_eval is not None
-    import torch
-
     # the margins of issue 46 are read from here (pytest -rP): accuracy and baseline per kernel path
     print(
         f"{name}: accuracy {result.final_eval.accuracy:.4f}, baseline {result.baseline_acc:.4f}, kernels "

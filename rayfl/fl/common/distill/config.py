@@ -8,7 +8,9 @@ from typing import Literal
 
 from rayfl.config.fields import bounded
 
-__all__ = ["DistillConfig"]
+__all__ = ["DistillConfig", "NoiseMode"]
+
+NoiseMode = Literal["embedding", "tokens", "unit"]  # distill.noise: what token models are fed (see DistillConfig)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,4 +50,4 @@ class DistillConfig:
     optimizer_state: Literal["round", "run"] = "round"
     teacher: Literal["step", "round"] = "step"
     optimizer: Literal["adam", "sgd"] = "adam"
-    noise: Literal["embedding", "tokens", "unit"] = "embedding"
+    noise: NoiseMode = "embedding"

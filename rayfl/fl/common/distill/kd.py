@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from rayfl.fl.common.distill.config import NoiseMode
 from rayfl.models.elastic.cost import units_from_ratios
 from rayfl.models.elastic.family import ElasticFamily, gather
 from rayfl.models.elastic.space import SearchSpace
@@ -121,9 +122,7 @@ class NoiseSource:
         return x
 
 
-def noise_source(
-    model: nn.Module, input_spec: InputSpec, batch: int, mode: Literal["embedding", "tokens", "unit"] = "embedding"
-) -> NoiseSource:
+def noise_source(model: nn.Module, input_spec: InputSpec, batch: int, mode: NoiseMode = "embedding") -> NoiseSource:
     """The noise for ``model`` (the round's global model, whose embedding statistics ``embedding`` mode reads)."""
     shape = noise_shape(model, input_spec, batch)
     if input_spec.input_kind != "tokens":
@@ -134,7 +133,7 @@ def noise_source(
     if mode == "unit":
         return NoiseSource("hidden", shape)
     mean, std = model.embedding_statistics()
-    return NoiseSource("hidden", shape, mean=mean[: shape[1]].detach().clone(), std=std.detach().clone())
+    return NoiseSource("hidden", shape, mean=mean[: shape[1]], std=std)
 
 
 def noise_shape(model: nn.Module, input_spec: InputSpec, batch: int) -> tuple[int, ...]:
@@ -156,8 +155,8 @@ def model_logits(model: nn.Module, x: torch.Tensor, tokens: bool) -> torch.Tenso
     if tokens and isinstance(model, HiddenStateModel):
         if x.is_floating_point():
             return model.forward_hidden(x, all_positions=True)
-        ids: torch.Tensor = model(x, all_positions=True)
-        return ids
+        logits: torch.Tensor = model(x, all_positions=True)
+        return logits
     out: torch.Tensor = model(x)
     return out
 

@@ -63,14 +63,13 @@ import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
 import torch
 
 from rayfl.core.messages import ClientUpdate, Params
 from rayfl.core.reducers import MaskedWeightedMean, Partial
 from rayfl.core.rng import derive_rng, derive_seed, derive_torch_generator
-from rayfl.fl.common.distill.config import DistillConfig
+from rayfl.fl.common.distill.config import DistillConfig, NoiseMode
 from rayfl.fl.common.distill.kd import (
     HiddenStateModel,
     allowed_ratios,
@@ -210,7 +209,7 @@ def distillation_gap(
     batch_size: int,
     temperature: float = 1.0,
     seed: int = 0,
-    noise: Literal["embedding", "tokens", "unit"] = "embedding",
+    noise: NoiseMode = "embedding",
 ) -> float:
     """Mean distillation loss (``kd_loss``) between the global model of ``params`` and its first-k sub-nets
     ``structures`` on fresh noise inputs (``noise``, as ``distill.noise``; one batch of ``batch_size`` per sub-net

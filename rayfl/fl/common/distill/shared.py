@@ -55,7 +55,6 @@ from rayfl.fl.common.distill.kd import (
     empty_model,
     kd_loss,
     model_logits,
-    noise_shape,
     noise_source,
     teacher_model,
 )
@@ -208,7 +207,6 @@ class SharedDistillation:
         teacher_weights = shared if cfg.teacher == "step" else {n: v.detach().clone() for n, v in params.items()}
         self.teacher, _ = _net(family, family.full_units, teacher_weights, tokens, prefix)
         self.teacher.module.eval()
-        self.noise_shape = noise_shape(full, input_spec, cfg.batch_size)
         # the embedding statistics (token models, distill.noise: embedding) are the aggregated model's
         self.noise_source = noise_source(
             teacher_model(family, params) if tokens else full, input_spec, cfg.batch_size, cfg.noise
