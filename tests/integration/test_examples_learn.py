@@ -55,8 +55,10 @@ def test_resnet18_synthetic_learns_well_above_its_baseline(tmp_path: Path) -> No
     """12 rounds on half the example's images. Where the run takes off depends on the CPU's kernels (issue 46): the
     same seeded run at 4 rounds ended at 0.69 with this machine's AVX2 kernels, 0.31 with ``ATEN_CPU_CAPABILITY=
     default``, 0.39 with oneDNN held to SSE4.1 and 0.43 on an AVX-512 machine, against a baseline of 0.24; the take-off
-    came between rounds 4 and 8 on every path, and from round 10 on every path measured was at 0.98-1.00 (own AVX2,
-    ATen default, oneDNN SSE4.1, both together). So the run is long enough for the plateau, not the take-off."""
+    came between rounds 4 and 8 on every path, and from round 10 on every path measured was at 0.96-1.00 (own AVX2,
+    ATen default, oneDNN SSE4.1, both together, one thread: ``python benchmarks/kernel_paths.py rounds=12
+    data.kwargs.num_samples=512``, ``benchmarks/results/kernel_paths.md``). So the run is long enough for the
+    plateau, not the take-off."""
     acc, baseline, n = _run_example(
         "resnet18_synthetic.yaml", tmp_path, ["rounds=12", "eval_every=12", "data.kwargs.num_samples=512"]
     )
