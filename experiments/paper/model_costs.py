@@ -16,7 +16,8 @@ config a CPU-sized one stands in for) it prints the factors that map the referen
 the ratios of the two full models' memory (overhead excluded), bytes and FLOPs.
 
 No data is loaded: the input shape comes from the data name (CIFAR-10 and synthetic 3x32x32 with 10 classes,
-LEAF/FEMNIST 1x28x28 with 62 classes, character models windows of ``data.seq_len`` with 81 classes). The YAML
+LEAF/FEMNIST 1x28x28 with 62 classes, MNIST 5k
+1x32x32 with 10 classes, character models windows of ``data.seq_len`` with 81 classes). The YAML
 comments in ``experiments/paper`` quote this script's output.
 """
 
@@ -75,6 +76,8 @@ def input_spec(cfg: ExperimentConfig) -> InputSpec:
         return InputSpec("tokens", 81, (cfg.data.seq_len,))
     if cfg.data.name == "leaf":
         return InputSpec("image", 62, (1, 28, 28))
+    if cfg.data.name == "mnist5k":
+        return InputSpec("image", 10, (1, 32, 32))
     return InputSpec("image", 10, (3, 32, 32))
 
 

