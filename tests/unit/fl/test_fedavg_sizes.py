@@ -86,6 +86,32 @@ def test_smallest_structure_takes_the_smallest_allowed_ratio_per_dimension() -> 
     assert largest.eval_units(state) is None
 
 
+def test_smallest_blocks_names_the_smallest_model_block_by_block() -> None:
+    """``smallest_blocks`` keeps the first blocks of each stage at the smallest positive ratio (paper 000's named
+    smallest models: ViT-tiny-tiny is ``[1]``), where S's own smallest structure would remove every skippable block."""
+    ds = tiny_image_dataset()
+    spec = InputSpec.of(ds.input_kind, ds.num_classes, ds.x, ds.meta)
+    family = ResNetFamily(ResNetConfig(depth=34, widths=(8, 16, 32, 64)))
+    train = TrainConfig()
+    named = FedAvg(FedAvgConfig(model="smallest", ratios=(0.0, 0.5, 1.0), smallest_blocks=(2, 2, 2, 2)), train)
+    named.bind_client(family, spec)
+    own = FedAvg(FedAvgConfig(model="smallest", ratios=(0.0, 0.5, 1.0)), train)
+    own.bind_client(family, spec)
+    units = named.smallest_units()
+    # every width at 0.5 (the smallest positive ratio); of ResNet34's 3, 4, 6, 3 blocks the first two of each stage stay
+    expected = list(family.space.units([0.5] * len(family.space.dims)))
+    removed = 0
+    for stage in family.stage_blocks():
+        for dims in stage[2:]:
+            for d in dims:
+                if family.space.dims[d].skippable:
+                    expected[d] = 0
+                    removed += 1
+    assert removed == 1 + 2 + 4 + 1 and units == tuple(expected)
+    assert units != own.smallest_units()  # S's own smallest structure removes every skippable block
+    assert named.eval_units(ServerState(params={})) == units
+
+
 def _accuracy_of_sub_model(run: RunResult, cfg: ExperimentConfig, units: tuple[int, ...]) -> tuple[float, float]:
     """Test accuracy and mean loss of the first-k sub-model, computed by hand."""
     ds = tiny_image_dataset()

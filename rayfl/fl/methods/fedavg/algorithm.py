@@ -15,7 +15,10 @@ Paper 000's two FedAvg baselines are config choices of the same class:
   config.ratios``, first-k units. As in ``rayfl.fl.common.search`` (a choice where the paper is silent): every
   dimension takes its smallest allowed ratio, 0 (block removed) for skippable dimensions when 0 is in ``S``, else the
   smallest positive ratio of ``S``. The global model of this baseline *is* that sub-model (the rest of the global
-  tensors are never trained), so ``eval_units`` makes the engine evaluate it rather than the full network.
+  tensors are never trained), so ``eval_units`` makes the engine evaluate it rather than the full network. With
+  ``smallest_blocks`` the smallest model is a named one instead (``search.named_structure``): every width at the
+  smallest positive ratio of ``S`` and only the first ``smallest_blocks[s]`` blocks of stage ``s``, e.g. ``[1]``
+  for paper 000's ViT-tiny-tiny where ``S = {0, 1}`` would otherwise remove every block of the ViT.
 
 Clients are weighted by sample count (``weighting``) in both cases; the sub-model's uncovered elements stay as they
 are (the reducer keeps them), so the server step only moves the trained part.
@@ -28,6 +31,7 @@ from collections.abc import Sequence
 
 from rayfl.core.messages import Aggregate, Assignment, ClientView, ServerState
 from rayfl.fl.api.algorithm import Algorithm
+from rayfl.fl.common.search import named_structure
 from rayfl.fl.methods.fedavg.config import FedAvgConfig
 from rayfl.models.elastic.spec import first_k
 
@@ -54,6 +58,8 @@ class FedAvg(Algorithm):
         if not positive:
             raise ValueError("fedavg: model 'smallest' needs a positive ratio in algorithm.ratios")
         low = min(positive)
+        if self.config.smallest_blocks:
+            return named_structure(self.require_family(), low, self.config.smallest_blocks)
         zero = 0.0 in ratios
         return space.units([0.0 if (d.skippable and zero) else low for d in space.dims])
 

@@ -16,8 +16,10 @@ class FedAvgConfig:
     """FedAvg (McMahan et al., AISTATS 2017): one model everywhere, server step = SGD on the pseudo-gradient.
 
     ``model``: ``full`` is the global model (paper 000's "Largest"); ``smallest`` is the smallest structure of the
-    search space with ratios ``ratios`` (paper 000's "Smallest"). ``budgets: ignore`` runs every sampled client even
-    when its model exceeds a budget (the "Largest" upper bound), and records how often it would not have fit.
+    search space with ratios ``ratios`` (paper 000's "Smallest"), or with ``smallest_blocks`` the first blocks of each
+    stage at the smallest positive ratio (a named smallest model such as ViT-tiny-tiny). ``budgets: ignore`` runs
+    every sampled client even when its model exceeds a budget (the "Largest" upper bound), and records how often it
+    would not have fit.
     """
 
     name: Literal["fedavg"] = "fedavg"
@@ -26,4 +28,8 @@ class FedAvgConfig:
     server_momentum: float = bounded(0.0, ge=0.0, lt=1.0)
     model: Literal["full", "smallest"] = "full"
     ratios: tuple[float, ...] = (0.0, 0.5, 1.0)
+    # 'smallest': keep only the first blocks[s] blocks of each stage, every width at the smallest positive ratio (a
+    # named smallest model, as model_search's algorithm.smallest: [1] is ViT-tiny-tiny); [] = the smallest structure
+    # of ratios (skippable blocks removed when 0 is in ratios)
+    smallest_blocks: tuple[int, ...] = ()
     budgets: Literal["enforce", "ignore"] = "enforce"
