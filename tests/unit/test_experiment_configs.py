@@ -91,13 +91,25 @@ def _sources(cfg: ExperimentConfig) -> list[str | None]:
     return [None if r is None else f"{r.source}:{r.format}:{r.pattern}:{r.technology}" for r in resources]
 
 
+# What a CPU setting may change beyond sizes, with the reason (issue 40's calibration: experiments/issue40/README.md)
+DEPARTURES = {
+    5: {
+        "partition": "MNIST 5k, the offline stand-in for FEMNIST, records no writers: an IID split, not natural",
+        "epochs": "2 local epochs, not 5: half the CPU of a run for the same calibration",
+    },
+}
+
+
 @pytest.mark.parametrize("n", SETTINGS)
 def test_cpu_setting_has_the_structure_of_the_full_one(n: int) -> None:
     """Same setting label, partition, resource sources, communication limit, search space and method, training
-    recipe; only sizes (model, clients, rounds, distillation steps) and budget scales differ."""
+    recipe; only sizes (model, clients, rounds, distillation steps) and budget scales differ, and the departures
+    ``DEPARTURES`` lists with their reasons."""
     full, cpu = _pair(n)
+    allowed = DEPARTURES.get(n, {})
     assert full.setting == cpu.setting == f"setting{n}"
-    assert (full.data.partition, full.data.dirichlet_alpha) == (cpu.data.partition, cpu.data.dirichlet_alpha)
+    if "partition" not in allowed:
+        assert (full.data.partition, full.data.dirichlet_alpha) == (cpu.data.partition, cpu.data.dirichlet_alpha)
     assert _sources(full) == _sources(cpu)
     assert full.system.comm_limit_s == cpu.system.comm_limit_s
     assert full.model.name == cpu.model.name
@@ -106,7 +118,8 @@ def test_cpu_setting_has_the_structure_of_the_full_one(n: int) -> None:
         assert getattr(full.algorithm, key) == getattr(cpu.algorithm, key), key
     assert full.algorithm.distill.enabled and cpu.algorithm.distill.enabled
     for key in ("epochs", "batch_size", "optimizer", "lr", "momentum", "weight_decay", "lr_schedule", "lr_decay"):
-        assert getattr(full.train, key) == getattr(cpu.train, key), key
+        if key not in allowed:
+            assert getattr(full.train, key) == getattr(cpu.train, key), key
     fractions = [r / full.rounds for r in full.train.lr_decay_rounds]
     assert [round(f * cpu.rounds) for f in fractions] == pytest.approx(list(cpu.train.lr_decay_rounds), abs=1)
     assert full.data.name != "synthetic"
@@ -120,7 +133,8 @@ def test_levels_give_each_client_exactly_its_heterofl_model(path: Path) -> None:
     from rayfl.models.inputs import InputSpec
 
     cfg = load_config(path)
-    family = build_family(cfg.model, InputSpec("image", 10, (3, 32, 32)))
+    channels = 1 if cfg.data.name == "mnist5k" else 3  # the CPU setting's digits (issue 40), CIFAR-10's colours
+    family = build_family(cfg.model, InputSpec("image", 10, (channels, 32, 32)))
     cost = CostModel(family, cfg.train.batch_size, cfg.train.optimizer, cfg.train.momentum)
     space = family.space
     units = np.array([space.units([rate] * len(space.dims)) for rate in HETEROFL_RATES])
