@@ -9,7 +9,6 @@ its SHA-256 again before it is used, so a truncated or altered archive is fetche
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import subprocess
@@ -19,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rayfl.core.errors import ConfigError
+from rayfl.core.files import sha256_of
 
 log = logging.getLogger(__name__)
 
@@ -35,14 +35,6 @@ class PackageArchive:
     filename: str
     sha256: str
     source: bool = False
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def fetch_archive(archive: PackageArchive, downloads: Path) -> Path:

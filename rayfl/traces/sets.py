@@ -14,13 +14,13 @@ licences come with the files (GPL v3 for Mahimahi's traces, the SIGCOMM'22 data'
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rayfl.core.files import sha256_of
 from rayfl.traces.format import TraceError
 
 __all__ = ["TRACE_SETS", "TRACE_SET_PREFIX", "TraceSet", "fetch_trace_set", "locate_trace_set", "resolve_trace_path"]
@@ -134,14 +134,6 @@ def resolve_trace_path(text: str, cache_dir: Path | None = None) -> Path:
     return folder / inner if inner else folder
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def fetch_trace_set(name: str, cache_dir: Path | None = None, mirror: str | None = None) -> Path:
     """Download set ``name`` into the cache (files already there with the right SHA-256 are kept) from its pinned
     source, or from ``mirror`` (a URL or folder laid out as the source is, or holding the set's files side by side);
@@ -179,14 +171,14 @@ def _fetch_files(trace_set: TraceSet, target: Path, mirror: str | None) -> None:
     base = trace_set.base_url if mirror is None else _as_url(mirror)
     for file, expected in trace_set.files.items():
         local = target / file
-        if local.is_file() and _sha256(local) == expected:
+        if local.is_file() and sha256_of(local) == expected:
             continue
         urls = [base + trace_set.remote_path(file)]
         if mirror is not None and trace_set.remote_path(file) != file:
             urls.append(base + file)  # a mirror may also be a flat copy of the set (as ../shared/traces-real/NAME)
         partial = target / f".{file}.part"
         url = _download(urls, partial)
-        got = _sha256(partial)
+        got = sha256_of(partial)
         if got != expected:
             partial.unlink()
             raise TraceError(f"{url}: SHA-256 {got} is not the pinned {expected}: not kept (a changed or cut file)")
