@@ -28,7 +28,7 @@ from rayfl.engine.backend_choice import resolve_backend
 from rayfl.engine.exec.backend import Backend, LocalBackend
 from rayfl.engine.exec.client_state import initial_weights
 from rayfl.engine.phases import build_run_algorithm
-from rayfl.engine.preflight import check_custom_model
+from rayfl.engine.preflight import check_custom_model, check_distill_device
 from rayfl.experiment.loader import check_model_input
 from rayfl.experiment.schema import ExperimentConfig
 from rayfl.fl.api.algorithm import Algorithm, ServerContext
@@ -75,6 +75,7 @@ def build_setup(cfg: ExperimentConfig, dataset: FederatedDataset | None = None, 
         raise ValueError(f"data: {cfg.data.name!r} produced no clients")
     check_model_input(cfg, dataset.input_kind)
     check_custom_model(cfg, dataset.input_kind)  # custom data: its kind of input is known only now
+    check_distill_device(cfg)
     spec = InputSpec.of(dataset.input_kind, dataset.num_classes, dataset.x, dataset.meta)
     return Setup(
         dataset=dataset,

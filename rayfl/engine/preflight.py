@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 __all__ = [
     "budgets_time_invariant",
     "check_custom_model",
+    "check_distill_device",
     "check_someone_can_train",
     "fixed_model_problem",
     "nobody_can_train_problem",
@@ -104,6 +105,28 @@ def check_custom_model(cfg: ExperimentConfig, input_kind: str | None = None) -> 
             "returns [batch, seq_len, num_classes]",
             "train.sequence_loss",
         )
+
+
+def check_distill_device(cfg: ExperimentConfig, cuda_available: bool | None = None) -> None:
+    """Raise a ``ConfigError`` at ``distill.device`` when a method of the run distils on CUDA (``cuda``) and this
+    process, the driver that distils, sees no GPU (``cuda_available``: as torch says when ``None``); before round 0,
+    not after it."""
+    sections: list[tuple[KeyPath, object]] = [(("algorithm",), cfg.algorithm)]
+    sections += [(("phases", i, "algorithm"), p.algorithm) for i, p in enumerate(cfg.phases)]
+    for at, config in sections:
+        distill = getattr(config, "distill", None)
+        if distill is None or not distill.enabled or distill.device != "cuda":
+            continue
+        if cuda_available is None:
+            import torch
+
+            cuda_available = torch.cuda.is_available()
+        if not cuda_available:
+            raise ConfigError(
+                "'cuda' distils on the driver's GPU, but this process sees no CUDA device: use 'cpu', or 'auto' "
+                "(the GPU where there is one)",
+                format_key_path((*at, "distill", "device")),
+            )
 
 
 # round starts at which a run's budgets are looked at before it starts (spread over its rounds)

@@ -89,3 +89,39 @@ def test_ray_hosts_with_half_a_gpu_each_cap_their_allocators() -> None:
         assert cap is None or cap == pytest.approx(0.5)
     assert all(o.failure is None for o in outcomes)
     assert all(v.device.type == "cpu" for v in aggregate.params.values())
+
+
+def _distil(device: str, **cfg_fields: Any) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """The global parameters of a small batch-norm ResNet before and after one round of in-place distillation."""
+    from rayfl.config.model import ResNetConfig
+    from rayfl.fl.common.distill.config import DistillConfig
+    from rayfl.fl.common.distill.server import inplace_distill
+    from rayfl.models.elastic import ResNetFamily
+    from rayfl.models.inputs import InputSpec
+
+    family = ResNetFamily(
+        ResNetConfig(depth=18, widths=(8, 16, 16, 16), norm="bn"), in_channels=3, num_classes=4, image_size=8
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        params = {k: v.detach() for k, v in family.global_model().state_dict().items()}
+    cfg = DistillConfig(enabled=True, iterations=8, batch_size=16, device=device, **cfg_fields)  # type: ignore[arg-type]
+    spec = InputSpec("image", 4, (3, 8, 8))
+    out = inplace_distill(family, params, cfg, (0.0, 0.5, 1.0), num_subnets=4, seed=3, round_idx=1, input_spec=spec)
+    assert all(v.device.type == "cpu" for v in out.params.values())
+    return params, out.params
+
+
+def test_in_place_distillation_on_cuda_moves_the_weights_as_on_the_cpu() -> None:
+    """``distill.device: cuda``: the copies train on the GPU from the same noise (drawn on the CPU) and the merged
+    weights come back as CPU tensors. With plain SGD steps (proportional to the gradient) each tensor's change agrees
+    with the CPU's within 5 % (TF32 and other float32 kernel differences); Adam would amplify them where a gradient
+    is near zero (its step is about lr whatever the gradient's size)."""
+    before, on_cpu = _distil("cpu", optimizer="sgd", lr=0.05)
+    _, on_gpu = _distil("cuda", optimizer="sgd", lr=0.05)
+    moved = [k for k in before if not torch.equal(on_cpu[k], before[k])]
+    assert moved
+    for k in moved:
+        change_cpu, change_gpu = on_cpu[k] - before[k], on_gpu[k] - before[k]
+        gap = float((change_gpu - change_cpu).norm() / change_cpu.norm())
+        assert gap < 0.05, f"{k}: the GPU's change differs from the CPU's by {gap:.3g} of its size"

@@ -13,7 +13,7 @@ from rayfl.config.model import CharBertConfig, ResNetConfig
 from rayfl.core.messages import Params
 from rayfl.core.rng import derive_rng, derive_torch_generator
 from rayfl.fl.common.distill.config import DistillConfig
-from rayfl.fl.common.distill.kd import model_logits, noise_source
+from rayfl.fl.common.distill.kd import copy_noise_generator, model_logits, noise_source
 from rayfl.fl.common.distill.server import (
     OPT_KEYS,
     allowed_ratios,
@@ -214,8 +214,7 @@ def test_one_iteration_is_an_adam_step_with_the_sub_nets_mean_gradient_on_the_sh
     structures = sample_structures(family.space, S, n, derive_rng(seed, "distill", round_idx))
     assert len(set(structures)) == n and any(0 in s for s in structures)  # distinct sub-nets, a skipped block
     run = SharedDistillation(family, params, cfg, structures, input_spec=spec, opt_state={})
-    gen = derive_torch_generator(seed, "distill-noise", round_idx)
-    batches = [run.noise_source.draw(gen) for _ in structures]
+    batches = [run.noise_source.draw(copy_noise_generator(seed, round_idx, i)) for i in range(n)]
     grad = run.named(run.gradient(batches))
     expected = hand_gradient(family, params, structures, batches, tokens)
     trained = grad.keys()
@@ -484,3 +483,85 @@ def test_the_token_noise_ablations_distil(bert: CharBertFamily, noise: str) -> N
     new = inplace_distill(bert, params, cfg, S, num_subnets=2, seed=0, round_idx=0, input_spec=TOKENS).params
     assert torch.equal(new["tok_embed.weight"], params["tok_embed.weight"]) == (noise == "unit")
     assert not torch.equal(new["decoder.weight"], params["decoder.weight"])
+
+
+@pytest.mark.parametrize("norm", ["bn", "gn"])
+def test_copies_give_the_same_weights_bit_for_bit_whatever_the_number_of_workers(norm: str) -> None:
+    """Issue 40 item 3: the copies train at the same time on ``distill.workers`` threads; each copy reads only its own
+    noise generator and runs on one intra-op thread, so 1, 2 or 3 workers (and the caller's thread count) give the
+    same merged weights, and neither the caller's threads nor its global generator change."""
+    family = ResNetFamily(
+        ResNetConfig(depth=18, widths=(4, 8, 8, 8), norm=norm), in_channels=3, num_classes=4, image_size=8
+    )
+    params = global_params(family)
+    base = DistillConfig(enabled=True, iterations=3, batch_size=8, update="copies")
+    threads, rng = torch.get_num_threads(), torch.random.get_rng_state()
+    outs = {}
+    for workers in (1, 2, 3):
+        torch.set_num_threads(1 + workers % 2)
+        cfg = dataclasses.replace(base, workers=workers)
+        outs[workers] = inplace_distill(
+            family, params, cfg, S, num_subnets=3, seed=5, round_idx=1, input_spec=IMAGES
+        ).params
+        assert torch.get_num_threads() == 1 + workers % 2
+    torch.set_num_threads(threads)
+    assert torch.equal(torch.random.get_rng_state(), rng)
+    changed = [k for k in params if not torch.equal(outs[1][k], params[k])]
+    assert changed, "the distillation changed no weight"
+    for workers in (2, 3):
+        differ = [k for k in params if not torch.equal(outs[1][k], outs[workers][k])]
+        assert not differ, f"workers={workers} differs from workers=1 in {differ}"
+
+
+def test_copies_of_a_model_with_dropout_run_one_at_a_time_and_are_reproducible() -> None:
+    """Dropout reads the process-wide generator: such a model's copies run one after another whatever
+    ``distill.workers`` says, each with its own dropout seed, and the caller's generator is left as it was."""
+    family = CharBertFamily(
+        CharBertConfig(size="mini", act="relu6", dropout=0.2),
+        vocab_size=12,
+        seq_len=8,
+        embed_dim=16,
+        depth=2,
+        heads=2,
+        head_dim=8,
+        mlp_dim=32,
+    )
+    params = global_params(family, 0.3)
+    cfg = DistillConfig(enabled=True, iterations=3, batch_size=8, update="copies", workers=4)
+    rng = torch.random.get_rng_state()
+    a = inplace_distill(family, params, cfg, S, num_subnets=3, seed=0, round_idx=2, input_spec=TOKENS).params
+    assert torch.equal(torch.random.get_rng_state(), rng)
+    torch.manual_seed(99)
+    b = inplace_distill(
+        family, params, dataclasses.replace(cfg, workers=1), S, num_subnets=3, seed=0, round_idx=2, input_spec=TOKENS
+    ).params
+    assert all(torch.equal(a[k], b[k]) for k in params)
+    assert any(not torch.equal(a[k], params[k]) for k in params)
+
+
+def test_distillation_on_cuda_without_a_gpu_is_one_clear_error() -> None:
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: tests/gpu covers distill.device: cuda")
+    family = ResNetFamily(
+        ResNetConfig(depth=18, widths=(4, 8, 8, 8), norm="gn"), in_channels=3, num_classes=4, image_size=8
+    )
+    cfg = DistillConfig(enabled=True, iterations=1, batch_size=4, device="cuda")
+    with pytest.raises(RuntimeError, match=r"distill\.device is 'cuda'"):
+        inplace_distill(family, global_params(family), cfg, S, num_subnets=2, seed=0, round_idx=0, input_spec=IMAGES)
+
+
+def test_a_run_that_distils_on_cuda_is_refused_before_round_0_where_the_driver_sees_no_gpu() -> None:
+    from rayfl.core.errors import ConfigError
+    from rayfl.engine.preflight import check_distill_device
+    from rayfl.experiment.loader import load_config
+
+    cfg = load_config(None, ["algorithm.name=model_search", "algorithm.distill.enabled=true"])
+    check_distill_device(cfg, cuda_available=False)  # the default, cpu, needs nothing
+    gpu = load_config(
+        None, ["algorithm.name=model_search", "algorithm.distill.enabled=true", "algorithm.distill.device=cuda"]
+    )
+    check_distill_device(gpu, cuda_available=True)
+    with pytest.raises(ConfigError, match=r"algorithm\.distill\.device: 'cuda' distils on the driver's GPU"):
+        check_distill_device(gpu, cuda_available=False)
+    off = load_config(None, ["algorithm.name=model_search", "algorithm.distill.device=cuda"])
+    check_distill_device(off, cuda_available=False)  # no distillation: the setting is unused

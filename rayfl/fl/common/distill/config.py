@@ -37,6 +37,10 @@ class DistillConfig:
     and standard deviation of the global model's embedding output over uniformly random tokens, measured each
     round; ``tokens`` feeds uniformly random token sequences through the model's own embedding (an ablation);
     ``unit`` is ``N(0, 1)`` at the embedding output (rayfl's earlier choice, about 30 times the real scale).
+    ``workers`` (``copies``): how many copies train at once on the CPU, each on one thread (0 = every core the
+    driver may use); the result is the same for every value. ``device`` (``copies``): where the copies
+    train, ``cpu``, ``cuda`` (the driver's GPU) or ``auto`` (CUDA when the driver sees one); see
+    ``fl/common/distill/copies.py``.
     """
 
     enabled: bool = False
@@ -51,3 +55,5 @@ class DistillConfig:
     teacher: Literal["step", "round"] = "step"
     optimizer: Literal["adam", "sgd"] = "adam"
     noise: NoiseMode = "embedding"
+    workers: int = bounded(0, ge=0)
+    device: Literal["cpu", "cuda", "auto"] = "cpu"

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from rayfl.core.rng import derive_torch_generator
 from rayfl.fl.common.distill.config import NoiseMode
 from rayfl.models.elastic.cost import units_from_ratios
 from rayfl.models.elastic.family import ElasticFamily, gather
@@ -22,6 +23,7 @@ __all__ = [
     "HiddenStateModel",
     "NoiseSource",
     "allowed_ratios",
+    "copy_noise_generator",
     "kd_loss",
     "load_sub_model",
     "model_logits",
@@ -87,6 +89,12 @@ def load_sub_model(family: ElasticFamily, params: Mapping[str, torch.Tensor], un
             tslice = slices.get(name)
             target.copy_(params[name] if tslice is None else gather(params[name], tslice))
     return model
+
+
+def copy_noise_generator(seed: int, round_idx: int, index: int) -> torch.Generator:
+    """Sub-net ``index``'s noise generator in round ``round_idx``: both update rules read sub-net ``index``'s
+    batches from it, so a sub-net's inputs depend on ``(seed, round, index)`` only."""
+    return derive_torch_generator(seed, "distill-noise", round_idx, index)
 
 
 def kd_loss(student: torch.Tensor, teacher: torch.Tensor, temperature: float) -> torch.Tensor:

@@ -33,8 +33,10 @@ probability distributions, gradients are cleared before every step, and there ar
 Choices where the paper is open:
 
 * **Noise per sub-net.** Algorithm 1 draws ``X_KD`` inside the loop over sub-nets (line 5), Eq. (2) writes one
-  ``X_KD``; a fresh batch per sub-net and iteration is used, from one torch generator
-  ``derive_torch_generator(seed, "distill-noise", round)`` read in loop order. Images: ``(K, C, H, W)`` in the
+  ``X_KD``; a fresh batch per sub-net and iteration is used, sub-net ``i`` reading from its own generator
+  ``derive_torch_generator(seed, "distill-noise", round, i)`` (``kd.copy_noise_generator``; until issue 40's item 3
+  one generator read in loop order), so the copies are independent and can train at the same time
+  (``fl/common/distill/copies.py``: ``distill.workers``, ``distill.device``). Images: ``(K, C, H, W)`` in the
   model's normalised input space.
 * **Token noise** (``distill.noise``). Characters are discrete, so the noise enters where the model first sees
   real-valued data, its embedding output (``ElasticCharBert.forward_hidden``), and the loss covers the logits at
@@ -48,10 +50,13 @@ Choices where the paper is open:
 * **Modes.** The teacher runs in evaluation mode (no dropout: clean soft labels). The sub-nets run in training mode,
   as clients train them, so HeteroFL scalers divide by the width rate exactly as in local training; dropout, where a
   model has it, draws from the global torch generator, which is forked and seeded with
-  ``derive_seed(seed, "distill-dropout", round)`` for the duration (the caller's generator state is untouched). The
+  ``derive_seed(seed, "distill-dropout", round, i)`` for copy ``i`` (``shared``: ``(seed, "distill-dropout",
+  round)`` for the round), the caller's generator state untouched. The
   families build batch norms without running statistics, so both modes normalise with the batch's statistics.
 * **Seeds.** Everything depends on ``(seed, round)`` only, so a round's distillation is reproducible.
-* **Device.** The server distils on the CPU, in float32, with the process's torch threads.
+* **Device.** The server distils in float32 on the CPU (``copies``: one thread per copy, ``distill.workers`` copies
+  at once; ``shared``: the process's torch threads) or, ``copies`` with ``distill.device: cuda``, on the driver's
+  GPU.
 * **Sub-net construction.** Sub-nets are built on the meta device and given the first-k slices of the global
   tensors (copies: loaded, which is ``family.extract(params, first_k(units))`` without a random initialisation;
   shared: views, run with ``torch.func.functional_call``).
@@ -60,16 +65,15 @@ Choices where the paper is open:
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
 
-from rayfl.core.messages import ClientUpdate, Params
-from rayfl.core.reducers import MaskedWeightedMean, Partial
+from rayfl.core.messages import Params
 from rayfl.core.rng import derive_rng, derive_seed, derive_torch_generator
 from rayfl.fl.common.distill.config import DistillConfig, NoiseMode
+from rayfl.fl.common.distill.copies import merge_copies, train_copies
 from rayfl.fl.common.distill.kd import (
     HiddenStateModel,
     allowed_ratios,
@@ -82,7 +86,6 @@ from rayfl.fl.common.distill.kd import (
 )
 from rayfl.fl.common.distill.shared import OPT_KEYS, shared_distill
 from rayfl.models.elastic.family import ElasticFamily
-from rayfl.models.elastic.spec import first_k
 from rayfl.models.inputs import InputSpec
 
 __all__ = [
@@ -132,72 +135,13 @@ def inplace_distill(
         return DistillResult(dict(params), kept)
     structures = sample_structures(family.space, ratios, num_subnets, derive_rng(seed, "distill", round_idx))
     if cfg.update == "copies":
-        return DistillResult(_copies(family, params, cfg, structures, seed, round_idx, input_spec))
+        return DistillResult(
+            train_copies(family, params, cfg, structures, seed=seed, round_idx=round_idx, input_spec=input_spec)
+        )
     new, state = shared_distill(
         family, params, cfg, structures, seed=seed, round_idx=round_idx, input_spec=input_spec, opt_state=kept
     )
     return DistillResult(new, state)
-
-
-def _copies(
-    family: ElasticFamily,
-    params: Params,
-    cfg: DistillConfig,
-    structures: Sequence[tuple[int, ...]],
-    seed: int,
-    round_idx: int,
-    input_spec: InputSpec,
-) -> Params:
-    """The ``copies`` variant: each sub-net a trained copy, merged at the end (see module docstring)."""
-    teacher = teacher_model(family, params)
-    students = [load_sub_model(family, params, units) for units in structures]
-    make = torch.optim.SGD if cfg.optimizer == "sgd" else torch.optim.Adam
-    optimizers = [make([p for p in s.parameters() if p.requires_grad], lr=cfg.lr) for s in students]
-    tokens = input_spec.input_kind == "tokens"
-    source = noise_source(teacher, input_spec, cfg.batch_size, cfg.noise)
-    noise = derive_torch_generator(seed, "distill-noise", round_idx)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(derive_seed(seed, "distill-dropout", round_idx))
-        for student in students:
-            student.train()
-        for _ in range(cfg.iterations):
-            for student, opt in zip(students, optimizers, strict=True):
-                x = source.draw(noise)
-                with torch.no_grad():
-                    soft = model_logits(teacher, x, tokens)
-                opt.zero_grad(set_to_none=True)
-                loss = kd_loss(model_logits(student, x, tokens), soft, cfg.temperature)
-                loss.backward()  # type: ignore[no-untyped-call]  # torch stubs leave backward untyped
-                opt.step()
-    return merge_copies(family, params, structures, students)
-
-
-def merge_copies(
-    family: ElasticFamily, params: Params, structures: Sequence[tuple[int, ...]], students: Sequence[torch.nn.Module]
-) -> Params:
-    """The global parameters after the ``copies`` update: every element the sub-nets ``students`` (first-k, of
-    ``structures``) hold becomes the mean of their values there (each sub-net weighing 1), the rest keep theirs."""
-    reducer = MaskedWeightedMean()
-    shapes = {k: v.shape for k, v in params.items()}
-    partial: Partial = {}
-    for i, (units, student) in enumerate(zip(structures, students, strict=True)):
-        values, slices = family.scatter(student, first_k(units))
-        values = {k: v for k, v in values.items() if k in shapes}
-        if not all(bool(torch.isfinite(v).all()) for v in values.values()):
-            log.warning("in-place distillation: sub-net %d %s diverged (non-finite weights); left out", i, units)
-            continue
-        update = ClientUpdate(
-            client_id=i,
-            weight=1.0,
-            values=values,
-            slices={k: s for k, s in slices.items() if k in values},
-            num_examples=0,
-            train_loss=math.nan,
-            num_steps=0,
-        )
-        reducer.accumulate(partial, update, shapes)
-    merged, _ = reducer.finalize(partial, params)
-    return merged
 
 
 def distillation_gap(

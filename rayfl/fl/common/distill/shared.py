@@ -49,9 +49,10 @@ from torch import nn
 from torch.func import functional_call
 
 from rayfl.core.messages import Params, TensorSlice
-from rayfl.core.rng import derive_seed, derive_torch_generator
+from rayfl.core.rng import derive_seed
 from rayfl.fl.common.distill.config import DistillConfig
 from rayfl.fl.common.distill.kd import (
+    copy_noise_generator,
     empty_model,
     kd_loss,
     model_logits,
@@ -280,12 +281,13 @@ def shared_distill(
     """``cfg.iterations`` Eq. (2) steps on ``params`` with the sub-nets ``structures``; returns the new parameters and
     the optimizer state to keep (empty unless ``cfg.optimizer_state`` is ``run``)."""
     run = SharedDistillation(family, params, cfg, structures, input_spec=input_spec, opt_state=opt_state)
-    noise = derive_torch_generator(seed, "distill-noise", round_idx)
+    # sub-net i reads its batches from its own generator, as the copies do, so both rules see the same inputs
+    noise = [copy_noise_generator(seed, round_idx, i) for i in range(len(run.students))]
     skipped = 0
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(derive_seed(seed, "distill-dropout", round_idx))
         for _ in range(cfg.iterations):
-            grad = run.gradient([run.noise_source.draw(noise) for _ in run.students])
+            grad = run.gradient([run.noise_source.draw(g) for g in noise])
             if not bool(torch.isfinite(grad).all()):
                 skipped += 1
                 continue
