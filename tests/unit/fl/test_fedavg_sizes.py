@@ -208,3 +208,12 @@ def test_sub_model_evaluation_is_the_same_on_ray_and_in_process(tmp_path: Path) 
     assert local.final_eval == remote.final_eval
     for name, value in local.state.params.items():
         assert torch.equal(value, remote.state.params[name]), name
+
+
+def test_smallest_blocks_the_model_cannot_hold_stop_the_run_before_round_0_naming_the_key(tmp_path: Path) -> None:
+    """A ``smallest_blocks`` that does not fit the model (the tiny CNN has one stage) is one located line at the
+    start of the run, before anything is written, not a traceback from inside round 0."""
+    cfg = _cfg(tmp_path, FedAvgConfig(model="smallest", ratios=S, smallest_blocks=(1, 1)))
+    with pytest.raises(ConfigError, match=r"algorithm\.smallest_blocks: blocks needs one count per stage"):
+        run_experiment(cfg, write=True, dataset=tiny_image_dataset())
+    assert not any(tmp_path.iterdir())

@@ -13,6 +13,7 @@ import torch
 
 from rayfl.config.model import ResNetConfig
 from rayfl.config.sections import ResourceConfig, SystemConfig
+from rayfl.core.errors import ConfigError
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine.build import Setup, bind_algorithm, build_clock, build_setup
 from rayfl.engine.driver import run_experiment
@@ -184,5 +185,5 @@ def test_a_named_smallest_that_the_model_cannot_hold_is_refused_naming_the_key(d
     from rayfl.fl.methods.model_search.config import SmallestConfig
 
     algo = ModelSearchConfig(ratios=(0.0, 0.5, 1.0), smallest=SmallestConfig(blocks=(1, 1)), distill=DISTILL)
-    with pytest.raises(ValueError, match=r"algorithm\.smallest: blocks needs one count per stage"):
+    with pytest.raises(ConfigError, match=r"algorithm\.smallest\.blocks: blocks needs one count per stage"):
         bound(config(algo, model=RESNET), data)

@@ -29,8 +29,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from rayfl.core.errors import ConfigError
 from rayfl.core.messages import Aggregate, Assignment, ClientView, ServerState
-from rayfl.fl.api.algorithm import Algorithm
+from rayfl.fl.api.algorithm import Algorithm, ServerContext
 from rayfl.fl.common.search import named_structure
 from rayfl.fl.methods.fedavg.config import FedAvgConfig
 from rayfl.models.elastic.spec import first_k
@@ -49,6 +50,14 @@ class FedAvg(Algorithm):
 
     def needs_family(self) -> bool:
         return self.config.model != "full"  # 'smallest' cuts the smallest sub-model out of the family
+
+    def bind_server(self, ctx: ServerContext) -> None:
+        super().bind_server(ctx)
+        if self.config.model == "smallest" and self.config.smallest_blocks:
+            try:  # a count that does not fit the model: one located line before round 0, not a traceback
+                self.smallest_units()
+            except ValueError as err:
+                raise ConfigError(str(err), "algorithm.smallest_blocks") from err
 
     def smallest_units(self) -> tuple[int, ...]:
         """Units of the smallest structure with ratios ``config.ratios`` (see the module docstring)."""

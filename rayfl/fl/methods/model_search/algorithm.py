@@ -39,6 +39,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from rayfl.config.sections import TrainConfig
+from rayfl.core.errors import ConfigError
 from rayfl.core.messages import Assignment, ClientView, ServerState
 from rayfl.fl.api.algorithm import RoundStats, ServerContext
 from rayfl.fl.common.submodel import SubModelAlgorithm
@@ -82,8 +83,8 @@ class ModelSearchAlgorithm(SubModelAlgorithm):
         if cfg.smallest is not None:
             try:
                 smallest = named_structure(family, cfg.smallest.ratio, cfg.smallest.blocks)
-            except ValueError as err:
-                raise ValueError(f"algorithm.smallest: {err}") from err
+            except ValueError as err:  # one located line before round 0, not a traceback
+                raise ConfigError(str(err), "algorithm.smallest.blocks") from err
         self._search = ModelSearch(
             family.space,
             self.cost,
