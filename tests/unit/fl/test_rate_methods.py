@@ -30,7 +30,13 @@ from rayfl.fl.methods.feddropout.algorithm import FedDropout
 from rayfl.fl.methods.feddropout.config import FedDropoutConfig
 from rayfl.fl.methods.fedrolex.algorithm import FedRolex
 from rayfl.fl.methods.fedrolex.config import FedRolexConfig
-from rayfl.fl.methods.heterofl.algorithm import HeteroFL, static_bn_batches, tracked_global_model
+from rayfl.fl.methods.heterofl.algorithm import (
+    HeteroFL,
+    static_bn_batches,
+    static_bn_statistics,
+    static_bn_statistics_sequential,
+    tracked_global_model,
+)
 from rayfl.fl.methods.heterofl.config import HeteroFLConfig
 from rayfl.models import InputSpec, to_input
 from rayfl.models.elastic import ResNetFamily
@@ -388,6 +394,40 @@ def test_static_bn_statistics_are_the_cumulative_mean_over_the_training_set() ->
     untracked.eval()
     with torch.no_grad():
         assert (untracked(to_input(ds.x_test, setup.input_spec)) - logits).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize(("n", "batch"), [(95, 10), (1000, 10), (257, 64), (40, 40)])
+def test_static_bn_in_chunks_gives_the_batch_by_batch_statistics(n: int, batch: int) -> None:
+    """Issue 41: the static-BN pass runs many batches per forward (each batch norm normalising every batch of the
+    chunk with that batch's own statistics) and gives the statistics of the batch-by-batch pass through the model's
+    own batch norms, on a ResNet with HeteroFL's scalers and projection shortcuts, with batches of two sizes."""
+    spec = InputSpec("image", 4, (3, 8, 8))
+    family = ResNetFamily(
+        ResNetConfig(depth=18, widths=(4, 8, 8, 8), norm="bn", scaler=True), in_channels=3, num_classes=4, image_size=8
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        weights = {k: v for k, v in family.global_model().state_dict().items() if not k.endswith("_tracked")}
+    gen = np.random.default_rng(1)
+    x = gen.normal(1.0, 2.0, size=(n, 3, 8, 8)).astype(np.float32)
+
+    def stats(fn: Any, *args: Any) -> Params:
+        model = tracked_global_model(family)
+        assert model is not None
+        model.load_state_dict(weights, strict=False)
+        return cast(Params, fn(model, x, spec, *args))
+
+    rng = derive_rng(3, "static_bn", 0)
+    chunked = stats(static_bn_statistics, batch, rng, 100)
+    reference = stats(static_bn_statistics_sequential, static_bn_batches(n, batch, derive_rng(3, "static_bn", 0)))
+    assert chunked.keys() == reference.keys() and len(chunked) >= 2 * 17  # every norm of the ResNet18
+    for k in reference:
+        torch.testing.assert_close(chunked[k], reference[k], rtol=2e-5, atol=2e-6, msg=k)
+    if n // batch == 1:
+        return
+    # not simply the statistics of the whole set: the per-batch variances differ from the pooled one
+    pooled = stats(static_bn_statistics, n, None, n)
+    assert any(not torch.allclose(pooled[k], reference[k], rtol=1e-3) for k in reference if k.endswith("var"))
 
 
 def test_static_bn_is_a_no_op_without_batch_norm() -> None:
