@@ -11,7 +11,9 @@ for what only Ray gives: a cluster (``backend.address``, so more than one node),
 
 The choice is a function of the config alone (not of what runs on the machine), so a sweep's trials, a resumed run
 and ``rayfl validate`` all see the one the run made; it is written in the run's first line, in the log and in
-``summary.json`` (``backend``), and the run's ``config.yaml`` holds the kind taken.
+``summary.json`` (``backend``), and the run's ``config.yaml`` holds the kind taken. A config that sets keys only Ray
+reads (``RAY_ONLY``: CPUs per host, timeouts, ...) and is run in-process by ``auto`` has them named in that reason
+("not used in-process"), so ``backend.cpus_per_host=64`` is not silently ignored.
 """
 
 from __future__ import annotations
@@ -22,7 +24,21 @@ from typing import Literal
 
 from rayfl.experiment.schema import ExperimentConfig
 
-__all__ = ["CROSSOVER_UPDATES", "BackendChoice", "choose_backend", "client_epochs", "resolve_backend"]
+__all__ = ["CROSSOVER_UPDATES", "RAY_ONLY", "BackendChoice", "choose_backend", "client_epochs", "resolve_backend"]
+
+# backend keys that only the Ray backend reads (the in-process backend emulates hosts and shards, and trains on the
+# device its settings choose, so num_hosts, num_shards, torch_threads, device and gpu_memory_fraction are not here)
+RAY_ONLY = (
+    "cpus_per_host",
+    "cpus_per_shard",
+    "placement",
+    "start_timeout_s",
+    "replace_timeout_s",
+    "hang_timeout_s",
+    "num_cpus",
+    "object_store_mb",
+    "max_actor_failures",
+)
 
 CROSSOVER_UPDATES = 1000  # client-epochs from which Ray's start pays off (module docstring)
 
@@ -70,9 +86,19 @@ def choose_backend(cfg: ExperimentConfig) -> BackendChoice:
         return BackendChoice(
             "ray", "auto", f"{work:,} client-epochs, at least the {CROSSOVER_UPDATES:,} where Ray pays off"
         )
-    return BackendChoice(
-        "local", "auto", f"{work:,} client-epochs, below the {CROSSOVER_UPDATES:,} where Ray's start pays off"
-    )
+    reason = f"{work:,} client-epochs, below the {CROSSOVER_UPDATES:,} where Ray's start pays off"
+    unused = ray_only_settings(cfg)
+    if unused:
+        reason += f"; not used in-process: {', '.join(unused)} (backend.kind=ray uses them)"
+    return BackendChoice("local", "auto", reason)
+
+
+def ray_only_settings(cfg: ExperimentConfig) -> list[str]:
+    """``backend.KEY=VALUE`` for each key of ``RAY_ONLY`` that ``cfg`` sets to other than its default."""
+    defaults = type(cfg.backend)()
+    return [
+        f"backend.{k}={getattr(cfg.backend, k)}" for k in RAY_ONLY if getattr(cfg.backend, k) != getattr(defaults, k)
+    ]
 
 
 def resolve_backend(cfg: ExperimentConfig) -> tuple[ExperimentConfig, BackendChoice]:

@@ -12,7 +12,13 @@ import pytest
 
 from rayfl.cli import main
 from rayfl.config.sections import BackendConfig, TrainConfig
-from rayfl.engine.backend_choice import CROSSOVER_UPDATES, choose_backend, client_epochs, resolve_backend
+from rayfl.engine.backend_choice import (
+    CROSSOVER_UPDATES,
+    RAY_ONLY,
+    choose_backend,
+    client_epochs,
+    resolve_backend,
+)
 from rayfl.experiment.schema import ExperimentConfig, PhaseConfig
 
 
@@ -30,6 +36,20 @@ def test_auto_is_the_default_and_small_runs_stay_in_process() -> None:
     choice = choose_backend(_cfg())
     assert (choice.kind, choice.asked) == ("local", "auto")
     assert choice.describe() == "local (auto: 30 client-epochs, below the 1,000 where Ray's start pays off)"
+
+
+def test_ray_only_keys_of_a_run_that_auto_keeps_in_process_are_named_in_its_reason() -> None:
+    """Issue 41: ``backend.cpus_per_host=64`` under ``auto`` on a small run is not silently ignored."""
+    choice = choose_backend(_cfg(cpus_per_host=64.0, start_timeout_s=300.0, num_hosts=4))
+    assert choice.kind == "local"
+    assert choice.reason.endswith(
+        "; not used in-process: backend.cpus_per_host=64.0, backend.start_timeout_s=300.0 (backend.kind=ray uses them)"
+    )
+    # keys at their defaults, and keys the in-process backend reads too (hosts, shards, threads), are not named
+    assert "not used" not in choose_backend(_cfg(num_hosts=4, num_shards=2, torch_threads=2)).reason
+    # a run that goes to Ray uses them: nothing to say
+    assert "not used" not in choose_backend(_cfg(rounds=100, cpus_per_host=64.0)).reason
+    assert set(RAY_ONLY) <= {f.name for f in dataclasses.fields(BackendConfig)}
 
 
 def test_the_cross_over_counts_client_epochs_over_phases() -> None:
