@@ -54,18 +54,20 @@ case $N in
   *) SMALLEST="algorithm.ratios=$RATIOS" ;;
 esac
 WIDTHS="eval_widths=[0.5,0.25]"
+# the distillation's copies train one at a time (two runs share the two cores); any value gives the same records
+DW="algorithm.distill.workers=${DISTILL_WORKERS:-1}"
 HETEROFL="algorithm.name=heterofl algorithm.static_bn=false algorithm.grad_clip_norm=0 algorithm.act=model $WIDTHS"
 
 declare -A METHOD=(
-  [core]=""
+  [core]="$DW"
   [core-no-distill]="algorithm.distill.enabled=false"
   [heterofl]="$HETEROFL"
-  [heterofl-distill]="$HETEROFL $DISTILL"
+  [heterofl-distill]="$HETEROFL $DISTILL $DW"
   [fedrolex]="algorithm.name=fedrolex algorithm.grad_clip_norm=0 algorithm.act=model $WIDTHS"
   [fjord]="algorithm.name=fjord $WIDTHS"
   [smallest]="algorithm.name=fedavg algorithm.model=smallest $SMALLEST"
   [largest]="algorithm.name=fedavg algorithm.budgets=ignore"
-  [core-distill-lr1e-4]="algorithm.distill.lr=0.0001"
+  [core-distill-lr1e-4]="algorithm.distill.lr=0.0001 $DW"
   [heterofl-static-bn]="algorithm.name=heterofl algorithm.static_bn=true algorithm.grad_clip_norm=0 algorithm.act=model"
   [heterofl-clip]="algorithm.name=heterofl algorithm.static_bn=false algorithm.grad_clip_norm=1 algorithm.act=model $WIDTHS"
 )
