@@ -73,7 +73,20 @@ def module_device(model: nn.Module) -> torch.device:
 
 def to_input(x: np.ndarray, spec: InputSpec, device: torch.device | None = None) -> torch.Tensor:
     """Convert a batch of stored samples to a model input on ``device`` (default: the CPU); a new tensor, since the
-    source may be read-only."""
+    source may be read-only.
+
+    ``x``: the samples as the data set stores them, ``[batch, *sample_shape]`` (images: uint8 pixels or floats in
+    ``[C, H, W]`` layout, scaled to [0, 1] and normalised with ``spec``'s mean and standard deviation; tokens: integer
+    ids). ``spec``: the model's ``InputSpec`` (an exported model's:
+    ``rayfl.export.exported_models(run_dir)[i].input_spec``). Arguments of the wrong kind are refused with one
+    ``TypeError`` naming them."""
+    if not isinstance(spec, InputSpec):
+        raise TypeError(
+            f"to_input(x, spec): spec must be the model's InputSpec (an exported model's .input_spec), got "
+            f"{type(spec).__name__}; the arguments are (samples, spec, device=None)"
+        )
+    if not hasattr(x, "shape") or not hasattr(x, "dtype"):
+        raise TypeError(f"to_input(x, spec): x must be an array of samples [batch, ...], got {type(x).__name__}")
     return _convert(x, spec) if device is None else _convert(x, spec).to(device)
 
 
