@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from rayfl.system.clock import SimClock
 
 __all__ = [
+    "algorithm_sections",
     "budgets_time_invariant",
     "check_custom_model",
     "check_distill_device",
@@ -58,12 +59,16 @@ class Setup(Protocol):
     def params(self) -> Params: ...
 
 
+def algorithm_sections(cfg: ExperimentConfig) -> list[tuple[KeyPath, object]]:
+    """The run's algorithm configs with their key paths: its own, then each phase's."""
+    sections: list[tuple[KeyPath, object]] = [(("algorithm",), cfg.algorithm)]
+    return sections + [(("phases", i, "algorithm"), p.algorithm) for i, p in enumerate(cfg.phases)]
+
+
 def fixed_model_problem(cfg: ExperimentConfig) -> Problem | None:
     """The first algorithm of the run (its own, or a phase's) that cuts sub-models out of an elastic family, which a
     ``model.name: custom`` model does not have; ``None`` when every one trains the whole model."""
-    sections: list[tuple[KeyPath, object]] = [(("algorithm",), cfg.algorithm)]
-    sections += [(("phases", i, "algorithm"), p.algorithm) for i, p in enumerate(cfg.phases)]
-    for at, config in sections:
+    for at, config in algorithm_sections(cfg):
         if build_algorithm(config, cfg.train).needs_family():
             name = getattr(config, "name", "?")
             return (*at, "name"), (
@@ -111,9 +116,7 @@ def check_distill_device(cfg: ExperimentConfig, cuda_available: bool | None = No
     """Raise a ``ConfigError`` at ``distill.device`` when a method of the run distils on CUDA (``cuda``) and this
     process, the driver that distils, sees no GPU (``cuda_available``: as torch says when ``None``); before round 0,
     not after it."""
-    sections: list[tuple[KeyPath, object]] = [(("algorithm",), cfg.algorithm)]
-    sections += [(("phases", i, "algorithm"), p.algorithm) for i, p in enumerate(cfg.phases)]
-    for at, config in sections:
+    for at, config in algorithm_sections(cfg):
         distill = getattr(config, "distill", None)
         if distill is None or not distill.enabled or distill.device != "cuda":
             continue

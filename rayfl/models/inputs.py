@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["InputSpec", "client_spec", "module_device", "to_input"]
+__all__ = ["InputSpec", "client_spec", "has_dropout", "module_device", "to_input"]
 
 
 class _Shaped(Protocol):
@@ -69,6 +69,12 @@ def module_device(model: nn.Module) -> torch.device:
     for buffer in model.buffers():
         return buffer.device
     return torch.device("cpu")
+
+
+def has_dropout(model: nn.Module) -> bool:
+    """Whether ``model`` holds a dropout with a positive rate (its forward in training mode then draws from the
+    process-wide generator and differs from one call to the next)."""
+    return any(isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0 for m in model.modules())
 
 
 def to_input(x: np.ndarray, spec: InputSpec, device: torch.device | None = None) -> torch.Tensor:

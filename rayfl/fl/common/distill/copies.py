@@ -60,7 +60,7 @@ from rayfl.fl.common.distill.kd import (
 )
 from rayfl.models.elastic.family import ElasticFamily
 from rayfl.models.elastic.spec import first_k
-from rayfl.models.inputs import InputSpec
+from rayfl.models.inputs import InputSpec, has_dropout
 
 __all__ = ["distill_device", "distill_workers", "merge_copies", "train_copies"]
 
@@ -77,10 +77,10 @@ def distill_device(setting: str) -> torch.device:
     return torch.device("cuda:0" if available else "cpu")
 
 
-def distill_workers(setting: int, device: torch.device, num_copies: int, has_dropout: bool) -> int:
+def distill_workers(setting: int, device: torch.device, num_copies: int, dropout: bool) -> int:
     """How many copies train at once: ``distill.workers`` (0 = the cores this process may use), one on a GPU (its
     kernels queue on one stream) or for a model with dropout, never more than there are copies."""
-    if device.type != "cpu" or has_dropout:
+    if device.type != "cpu" or dropout:
         return 1
     wanted = setting or usable_cores()
     return max(1, min(wanted, num_copies))
@@ -90,10 +90,6 @@ def usable_cores() -> int:
     """The CPU cores this process may run on (its affinity where the platform says, else all of them)."""
     affinity = getattr(os, "sched_getaffinity", None)
     return len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
-
-
-def _has_dropout(model: nn.Module) -> bool:
-    return any(isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0 for m in model.modules())
 
 
 def train_copies(
@@ -112,12 +108,12 @@ def train_copies(
     # the noise's statistics (token models) are read from the global model on the CPU, where the noise is drawn
     source = noise_source(cpu_teacher, input_spec, cfg.batch_size, cfg.noise)
     teacher = cpu_teacher.to(device)
-    has_dropout = _has_dropout(load_sub_model(family, params, family.full_units))
-    workers = distill_workers(cfg.workers, device, len(structures), has_dropout)
+    dropout = has_dropout(cpu_teacher)  # the global model: every module a sub-net can have
+    workers = distill_workers(cfg.workers, device, len(structures), dropout)
     tokens = input_spec.input_kind == "tokens"
 
     def train(index: int) -> nn.Module:
-        with _dropout_seeded(has_dropout, device, derive_seed(seed, "distill-dropout", round_idx, index)):
+        with _dropout_seeded(dropout, device, derive_seed(seed, "distill-dropout", round_idx, index)):
             return _train_copy(
                 family, params, cfg, structures[index], teacher, source, tokens, device, seed, round_idx, index
             )
@@ -170,11 +166,11 @@ def _train_copy(
 
 
 @contextlib.contextmanager
-def _dropout_seeded(has_dropout: bool, device: torch.device, seed: int) -> Iterator[None]:
+def _dropout_seeded(dropout: bool, device: torch.device, seed: int) -> Iterator[None]:
     """Dropout reads the process-wide generator: a copy of a model with dropout (its copies run one at a time) gets
     it seeded with its own seed, and the caller's state back afterwards; a model without dropout reads no global
     generator, and concurrent copies leave it alone."""
-    if not has_dropout:
+    if not dropout:
         yield
         return
     devices = [device.index or 0] if device.type == "cuda" else []

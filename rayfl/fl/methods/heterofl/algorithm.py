@@ -54,7 +54,7 @@ from rayfl.fl.common.init import official_init
 from rayfl.fl.common.rates import UniformRateAlgorithm
 from rayfl.fl.methods.heterofl.config import HeteroFLConfig
 from rayfl.models.elastic.spec import FirstK, Selector
-from rayfl.models.inputs import InputSpec, to_input
+from rayfl.models.inputs import InputSpec, has_dropout, to_input
 
 if TYPE_CHECKING:
     from rayfl.models.elastic.family import ElasticFamily
@@ -114,7 +114,7 @@ def static_bn_statistics(
     if n == 0:
         raise ValueError("static BN needs training samples")
     batches = static_bn_batches(n, batch_size, rng)
-    if any(isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0 for m in model.modules()):
+    if has_dropout(model):
         return static_bn_statistics_sequential(model, x, input_spec, batches)
     model.train()
     grouped = {name: _PerBatchNorm(m) for name, m in norms}
