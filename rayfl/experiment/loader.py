@@ -483,7 +483,7 @@ def _check_bounds(f: dataclasses.Field[Any], value: Any, path: KeyPath, ctx: _Co
 
 
 def _check_path(value: str, kind: str, path: KeyPath, ctx: _Context) -> str:
-    if value.startswith("trace-set:"):  # a named real trace set, in the cache or beside the checkout
+    if value.startswith("trace-set:"):  # a named real trace set, shipped in the package or in the cache
         from rayfl.traces.format import TraceError
         from rayfl.traces.sets import resolve_trace_path
 

@@ -1,4 +1,4 @@
-"""Handlers of ``rayfl traces record|show|import|synth`` (the parsers are registered in ``rayfl.cli``).
+"""Handlers of ``rayfl traces record|show|import|synth|fetch`` (the parsers are registered in ``rayfl.cli``).
 
 Each handler takes the parsed arguments, prints what it did and returns an exit code; a ``TraceError`` becomes a
 one-line message on stderr and exit code 2, like the other sub-commands' configuration errors.
@@ -113,10 +113,12 @@ def _fetch(ns: argparse.Namespace) -> int:
 
     if ns.name == "list":
         for name, trace_set in TRACE_SETS.items():
-            print(f"{name}: {trace_set.about}")
+            where = "shipped with rayfl" if trace_set.shipped else "fetched into the cache"
+            print(f"{name} ({where}): {trace_set.about}")
         return 0
     folder = fetch_trace_set(ns.name, Path(ns.cache_dir) if ns.cache_dir else None, ns.mirror)
-    print(f"trace set {ns.name} ready: {folder} (configs name it as trace-set:{ns.name})")
+    state = "ships with rayfl, nothing to fetch" if TRACE_SETS[ns.name].shipped else "ready"
+    print(f"trace set {ns.name} {state}: {folder} (configs name it as trace-set:{ns.name})")
     return 0
 
 

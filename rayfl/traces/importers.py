@@ -1,9 +1,9 @@
 """Importers from published network logs to rayfl ``Trace`` objects (bandwidth in Mbit/s).
 
-Each importer reads one third-party log as its authors describe it (see ``shared/traces-real/*/SOURCE.md``) and
-returns a bandwidth trace starting at t = 0. The logs themselves stay where they are; ``rayfl traces import`` writes the
-result in rayfl's format. Two of the data sets are distributions rather than time series; they get samplers
-(``rayfl.traces.samplers``) instead of importers.
+Each importer reads one third-party log as its authors describe it (see the ``SOURCE.md`` of each set shipped in
+``rayfl/traces/data/``, and ``traces/README.md`` for the others) and returns a bandwidth trace starting at t = 0. The
+logs themselves stay where they are; ``rayfl traces import`` writes the result in rayfl's format. Two of the data sets
+are distributions rather than time series; they get samplers (``rayfl.traces.samplers``) instead of importers.
 
 Every problem in an input file is a ``TraceError`` naming the file and line.
 """

@@ -1,4 +1,6 @@
-"""Fixtures for the trace tests: the real third-party logs in ``../shared/traces-real`` beside the repository."""
+"""Fixtures for the trace tests: the real third-party logs rayfl does not ship (``ucc-5g-mmsys20``,
+``mobilebandwidth-sigcomm22``), in ``../shared/traces-real`` beside the repository. The shipped sets are read from
+the package (``tests.unit.traces.helpers.SHIPPED``) and need no fixture."""
 
 from __future__ import annotations
 

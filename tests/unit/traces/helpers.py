@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rayfl.traces.catalog import SHIPPED_ROOT
+
 REPO_ROOT = Path(__file__).resolve().parents[3]
-REAL_TRACES = REPO_ROOT.parent / "shared" / "traces-real"
+REAL_TRACES = REPO_ROOT.parent / "shared" / "traces-real"  # the sets rayfl does not ship (ucc, mobilebandwidth)
+SHIPPED = SHIPPED_ROOT  # rayfl/traces/data: the real sets in the package (mahimahi-cellular-lite, fcc-pensieve, flash)
 
 # A hand-written trace: values 1024, 512.25, 2048 MiB at 0, 1.5 and 3 s.
 GOOD = """\

@@ -9,7 +9,7 @@ import pytest
 from rayfl.cli import main
 from rayfl.traces.format import read_trace
 from rayfl.traces.importers import import_mahimahi
-from tests.unit.traces.helpers import GOOD
+from tests.unit.traces.helpers import GOOD, SHIPPED
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -38,7 +38,7 @@ def test_show_prints_statistics_and_writes_png(tmp_path: Path, capsys: pytest.Ca
 
 
 def test_import_writes_a_readable_trace(real_traces: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    src = real_traces / "mahimahi-cellular" / "Verizon-LTE-short.up"
+    src = SHIPPED / "mahimahi-cellular-lite" / "Verizon-LTE-short.up"
     out = tmp_path / "verizon-up.csv"
     assert main(["traces", "import", "mahimahi", str(src), str(out), "--window-s", "2"]) == 0
     assert "wrote" in capsys.readouterr().out

@@ -1,4 +1,5 @@
-"""Importers on excerpts of the real logs in ``shared/traces-real`` (see each folder's SOURCE.md)."""
+"""Importers on the real logs: the sets shipped in ``rayfl/traces/data`` (see each folder's SOURCE.md) and, for ucc,
+the copy in ``../shared/traces-real``."""
 
 from __future__ import annotations
 
@@ -10,16 +11,16 @@ import pytest
 
 from rayfl.traces.format import TraceError, read_trace, write_trace
 from rayfl.traces.importers import IMPORTERS, import_mahimahi, import_pensieve, import_ucc, ucc_members
-from tests.unit.traces.helpers import head
+from tests.unit.traces.helpers import SHIPPED, head
 
 UCC_MEMBER = "5G-production-dataset/Download/Static/B_2019.12.16_13.40.04.csv"
 
 
-def test_mahimahi_throughput_of_hand_counted_windows(real_traces: Path, tmp_path: Path) -> None:
+def test_mahimahi_throughput_of_hand_counted_windows(tmp_path: Path) -> None:
     # The first 104 lines of Verizon-LTE-short.down: 50 timestamps in [0, 50) ms, 53 in [50, 100) ms, then 101
     # (the period, so the partial window from 100 ms is dropped). 50 packets x 1500 B x 8 bit / 0.05 s = 12.0 Mbit/s.
     excerpt = tmp_path / "Verizon-LTE-short.down"
-    excerpt.write_text(head(real_traces / "mahimahi-cellular" / "Verizon-LTE-short.down", 104))
+    excerpt.write_text(head(SHIPPED / "mahimahi-cellular-lite" / "Verizon-LTE-short.down", 104))
     trace = import_mahimahi(excerpt, window_s=0.05)
     assert trace.kind == "bandwidth_down" and trace.unit == "Mbit/s"
     np.testing.assert_allclose(trace.t, [0.0, 0.05])
@@ -27,8 +28,8 @@ def test_mahimahi_throughput_of_hand_counted_windows(real_traces: Path, tmp_path
     assert trace.values[0] == pytest.approx(12.0)
 
 
-def test_mahimahi_whole_file_matches_source_md(real_traces: Path) -> None:
-    trace = import_mahimahi(real_traces / "mahimahi-cellular" / "ATT-LTE-driving-2016.up")
+def test_mahimahi_whole_file_matches_source_md() -> None:
+    trace = import_mahimahi(SHIPPED / "mahimahi-cellular-lite" / "ATT-LTE-driving-2016.up")
     assert trace.kind == "bandwidth_up"  # from the .up suffix
     assert trace.num_samples == 120 and trace.duration_s == 119.0
     assert trace.values.mean() == pytest.approx(1.91, abs=0.01)  # SOURCE.md's mean rate
@@ -47,8 +48,8 @@ def test_mahimahi_errors(tmp_path: Path) -> None:
         import_mahimahi(bad)
 
 
-def test_pensieve_first_rows_and_shift(real_traces: Path, tmp_path: Path) -> None:
-    src = real_traces / "fcc-pensieve" / "train_sim_traces_fcc" / "trace_10730_http---www.facebook.com"
+def test_pensieve_first_rows_and_shift(tmp_path: Path) -> None:
+    src = SHIPPED / "fcc-pensieve" / "trace_10730_http---www.facebook.com"
     trace = import_pensieve(src)
     assert trace.kind == "bandwidth_down"
     np.testing.assert_array_equal(trace.t[:3], [0.0, 5.0, 10.0])
@@ -98,7 +99,7 @@ def test_ucc_plain_csv_and_errors(real_traces: Path, tmp_path: Path) -> None:
 def test_registry_imports_write_readable_traces(real_traces: Path, tmp_path: Path) -> None:
     sources = {
         "mahimahi": real_traces / "mahimahi-cellular" / "TMobile-LTE-short.up",
-        "pensieve": real_traces / "fcc-pensieve" / "train_sim_traces_fcc" / "trace_10322_http---edition.cnn.com",
+        "pensieve": SHIPPED / "fcc-pensieve" / "trace_10322_http---edition.cnn.com",
         "ucc": real_traces / "ucc-5g-mmsys20" / "5G-production-dataset.zip" / UCC_MEMBER,
     }
     assert set(IMPORTERS) == set(sources)

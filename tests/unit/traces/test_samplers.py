@@ -9,7 +9,7 @@ import pytest
 
 from rayfl.traces.format import TraceError
 from rayfl.traces.samplers import FLASH_KBPS_TO_MBPS, FlashSpeedSampler, MobileBandwidthSampler, technology_key
-from tests.unit.traces.helpers import head
+from tests.unit.traces.helpers import SHIPPED, head
 
 
 @pytest.fixture
@@ -52,8 +52,8 @@ def test_single_file_and_bad_number(mobile_dir: Path) -> None:
         MobileBandwidthSampler(bad)
 
 
-def test_flash_speeds(real_traces: Path) -> None:
-    sampler = FlashSpeedSampler(real_traces / "flash-device-network" / "speed_distri.json")
+def test_flash_speeds() -> None:
+    sampler = FlashSpeedSampler(SHIPPED / "flash-device-network" / "speed_distri.json")
     assert len(sampler) == 19
     first = sampler.devices["e6899215-86a1-4b87-b938-49bf4cd299be"]
     assert first[0] == pytest.approx(7491.4 * 1024 * 8 / 1e6) and FLASH_KBPS_TO_MBPS == 0.008192
