@@ -13,16 +13,18 @@ import contextlib
 import dataclasses
 import logging
 import math
+import os
 from pathlib import Path
 
 from rayfl.engine.persist.export import EXPORT_DIR, write_models
+from rayfl.models.encoding import InputEncoding
 
 __all__ = ["export_checkpoint"]
 
 log = logging.getLogger(__name__)
 
 
-def export_checkpoint(run_dir: str | Path, out: str | Path | None = None) -> list[Path]:
+def export_checkpoint(run_dir: str | os.PathLike[str], out: str | os.PathLike[str] | None = None) -> list[Path]:
     """``rayfl export RUN_DIR [OUT]``: the models of a run that ended without writing them (an error, ``kill -9``),
     from its checkpoint, as the files a finished run's export writes (``write_models``; into ``RUN_DIR/models``
     unless ``out`` is given). A finished run exports the state its last evaluation scored, so the newest kept
@@ -30,8 +32,10 @@ def export_checkpoint(run_dir: str | Path, out: str | Path | None = None) -> lis
     when no kept checkpoint is of an evaluated round, the newest one, its accuracies NaN. The data set, the algorithm
     and the initial model are built from the run's ``config.yaml`` as the run built them, in this process (the
     evaluation parameters of some methods need the data: HeteroFL's static batch norm); a custom factory is
-    imported from the working directory, as ``rayfl run --resume`` does. ``export.best`` has no checkpointed state:
-    only the final models are written. Returns the files and directories written."""
+    imported from the working directory, as ``rayfl run --resume`` does, and the data set's vocabulary and names go
+    into the files as a finished run's do (``input_encoding``). ``export.best`` has no checkpointed state: only the
+    final models are written. ``run_dir`` and ``out`` are paths (``str`` or ``Path``); anything else is refused with
+    one ``TypeError``. Returns the files and directories written."""
     import torch
 
     from rayfl.core.errors import ConfigError
@@ -41,6 +45,10 @@ def export_checkpoint(run_dir: str | Path, out: str | Path | None = None) -> lis
     from rayfl.engine.steps import evaluation_due
     from rayfl.experiment.loader import load_config
 
+    for name, value in (("run_dir", run_dir), ("out", out)):
+        if not isinstance(value, (str, os.PathLike)) and (name == "run_dir" or value is not None):
+            raise TypeError(f"export_checkpoint(run_dir, out=None): {name} must be a path (str or Path), "
+                            f"got {type(value).__name__}")  # fmt: skip
     run_dir = Path(run_dir)
     if not (run_dir / "config.yaml").is_file():
         raise ConfigError("not a run directory (no config.yaml): give the directory a run wrote", file=str(run_dir))
@@ -84,7 +92,10 @@ def export_checkpoint(run_dir: str | Path, out: str | Path | None = None) -> lis
             log.warning("%s: no kept checkpoint follows an evaluated round; exporting round %d's state, its "
                         "accuracy unknown (NaN)", run_dir, round_idx)  # fmt: skip
         target = run_dir / EXPORT_DIR if out is None else Path(out)
-        return write_models(run_dir, cfg, setup.input_spec, round_idx, state, algorithm, accuracies, out=target)
+        encoding = InputEncoding.of(setup.dataset.meta, setup.input_spec)
+        return write_models(
+            run_dir, cfg, setup.input_spec, round_idx, state, algorithm, accuracies, out=target, encoding=encoding
+        )
     finally:
         torch.set_num_threads(threads)
 

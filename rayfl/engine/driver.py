@@ -46,6 +46,7 @@ from rayfl.engine.stop import RunInterrupted, StopRequests
 from rayfl.experiment.loader import check_clients_per_round, check_output_dir
 from rayfl.experiment.schema import ExperimentConfig
 from rayfl.fl.api import capabilities
+from rayfl.models.encoding import InputEncoding
 
 __all__ = ["RunResult", "most_frequent_label_accuracy", "open_run_writer", "run_experiment"]
 
@@ -127,7 +128,8 @@ def _run(
     parts, run = _start(cfg, write, given, cache_dir, resume, stop)
     policy = build_policy(cfg)  # when the server aggregates (engine/policies/): sync unless server.policy says
     writer, records = run.writer, run.records
-    exporter = ModelExporter(cfg, parts.input_spec, writer.run_dir) if writer is not None else None
+    encoding = InputEncoding.of(parts.dataset.meta, parts.input_spec)  # the vocabulary and names the export carries
+    exporter = ModelExporter(cfg, parts.input_spec, writer.run_dir, encoding) if writer is not None else None
     trackers = open_trackers(cfg, writer.run_dir) if writer is not None else None  # TensorBoard, MLflow
     baseline = most_frequent_label_accuracy(parts.dataset)
     status = "finished"

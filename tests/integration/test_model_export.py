@@ -61,7 +61,9 @@ def test_custom_torchvision_model_loads_back_with_the_runs_final_accuracy(
     run_dir = _written(cfg, tmp_path)
     monkeypatch.chdir(tmp_path)  # loading needs neither the working directory nor the data
     model = rayfl.load_model(run_dir)
-    assert type(model).__module__ == "torchvision.models.resnet" and not model.training
+    # a Predictor (rayfl/models/predictor.py) calling the module the run built, in eval mode
+    assert type(model.module).__module__ == "torchvision.models.resnet" and not model.module.training
+    assert model.fc is model.module.fc  # the module's attributes read through the predictor, as before
     (final, best) = exported_models(run_dir)
     assert (final.name, final.round_idx, final.best, final.units) == ("main", 1, False, None)
     assert final.path.name == "model0-main.safetensors"

@@ -14,9 +14,12 @@ holding exactly the tensors its evaluation used (``Algorithm.eval_params``; for 
 
 Each file's metadata (``__metadata__["rayfl"]``, JSON) says what it is: model id and name, the round and test accuracy
 of the evaluation it was scored in, the model's config (a tier's or family member's own architecture), the sub-model's
-units, the input spec the model was built for and converts inputs with, and the SHA-256 digest of the run's
-``config.yaml``. ``load_model`` builds the module from that metadata alone, a custom factory imported from the
-directory the run was started in, as the run imported it.
+units, the input spec the model was built for and converts inputs with, what turns raw input into samples
+(``input_encoding``: a character model's vocabulary, a feature vector's column names, the class names, as the data set's
+loader recorded them; ``rayfl/models/encoding.py``) and the SHA-256 digest of the run's ``config.yaml``.
+``load_model`` builds the module from that metadata alone, a custom factory imported from the directory the run was
+started in, as the run imported it, and wraps it in a ``Predictor`` (``rayfl/models/predictor.py``) that runs on raw
+input. A file written before ``input_encoding`` was recorded loads as before; its predictor then refuses text.
 
 The export works from the state the driver holds, not from checkpoints, so it costs a run nothing but the writes. A
 run that ended without it (an error, ``kill -9``) leaves its checkpoints: ``rayfl export RUN_DIR [OUT]``
@@ -47,12 +50,14 @@ from rayfl.fl.api import capabilities
 from rayfl.fl.api.algorithm import Algorithm
 from rayfl.fl.common.multimodel import model_params
 from rayfl.models import InputSpec
+from rayfl.models.encoding import InputEncoding
 
 __all__ = [
     "EXPORT_DIR",
     "ExportedModel",
     "ModelExporter",
     "config_digest",
+    "export_dir_arg",
     "exported_models",
     "load_exported",
     "write_models",
@@ -81,6 +86,7 @@ class ExportedModel:
     track_stats: bool  # batch norms with running statistics (HeteroFL's static BN evaluation model)
     config_digest: str
     search_from: str  # the run's working directory, where a custom factory was imported from
+    encoding: InputEncoding | None = None  # vocabulary and names (None: written before rayfl recorded them)
 
 
 def config_digest(run_dir: Path) -> str:
@@ -97,6 +103,7 @@ class ModelExporter:
     cfg: ExperimentConfig
     spec: InputSpec
     run_dir: Path
+    encoding: InputEncoding  # what the data set's loader recorded (``InputEncoding.of(dataset.meta, spec)``)
     last: tuple[int, ServerState, Algorithm, tuple[float, ...]] | None = None
     best: tuple[int, ServerState, Algorithm, tuple[float, ...]] | None = None
     best_before: float = float("-inf")  # a resumed run's earlier best (its file stays unless beaten)
@@ -120,12 +127,13 @@ class ModelExporter:
     def write(self) -> list[Path]:
         """Write what ``export`` asks for; returns the files and directories written."""
         written: list[Path] = []
+        run_dir, cfg, spec, encoding = self.run_dir, self.cfg, self.spec, self.encoding
         if self.cfg.export.final and self.last is not None:
-            written += write_models(self.run_dir, self.cfg, self.spec, *self.last, best=False)
+            written += write_models(run_dir, cfg, spec, *self.last, best=False, encoding=encoding)
         if self.cfg.export.best and self.best is not None:
             for old in self.run_dir.glob(f"{EXPORT_DIR}/best-*"):  # a resumed run's earlier, beaten best
                 _remove(old)
-            written += write_models(self.run_dir, self.cfg, self.spec, *self.best, best=True)
+            written += write_models(run_dir, cfg, spec, *self.best, best=True, encoding=encoding)
         return written
 
 
@@ -149,8 +157,10 @@ def write_models(
     *,
     best: bool = False,
     out: Path | None = None,
+    encoding: InputEncoding,
 ) -> list[Path]:
-    """Write every global model of ``state`` under ``run_dir/models/`` (or ``out``); returns what was written."""
+    """Write every global model of ``state`` under ``run_dir/models/`` (or ``out``), with ``encoding`` (what turns
+    raw input into the samples ``spec`` describes) in each file's metadata; returns what was written."""
     from safetensors.torch import save_file
 
     out = run_dir / EXPORT_DIR if out is None else out
@@ -174,6 +184,7 @@ def write_models(
             "best": best,
             "model_config": _config_dict(config),
             "input_spec": dataclasses.asdict(spec),
+            "input_encoding": encoding.to_json(),
             "units": list(units) if units is not None else None,
             "track_stats": track,
             "config_digest": digest,
@@ -241,14 +252,33 @@ def _save_pretrained(config: CustomModelConfig, spec: InputSpec, tensors: Params
     return target
 
 
-def exported_models(run_dir: str | Path) -> list[ExportedModel]:
-    """Every exported model of a run directory (or of a folder ``rayfl export`` wrote), final ones first, each in
-    model id order."""
-    out = Path(run_dir) / EXPORT_DIR
-    if not out.is_dir() and any(Path(run_dir).glob("*.safetensors")):
-        out = Path(run_dir)
+def exported_models(run_dir: str | os.PathLike[str]) -> list[ExportedModel]:
+    """Every exported model of ``run_dir``, final ones first, each in model id order (none: an empty list).
+
+    ``run_dir``: a run directory (its ``models/`` folder is read) or a folder ``rayfl export`` wrote. A path that is
+    not a directory is refused with one ``FileNotFoundError``, an argument that is not a path with one ``TypeError``."""
+    run_dir = export_dir_arg(run_dir, "exported_models")
+    out = run_dir / EXPORT_DIR
+    if not out.is_dir() and any(run_dir.glob("*.safetensors")):
+        out = run_dir
     found = [_read_meta(p) for p in sorted(out.glob("*.safetensors"))] if out.is_dir() else []
     return sorted(found, key=lambda m: (m.best, m.model_id))
+
+
+def export_dir_arg(run_dir: object, caller: str) -> Path:
+    """``run_dir`` as a directory path, or one line saying what is wrong with it."""
+    if not isinstance(run_dir, (str, os.PathLike)):
+        raise TypeError(
+            f"{caller}(run_dir): run_dir must be a path (str or Path) to a run directory or to the folder "
+            f"`rayfl export` wrote, got {type(run_dir).__name__}"
+        )
+    path = Path(run_dir)
+    if not path.is_dir():
+        what = "is a file" if path.exists() else "does not exist"
+        raise FileNotFoundError(
+            f"{caller}(run_dir): {path} {what}; give a run directory (runs/NAME) or the folder `rayfl export` wrote"
+        )
+    return path
 
 
 def _read_meta(path: Path) -> ExportedModel:
@@ -279,6 +309,7 @@ def _read_meta(path: Path) -> ExportedModel:
         track_stats=bool(meta["track_stats"]),
         config_digest=str(meta["config_digest"]),
         search_from=str(meta["search_from"]),
+        encoding=InputEncoding.from_json(meta["input_encoding"]) if "input_encoding" in meta else None,
     )
 
 
