@@ -156,6 +156,7 @@ def _run_loaded(cfg: ExperimentConfig, resume: Path | None, startup: StopRequest
         data.append(prestart(cfg, _RUN_MODULES).dataset)
     from rayfl.engine.driver import run_experiment
     from rayfl.engine.guard import NonFiniteError
+    from rayfl.engine.policies import is_asynchronous
     from rayfl.engine.progress import ProgressLine
     from rayfl.engine.stop import RunInterrupted
     from rayfl.report import report
@@ -163,7 +164,7 @@ def _run_loaded(cfg: ExperimentConfig, resume: Path | None, startup: StopRequest
     try:
         result = run_experiment(
             cfg,
-            callbacks=[ProgressLine(sys.stdout, cfg.rounds)],
+            callbacks=[ProgressLine(sys.stdout, cfg.rounds, asynchronous=is_asynchronous(cfg.server))],
             resume=resume,
             backend_choice=choice,
             dataset=data.pop() if data else None,  # popped: the run keeps only the object store's view of it
@@ -245,12 +246,20 @@ def _load_resumed(run_dir: Path, args: list[str]):  # type: ignore[no-untyped-de
 
 
 def _check_before_start(cfg: ExperimentConfig) -> None:
-    """What ``validate`` and ``run`` check without the data: a run directory can be made, the factories import, and a
-    custom model suits the method and the training set-up (``engine/preflight.py``)."""
+    """What ``validate`` and ``run`` check without loading the data: a run directory can be made, a table's columns
+    (from its files' metadata) give an input the model reads, the factories import, and a custom model suits the
+    method and the training set-up (``engine/preflight.py``)."""
     from rayfl.experiment.loader import check_factories, check_output_dir
 
     check_output_dir(cfg.output_dir)
+    if cfg.data.name == "parquet":
+        from rayfl.engine.preflight import check_table_data
+
+        check_table_data(cfg)
     check_factories(cfg)
+    from rayfl.engine.preflight import check_family_fits
+
+    check_family_fits(cfg)  # a named smallest model the network cannot hold
     from rayfl.engine.persist.tracking import check_tracking
 
     check_tracking(cfg)  # a tracker asked for by name has its package
@@ -510,7 +519,7 @@ def _add_traces_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser
     syn.add_argument("--duration", type=float, default=600.0, help="seconds (default 600)")
     syn.add_argument("--interval", type=float, default=1.0, help="seconds between samples (default 1)")
     fetch = tsub.add_parser("fetch", help="download a named real trace set into the cache (checksums pinned)")
-    fetch.add_argument("name", metavar="NAME", help="mahimahi-cellular, mobilebandwidth-sigcomm22 (list: show them)")
+    fetch.add_argument("name", metavar="NAME", help="a set, e.g. mahimahi-cellular (list: show them all)")
     fetch.add_argument(
         "--mirror", default=None, help="a URL or folder laid out as the source, or holding its files (no internet)"
     )

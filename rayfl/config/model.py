@@ -19,6 +19,7 @@ __all__ = [
     "CustomModelConfig",
     "EnsembleConfig",
     "FemnistCNNConfig",
+    "MLPConfig",
     "ModelConfig",
     "ResNetConfig",
     "SupernetConfig",
@@ -132,6 +133,27 @@ class FemnistCNNConfig:
     hidden: int = bounded(2048, ge=1)
 
 
+@dataclass(frozen=True, kw_only=True)
+class MLPConfig:
+    """A multilayer perceptron for feature vectors (a table's numeric columns; images are flattened), elastic in
+    every hidden width. The default is McMahan et al.'s 2NN (AISTATS 2017: two hidden layers of 200 units, ReLU).
+
+    ``hidden``: the hidden widths, each layer linear → scaler → norm, with act → dropout before the next linear.
+    ``residual``: ``hidden[0]`` is then the width of a residual stream (the first layer's output) and every later entry
+    a block ``x + fc2(dropout(act(fc1(norm(x)))))`` of that inner width, which a sub-model may narrow or remove (ratio
+    0: what model search's skipped layers need); without it no layer can be removed. ``norm``: ``batch`` =
+    HeteroFL's static BN (batch statistics, never tracked on clients), ``layer`` = LayerNorm, ``none``. ``scaler``:
+    HeteroFL's divide-by-width-rate after every hidden linear (training only)."""
+
+    name: Literal["mlp"] = "mlp"
+    hidden: tuple[int, ...] = (200, 200)  # hidden widths (residual: the stream's, then each block's inner width)
+    act: Literal["relu", "relu6", "gelu"] = "relu"  # relu6 bounds activations where blocks are removed
+    norm: Literal["none", "batch", "layer"] = "none"  # after every hidden linear (residual: before every block)
+    dropout: float = bounded(0.0, ge=0.0, lt=1.0)  # after every activation
+    scaler: bool = True  # HeteroFL's divide-by-width-rate after every hidden linear, in training
+    residual: bool = False  # residual blocks after the first layer, which sub-models may remove
+
+
 SUPERNET_OPS = ("conv1", "ds3_e0.5", "ds3_e1", "ds3_e2", "mb1_e2", "mb3_e0.5", "mb3_e1", "mb3_e2", "identity")
 
 
@@ -228,6 +250,7 @@ ModelConfig = (
     | ViTConfig
     | CharBertConfig
     | FemnistCNNConfig
+    | MLPConfig
     | SupernetConfig
     | CellNetConfig
     | EnsembleConfig
@@ -243,6 +266,7 @@ MODEL_CONFIGS: dict[str, type[Any]] = {
     "vit": ViTConfig,
     "char_bert": CharBertConfig,
     "femnist_cnn": FemnistCNNConfig,
+    "mlp": MLPConfig,
     "supernet": SupernetConfig,
     "cellnet": CellNetConfig,
     "ensemble": EnsembleConfig,

@@ -1,14 +1,14 @@
-"""Rules of the supernet model section (paper 003's search space): known ops, whole stages, a realised path of one
-known op per searchable block. Imports neither torch nor Ray."""
+"""Rules of the model sections that span values: the supernet's (paper 003's search space: known ops, whole stages, a
+realised path of one known op per searchable block) and the MLP's widths. Imports neither torch nor Ray."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from rayfl.config.model import SUPERNET_OPS, SupernetConfig
+from rayfl.config.model import SUPERNET_OPS, MLPConfig, SupernetConfig
 from rayfl.core.errors import KeyPath, Problem
 
-__all__ = ["path_problems", "supernet_problems"]
+__all__ = ["mlp_problems", "path_problems", "supernet_problems"]
 
 
 def supernet_problems(model: Any) -> list[Problem]:
@@ -32,3 +32,13 @@ def path_problems(model: SupernetConfig, at: KeyPath, path: tuple[str, ...]) -> 
     if len(path) != blocks:
         return [(at, f"must name one op per searchable block ({blocks}), got {len(path)}")]
     return [((*at, i), f"op {op!r} is not one of model.ops") for i, op in enumerate(path) if op not in model.ops]
+
+
+def mlp_problems(model: Any) -> list[Problem]:
+    if not isinstance(model, MLPConfig):
+        return []
+    if not model.hidden:
+        return [(("model", "hidden"), "must list at least one hidden width")]
+    problems: list[Problem] = [(("model", "hidden", i), f"must be >= 1, got {w}") for i, w in enumerate(model.hidden)
+                               if w < 1]  # fmt: skip
+    return problems[:1]

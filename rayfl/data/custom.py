@@ -5,14 +5,16 @@ The factory is called on the driver with ``data.kwargs`` (plus ``seed`` and ``nu
 
 - a ``FederatedDataset`` (its clients as they are), or
 - a mapping of centralised arrays ``x``, ``y``, ``x_test``, ``y_test`` (optional ``num_classes``, default
-  ``max(label) + 1``, and ``input_kind``, default ``"image"`` for 4-d ``x`` and ``"tokens"`` for 2-d), which
+  ``max(label) + 1``, and ``input_kind``, default ``"image"`` for 4-d ``x`` and ``"tokens"`` for 2-d; ``"features"``
+  for float32 feature vectors), which
   ``data.partition`` (any partitioner but ``natural``: ``partition.split``) splits into ``data.num_clients`` clients
   with a generator derived from the seed. Arrays the factory memory-maps (``np.load(path, mmap_mode="r")``) stay
   memory maps, read in client order per client (``federated.client_major``), so a large data set is not copied
   into the driver.
 
 Either way the result is checked before anything runs: images are ``uint8`` or ``float32`` ``[N, C, H, W]``, tokens
-integer ``[N, T]``, labels integer ``[N]`` in ``[0, num_classes)``, and the test set has the training samples' shape.
+integer ``[N, T]``, feature vectors ``float32 [N, F]``, labels integer ``[N]`` in ``[0, num_classes)``, and the test
+set has the training samples' shape.
 Every fault is a ``ConfigError`` on ``data.factory`` naming the path and what is wrong (``models/custom.py`` says where
 the path is imported from).
 """
@@ -34,7 +36,8 @@ from rayfl.data.federated import FederatedDataset, client_major, mapped
 __all__ = ["check_data_factory", "check_dataset", "load_custom"]
 
 _ARRAYS = ("x", "y", "x_test", "y_test")
-_SAMPLE_NDIM = {"image": 4, "tokens": 2}
+_SAMPLE_NDIM = {"image": 4, "tokens": 2, "features": 2}
+_LAYOUT = {"image": "[N, C, H, W]", "tokens": "[N, T]", "features": "[N, F]"}
 
 
 def load_custom(cfg: DataConfig, seed: int) -> FederatedDataset:
@@ -110,19 +113,26 @@ def _from_arrays(out: Mapping[str, Any], cfg: DataConfig, seed: int) -> Federate
     )
 
 
+def _dtype_ok(kind: str, dtype: np.dtype) -> bool:
+    if kind == "image":
+        return dtype in (np.uint8, np.float32)
+    if kind == "features":
+        return dtype == np.float32
+    return bool(np.issubdtype(dtype, np.integer))
+
+
 def check_dataset(ds: FederatedDataset, factory: str) -> None:
     """A ``ConfigError`` on ``data.factory`` naming ``factory`` and the array at fault unless ``ds`` (what ``factory``
     gave) holds what the engine can train on."""
     if ds.input_kind not in _SAMPLE_NDIM:
-        raise _fault(factory, f"input_kind must be 'image' or 'tokens', got {ds.input_kind!r}")
+        raise _fault(factory, f"input_kind must be 'image', 'tokens' or 'features', got {ds.input_kind!r}")
     ndim = _SAMPLE_NDIM[ds.input_kind]
-    layout = "[N, C, H, W]" if ds.input_kind == "image" else "[N, T]"
+    layout = _LAYOUT[ds.input_kind]
     for name, x in (("x", ds.x), ("x_test", ds.x_test)):
         if x.ndim != ndim:
             raise _fault(factory, f"{ds.input_kind} {name} must be {layout}, got shape {x.shape}")
-        ok = x.dtype in (np.uint8, np.float32) if ds.input_kind == "image" else bool(np.issubdtype(x.dtype, np.integer))
-        if not ok:
-            want = "uint8 or float32" if ds.input_kind == "image" else "an integer dtype"
+        want = {"image": "uint8 or float32", "tokens": "an integer dtype", "features": "float32"}[ds.input_kind]
+        if not _dtype_ok(ds.input_kind, x.dtype):
             raise _fault(factory, f"{ds.input_kind} {name} must be {want}, got {x.dtype}")
     if ds.x.shape[1:] != ds.x_test.shape[1:]:
         raise _fault(factory, f"x_test samples are {ds.x_test.shape[1:]}, but x samples are {ds.x.shape[1:]}")

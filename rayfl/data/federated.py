@@ -34,7 +34,7 @@ __all__ = [
     "mapped",
 ]
 
-InputKind = Literal["tokens", "image"]
+InputKind = Literal["tokens", "image", "features"]
 
 
 class LazyRows(ABC):
@@ -141,7 +141,8 @@ class FederatedDataset:
 
     Attributes:
         name: Short name of the source (``"shakespeare"``, ``"cifar10"`` ...).
-        input_kind: ``"tokens"`` (int sequences, e.g. characters) or ``"image"`` (uint8 NCHW or float NCHW).
+        input_kind: ``"tokens"`` (int sequences, e.g. characters), ``"image"`` (uint8 NCHW or float NCHW) or
+            ``"features"`` (float32 ``[N, F]``: a table's numeric columns).
         num_classes: Size of the label space (the vocabulary for next-character prediction).
         x, y: Training samples of all clients, client-major; each held in full or made on demand (``LazyRows``: the
             synthetic images, and their labels with ``data.synthetic_labels: image``).

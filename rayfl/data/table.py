@@ -2,15 +2,19 @@
 
 Both sources end as Arrow tables (train, and test when the source has one), read the same way:
 
-* samples from ``data.input_columns``: one list column (nested lists too, e.g. HF's ``Array3D`` or a list of rows)
-  whose rows all hold the same number of values, or several numeric columns stacked per row, reshaped to
-  ``data.input_shape`` when given; or one column of encoded images (an HF ``Image``, a binary column of PNG/JPEG
-  bytes), decoded when a client reads them (``encoded_images.py``). ``[C, H, W]`` samples are images (``uint8``
-  kept, integers in ``[0, 255]`` as ``uint8``, other numbers as ``float32``), ``[T]`` samples integer tokens;
+* samples from ``data.input_columns`` (empty: every numeric column but the label and client columns; the rule is
+  ``table_schema.py``'s): one list column (nested lists too, e.g. HF's ``Array3D`` or a list of rows) whose rows all
+  hold the same number of values, or several numeric columns stacked per row, reshaped to ``data.input_shape`` when
+  given; or one column of encoded images (an HF ``Image``, a binary column of PNG/JPEG bytes), decoded when a client
+  reads them (``encoded_images.py``). ``[C, H, W]`` samples are images (``uint8`` kept, integers in ``[0, 255]`` as
+  ``uint8``, other numbers as ``float32``), ``[T]`` samples of one integer list column tokens, and a vector of floats
+  or of several numeric columns a feature vector (``float32 [F]``, normalised per feature with the training rows'
+  statistics, as images are per channel);
 * labels from ``data.label_column``: integers, or strings numbered in sorted order (names kept in ``meta``);
 * clients: ``data.partition: natural`` makes one client per distinct id of ``data.client_column`` (in order of first
-  appearance, ``partition.natural``'s rule, then ``min_samples`` and ``num_clients`` as for LEAF); any other
-  partition splits the labels (``partition.split``) with ``derive_rng(seed, "partition")``;
+  appearance, ``partition.natural``'s rule, then ``min_samples`` and ``num_clients``, 0 keeping all, as for LEAF);
+  any other partition splits the labels (``partition.split``) with ``derive_rng(seed, "partition")`` and ignores the
+  client column;
 * the test set: ``data.test_path`` ('parquet') or ``data.test_split`` ('hf'); a source without one holds out
   ``data.test_fraction`` of its rows at random (``derive_rng(seed, "test-split")``).
 
@@ -18,7 +22,7 @@ Everything is column-wise numpy and Arrow work: no pass over the samples in Pyth
 ``max_samples_per_client``) or per label. Arrow files and ``save_to_disk`` folders are memory-mapped, and a column
 stored as one chunk of fixed-width numbers without nulls becomes a numpy view of the mapped pages, not a copy; the
 training rows are read through ``IndexedRows`` in client order when a client trains (no gathered copy). Parquet is
-compressed, so its columns are decoded into memory once.
+compressed and CSV text, so their columns are decoded into memory once.
 
 Every fault in the data is one ``ConfigError`` naming the key (``data.label_column`` ...) and the file or data set.
 """
@@ -39,14 +43,25 @@ from rayfl.core.rng import derive_rng
 from rayfl.data import partition
 from rayfl.data.client_names import NumberedNames
 from rayfl.data.federated import FederatedDataset, IndexedRows, InputKind, LazyRows, Rows, take_rows
+from rayfl.data.table_schema import (
+    ARROW_SUFFIXES,
+    CSV_SUFFIXES,
+    file_kind,
+    is_list,
+    is_number,
+    not_numbers,
+    one_line,
+    read_columns,
+    reshaped,
+    sample_kind,
+    table_files,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
 __all__ = ["load_hf", "load_parquet", "table_dataset"]
 
-_PARQUET = (".parquet", ".pq")
-_ARROW = (".arrow", ".feather", ".ipc")
 _STATS_CHUNK = 8192  # rows per step of the channel statistics
 _STATS_SAMPLE = 4096  # rows the statistics of encoded images are taken on
 
@@ -61,23 +76,14 @@ class _Source:
 
 # ------------------------------------------------------------------------------------------------ reading
 def load_parquet(cfg: DataConfig, seed: int) -> FederatedDataset:
-    """``data.name: parquet``: ``data.path`` (and ``data.test_path``) as Parquet or Arrow files or folders of them."""
+    """``data.name: parquet``: ``data.path`` (and ``data.test_path``) as Parquet, Arrow or CSV files or folders of
+    them."""
     if cfg.path is None:
-        raise ConfigError("data 'parquet' needs data.path: a Parquet or Arrow file, or a folder of them", "data.path")
+        raise ConfigError("data 'parquet' needs data.path: a Parquet, Arrow or CSV file, or a folder of them",
+                          "data.path")  # fmt: skip
     train = _read_path(Path(cfg.path), cfg, "data.path")
     test = _read_path(Path(cfg.test_path), cfg, "data.test_path", test=True) if cfg.test_path is not None else None
     return table_dataset(train, test, cfg, seed, "parquet")
-
-
-def _files(root: Path, key: str) -> list[Path]:
-    if root.is_file():
-        return [root]
-    if not root.is_dir():
-        raise ConfigError("does not exist", key, file=str(root))
-    found = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in _PARQUET + _ARROW)
-    if not found:
-        raise ConfigError("holds no Parquet (.parquet) or Arrow (.arrow, .feather) files", key, file=str(root))
-    return found
 
 
 def _read_path(root: Path, cfg: DataConfig, key: str, test: bool = False) -> _Source:
@@ -85,9 +91,10 @@ def _read_path(root: Path, cfg: DataConfig, key: str, test: bool = False) -> _So
     the run reads (a test set's: without the client column)."""
     import pyarrow as pa
 
-    tables = [_read_file(path, cfg, key, test) for path in _files(root, key)]
+    files = table_files(root, key)
+    tables = [_read_file(path, cfg, key, test) for path in files]
     first = tables[0]
-    for path, table in zip(_files(root, key)[1:], tables[1:], strict=True):
+    for path, table in zip(files[1:], tables[1:], strict=True):
         if not table.schema.equals(first.schema, check_metadata=False):
             raise ConfigError(f"its columns ({_schema_text(table.schema)}) differ from the first file's "
                               f"({_schema_text(first.schema)})", key, file=str(path))  # fmt: skip
@@ -112,18 +119,18 @@ def _schema_text(schema: pa.Schema) -> str:
 
 def _read_file(path: Path, cfg: DataConfig, key: str, test: bool) -> pa.Table:
     import pyarrow as pa
+    import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
-    arrow = path.suffix.lower() in _ARROW
+    suffix = path.suffix.lower()
     try:
-        if arrow:
-            table = _read_arrow(path)
-            return table.select(_columns(table.schema.names, cfg, str(path), test))
-        names = pq.read_schema(path).names
-        return pq.read_table(path, columns=_columns(names, cfg, str(path), test), memory_map=True)
+        if suffix in ARROW_SUFFIXES or suffix in CSV_SUFFIXES:
+            table = _read_arrow(path) if suffix in ARROW_SUFFIXES else pacsv.read_csv(path)
+            return table.select(read_columns(table.schema, cfg, str(path), test))
+        schema = pq.read_schema(path)
+        return pq.read_table(path, columns=read_columns(schema, cfg, str(path), test), memory_map=True)
     except (pa.ArrowException, OSError) as err:
-        kind = "an Arrow IPC" if arrow else "a Parquet"
-        raise ConfigError(f"cannot be read as {kind} file ({_one_line(err)})", key, file=str(path)) from None
+        raise ConfigError(f"cannot be read as {file_kind(path)} file ({one_line(err)})", key, file=str(path)) from None
 
 
 def _read_arrow(path: Path) -> pa.Table:
@@ -134,24 +141,6 @@ def _read_arrow(path: Path) -> pa.Table:
         return pa.ipc.open_file(pa.memory_map(str(path))).read_all()
     except pa.ArrowInvalid:
         return pa.ipc.open_stream(pa.memory_map(str(path))).read_all()
-
-
-def _columns(names: Sequence[str], cfg: DataConfig, where: str, test: bool = False) -> list[str]:
-    """The columns the run reads, each checked to exist in ``names``: the inputs, the label, the client ids (not in a
-    test set, which has no clients)."""
-    have = set(names)
-    listed = ", ".join(names)
-    wanted = [("data.label_column", cfg.label_column)]
-    if cfg.client_column and not test:
-        wanted.append(("data.client_column", cfg.client_column))
-    wanted += [("data.input_columns", c) for c in cfg.input_columns]
-    for key, column in wanted:
-        if column not in have:
-            raise ConfigError(f"no column {column!r} (columns: {listed})", key, file=where)
-    inputs = list(cfg.input_columns) or [n for n in names if n not in (cfg.label_column, cfg.client_column)]
-    if not inputs:
-        raise ConfigError(f"no column is left for the samples (columns: {listed})", "data.input_columns", file=where)
-    return [*inputs, *(c for _, c in wanted if c not in inputs)]
 
 
 def load_hf(cfg: DataConfig, seed: int) -> FederatedDataset:
@@ -175,7 +164,7 @@ def load_hf(cfg: DataConfig, seed: int) -> FederatedDataset:
     try:
         loaded: Any = datasets.load_from_disk(where) if saved else datasets.load_dataset(where, cache_dir=cfg.root)
     except Exception as err:  # the library's own errors are many kinds; each is one line here
-        raise ConfigError(f"cannot be loaded as a Hugging Face data set ({type(err).__name__}: {_one_line(err)})",
+        raise ConfigError(f"cannot be loaded as a Hugging Face data set ({type(err).__name__}: {one_line(err)})",
                           key, file=where) from None  # fmt: skip
     test = None
     if isinstance(loaded, (datasets.DatasetDict, datasets.IterableDatasetDict)):
@@ -201,11 +190,7 @@ def load_hf(cfg: DataConfig, seed: int) -> FederatedDataset:
 def _hf_source(ds: Any, cfg: DataConfig, where: str, test: bool = False) -> _Source:
     """A split's rows as an Arrow table (its memory-mapped table itself when no index mapping selects its rows)."""
     table = ds.with_format("arrow")[0 : len(ds)]
-    return _Source(_plain(table.select(_columns(table.schema.names, cfg, where, test))), where)
-
-
-def _one_line(err: BaseException) -> str:
-    return " ".join(str(err).split())
+    return _Source(_plain(table.select(read_columns(table.schema, cfg, where, test))), where)
 
 
 # --------------------------------------------------------------------------------------------- to samples
@@ -248,8 +233,9 @@ def table_dataset(
     meta: dict[str, object] = {"partition": cfg.partition, "source": train.where}
     if names is not None:
         meta["classes"] = list(names)
-    if kind == "image":
-        meta.update(_channel_stats(x_all, order, derive_rng(seed, "channel-stats")), layout="NCHW")
+    if kind != "tokens":  # images are normalised per channel, feature vectors per feature
+        meta.update(_channel_stats(x_all, order, derive_rng(seed, "channel-stats")))
+        meta.update({"layout": "NCHW"} if kind == "image" else {"columns": _inputs(train, cfg)})
     return FederatedDataset(
         name=name,
         input_kind=kind,
@@ -268,10 +254,7 @@ def _clients(
     train: _Source, cfg: DataConfig, seed: int, y_all: np.ndarray, rows: npt.NDArray[np.int64]
 ) -> tuple[list[npt.NDArray[np.int64]], Sequence[str]]:
     """Each client's training rows (positions in ``train``) and the clients' names."""
-    if cfg.partition != "natural":
-        if cfg.client_column:
-            raise ConfigError(f"is read by partition 'natural' only (partition is {cfg.partition!r})",
-                              "data.client_column", file=train.where)  # fmt: skip
+    if cfg.partition != "natural":  # the client column, if any, is not read
         try:
             parts = partition.split(
                 cfg.partition, y_all[rows], cfg.num_clients, derive_rng(seed, "partition"),
@@ -298,7 +281,7 @@ def _clients(
     parts = partition.natural(codes)  # clients in order of first appearance among the training rows
     firsts = np.array([int(codes[p[0]]) for p in parts], dtype=np.int64)
     sizes = np.array([len(p) for p in parts], dtype=np.int64)
-    keep = np.flatnonzero(sizes >= cfg.min_samples)[: cfg.num_clients]
+    keep = np.flatnonzero(sizes >= cfg.min_samples)[: cfg.num_clients or None]  # 0: every client
     if len(keep) == 0:
         raise ConfigError(f"no client id has {cfg.min_samples} training rows (data.min_samples); the largest has "
                           f"{int(sizes.max(initial=0))}", "data.client_column", file=train.where)  # fmt: skip
@@ -306,62 +289,49 @@ def _clients(
     return [rows[parts[i]] for i in keep.tolist()], tuple(str(v) for v in ids)
 
 
-def _samples(source: _Source, cfg: DataConfig) -> tuple[Rows, InputKind]:
-    """The sample array of ``source`` (``[N, C, H, W]`` images or ``[N, T]`` tokens) and its kind; encoded images as
-    ``EncodedImages``, decoded when read."""
-    import pyarrow as pa
+def _inputs(source: _Source, cfg: DataConfig) -> list[str]:
+    """The sample columns of ``source``'s table, which holds only the columns the run reads (``read_columns``)."""
+    names = source.table.schema.names
+    return list(cfg.input_columns) or [n for n in names if n not in (cfg.label_column, cfg.client_column)]
 
+
+def _samples(source: _Source, cfg: DataConfig) -> tuple[Rows, InputKind]:
+    """The sample array of ``source`` (``[N, C, H, W]`` images, ``[N, T]`` tokens or ``[N, F]`` feature vectors) and
+    its kind (``table_schema.sample_kind``); encoded images as ``EncodedImages``, decoded when read."""
     from rayfl.data.encoded_images import encoded_images, is_encoded
 
     table = source.table
-    inputs = list(cfg.input_columns) or [n for n in table.schema.names if n not in (cfg.label_column,
-                                                                                    cfg.client_column)]  # fmt: skip
-    key = "data.input_columns"
+    inputs = _inputs(source, cfg)
     if len(inputs) == 1 and is_encoded(table.schema.field(inputs[0]).type):
         images = encoded_images(table.column(inputs[0]), inputs[0], source.where)
         if cfg.input_shape and tuple(cfg.input_shape) != images.shape[1:]:
             raise ConfigError(f"is {list(cfg.input_shape)}, but the images of column {inputs[0]!r} decode to "
                               f"{list(images.shape[1:])}", "data.input_shape", file=source.where)  # fmt: skip
         return images, "image"
-    if len(inputs) == 1 and _is_list(table.schema.field(inputs[0]).type):
+    stacked = not (len(inputs) == 1 and is_list(table.schema.field(inputs[0]).type))
+    if not stacked:
         x = _list_column(table.column(inputs[0]), inputs[0], source.where)
     else:
         columns = []
         for name in inputs:
             column = table.column(name)
-            if not (pa.types.is_integer(column.type) or pa.types.is_floating(column.type)):
-                what = "lists" if _is_list(column.type) else f"{column.type} values"
-                chosen = "" if cfg.input_columns else " (data.input_columns is empty: every column but the label and "
-                chosen += "" if cfg.input_columns else "client columns)"
-                raise ConfigError(f"samples from columns {inputs}{chosen}: column {name!r} holds {what}; samples are "
-                                  f"one list column or several numeric columns{_encoded_hint(column.type)}", key,
-                                  file=source.where)  # fmt: skip
+            if not is_number(column.type):
+                what = "lists" if is_list(column.type) else f"{column.type} values"
+                raise not_numbers(inputs, cfg, name, what, _encoded_hint(column.type), source.where)
             if column.null_count:
-                raise ConfigError(f"column {name!r} has {column.null_count} empty value(s)", key, file=source.where)
+                raise ConfigError(f"column {name!r} has {column.null_count} empty value(s)", "data.input_columns",
+                                  file=source.where)  # fmt: skip
             columns.append(np.asarray(column.to_numpy()))
         x = np.stack(columns, axis=1) if columns else np.zeros((table.num_rows, 0))
-    if cfg.input_shape:
-        if int(np.prod(cfg.input_shape)) != int(np.prod(x.shape[1:])):
-            raise ConfigError(f"{list(cfg.input_shape)} holds {int(np.prod(cfg.input_shape))} values, but a sample "
-                              f"of {inputs} holds {int(np.prod(x.shape[1:]))}", "data.input_shape",
-                              file=source.where)  # fmt: skip
-        x = x.reshape(len(x), *cfg.input_shape)
-    if x.ndim == 4:
-        return _image_dtype(x), "image"
-    if x.ndim == 2 and (np.issubdtype(x.dtype, np.integer) or x.dtype == np.bool_):
-        return x.astype(np.int64, copy=False), "tokens"
-    shape = list(x.shape[1:])
-    if x.ndim == 2:
-        raise ConfigError(f"samples of {x.dtype} values, shape {shape}, are neither tokens (integers) nor images: set "
-                          "data.input_shape to [C, H, W]", "data.input_shape", file=source.where)  # fmt: skip
-    raise ConfigError(f"samples of shape {shape}: set data.input_shape to [C, H, W] (images) or [T] (tokens)",
-                      "data.input_shape", file=source.where)  # fmt: skip
-
-
-def _is_list(t: pa.DataType) -> bool:
-    import pyarrow as pa
-
-    return bool(pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t))
+    shape = [int(d or 0) for d in reshaped(list(x.shape[1:]), inputs, cfg, source.where)]
+    x = x.reshape(len(x), *shape)
+    integer = bool(np.issubdtype(x.dtype, np.integer) or x.dtype == np.bool_)
+    kind = sample_kind(shape, integer, stacked, cfg, source.where)
+    if kind == "image":
+        return _image_dtype(x), kind
+    if kind == "tokens":
+        return x.astype(np.int64, copy=False), kind
+    return x.astype(np.float32, copy=False), kind  # a feature vector
 
 
 def _encoded_hint(t: pa.DataType) -> str:
@@ -379,7 +349,7 @@ def _list_column(column: pa.ChunkedArray, name: str, where: str) -> np.ndarray:
     key = "data.input_columns"
     array = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
     n, dims = len(array), []
-    while _is_list(array.type):
+    while is_list(array.type):
         if array.null_count:
             raise ConfigError(f"column {name!r} has {array.null_count} empty list(s)", key, file=where)
         if pa.types.is_fixed_size_list(array.type):
@@ -454,9 +424,10 @@ def _labels(source: _Source, cfg: DataConfig, names: np.ndarray | None) -> npt.N
 
 
 def _channel_stats(x: Rows, rows: npt.NDArray[np.int64], rng: np.random.Generator) -> dict[str, list[float]]:
-    """Per-channel mean and standard deviation of the training rows (on ``to_input``'s scale: 0-1 for ``uint8``), in
-    float64, a chunk of rows at a time; of ``_STATS_SAMPLE`` random training rows when the rows are decoded when read
-    (encoded images: set-up decodes no more than those)."""
+    """Per-channel (image) or per-feature (feature vector: axis 1 too) mean and standard deviation of the training
+    rows (on ``to_input``'s scale: 0-1 for ``uint8`` pixels), in float64, a chunk of rows at a time; of
+    ``_STATS_SAMPLE`` random training rows when the rows are decoded when read (encoded images: set-up decodes no more
+    than those)."""
     if isinstance(x, LazyRows) and len(rows) > _STATS_SAMPLE:
         rows = rng.choice(rows, size=_STATS_SAMPLE, replace=False)
     channels = x.shape[1]
@@ -464,9 +435,10 @@ def _channel_stats(x: Rows, rows: npt.NDArray[np.int64], rng: np.random.Generato
     scale = 1.0 / 255.0 if x.dtype == np.uint8 else 1.0
     for lo in range(0, len(rows), _STATS_CHUNK):
         chunk = np.asarray(x[np.sort(rows[lo : lo + _STATS_CHUNK])], dtype=np.float64) * scale
-        total += chunk.sum(axis=(0, 2, 3))
-        squares += np.square(chunk).sum(axis=(0, 2, 3))
-        count += chunk.shape[0] * chunk.shape[2] * chunk.shape[3]
+        axes = (0, *range(2, chunk.ndim))
+        total += chunk.sum(axis=axes)
+        squares += np.square(chunk).sum(axis=axes)
+        count += chunk.size // channels
     if count == 0:
         return {}
     mean = total / count

@@ -1,6 +1,7 @@
 """What a run checks before it starts anything that writes, beyond the config's own rules: that the method can use
-the model it is given (a user's fixed model cannot serve a method that cuts sub-models), and that the training set-up
-asks of the model only what it can do (a loss over every sequence position needs a forward that returns them).
+the model it is given (a user's fixed model cannot serve a method that cuts sub-models), that the training set-up
+asks of the model only what it can do (a loss over every sequence position needs a forward that returns them), and
+that a table's columns, read from its files' metadata, give an input the model reads (``check_table_data``).
 
 ``rayfl validate`` and ``rayfl run`` call ``check_custom_model`` before Ray starts or a run directory exists, so each
 fault is one located line (exit 2) and leaves nothing behind; the run calls it again once the data says what input it
@@ -19,7 +20,7 @@ import numpy as np
 
 from rayfl.config.model import CustomModelConfig
 from rayfl.core.errors import ConfigError, KeyPath, Problem
-from rayfl.experiment.loader import format_key_path
+from rayfl.experiment.loader import check_model_input, format_key_path
 from rayfl.experiment.rules import DATA_INPUTS
 from rayfl.experiment.schema import ExperimentConfig
 from rayfl.fl.registry import build_algorithm
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from rayfl.core.messages import Assignment, Params
     from rayfl.data.federated import FederatedDataset
     from rayfl.fl.api.algorithm import Algorithm
+    from rayfl.models.inputs import InputSpec
     from rayfl.system.clock import SimClock
 
 __all__ = [
@@ -35,7 +37,9 @@ __all__ = [
     "budgets_time_invariant",
     "check_custom_model",
     "check_distill_device",
+    "check_family_fits",
     "check_someone_can_train",
+    "check_table_data",
     "fixed_model_problem",
     "nobody_can_train_problem",
     "takes_all_positions",
@@ -73,8 +77,8 @@ def fixed_model_problem(cfg: ExperimentConfig) -> Problem | None:
             name = getattr(config, "name", "?")
             return (*at, "name"), (
                 f"{name!r} cuts sub-models out of an elastic family, but model.name: custom is a fixed model: use a "
-                f"method that trains the whole model ({_FULL_MODEL_HINT}), or write an ElasticFamily (README: 'Your "
-                "own model with sub-model methods') for your architecture"
+                f"method that trains the whole model ({_FULL_MODEL_HINT}), or write an ElasticFamily (docs/models.md: "
+                "'Your own model with sub-model methods') for your architecture"
             )
     return None
 
@@ -86,6 +90,56 @@ def takes_all_positions(model: object) -> bool:
     except (AttributeError, TypeError, ValueError):
         return False
     return "all_positions" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+# one sample's shape where only the data's name is known: what the built-in sources give (the structure checks below
+# read a family's stages and blocks, which do not depend on it)
+_STAND_IN_SHAPES: dict[str, tuple[int, ...]] = {"mnist5k": (1, 32, 32), "leaf": (1, 28, 28)}
+
+
+def _stand_in_spec(cfg: ExperimentConfig) -> InputSpec | None:
+    """An input of the kind and shape the run's data gives, for building its model's family before the data is
+    loaded; ``None`` when the model has no family or its input is known only from the data."""
+    from rayfl.experiment.rules import MODEL_INPUTS
+    from rayfl.models.inputs import InputSpec
+
+    need = MODEL_INPUTS.get(cfg.model.name)
+    kind = DATA_INPUTS.get(cfg.data.name) or (need[0] if need else None)
+    if kind is None:
+        return None
+    shape = tuple(cfg.data.input_shape)
+    if kind == "tokens":
+        return InputSpec("tokens", 81, (cfg.data.seq_len,))
+    if kind == "image":
+        return InputSpec("image", 10, shape if len(shape) == 3 else _STAND_IN_SHAPES.get(cfg.data.name, (3, 32, 32)))
+    return InputSpec(kind, 10, shape if len(shape) == 1 else (16,))
+
+
+def check_family_fits(cfg: ExperimentConfig) -> None:
+    """Raise a ``ConfigError`` at the key when a method of the run (its own, or a phase's) names a structure its
+    model's family cannot hold (``Algorithm.family_problems``: a smallest model with more stages or blocks than the
+    network has), from the config alone: the family is built for an input of the data's kind and shape, no weights,
+    no data. A model whose family cannot be built that way (a custom model, a family that needs the data) is left to
+    the run, which asks again on the real family (``bind_server``)."""
+    if isinstance(cfg.model, CustomModelConfig):
+        return
+    spec = _stand_in_spec(cfg)
+    if spec is None:
+        return
+    from rayfl.models.families import build_family
+
+    family = None
+    for at, config in algorithm_sections(cfg):
+        algorithm = build_algorithm(config, cfg.train)
+        if not algorithm.needs_family():
+            continue
+        if family is None:
+            try:
+                family = build_family(cfg.model, spec)
+            except Exception:  # the run builds it on the real data and says what is wrong there
+                return
+        for key, reason in algorithm.family_problems(family):
+            raise ConfigError(reason, format_key_path((*at, *key)))
 
 
 def check_custom_model(cfg: ExperimentConfig, input_kind: str | None = None) -> None:
@@ -110,6 +164,41 @@ def check_custom_model(cfg: ExperimentConfig, input_kind: str | None = None) -> 
             "returns [batch, seq_len, num_classes]",
             "train.sequence_loss",
         )
+
+
+def check_table_data(cfg: ExperimentConfig) -> None:
+    """``data.name: parquet``: raise what the run would refuse, from the files' schemas, footers and statistics alone
+    (``data/table_schema.describe_table``; no row is read): a missing or unusable column, a shape ``data.input_shape``
+    cannot give, too few rows for ``data.num_clients``, a model that cannot read the input (its family built for it on
+    the meta device), a custom model whose output does not fit the number of classes (when the metadata tells it)."""
+    if cfg.data.name != "parquet":
+        return
+    from rayfl.data.table_schema import describe_table
+
+    summary = describe_table(cfg.data)
+    check_model_input(cfg, summary.input_kind)
+    check_custom_model(cfg, summary.input_kind)
+    if summary.sample_shape is None:  # lists of varying length, encoded images: only the rows say
+        return
+    import torch
+
+    from rayfl.models import InputSpec, build_model
+    from rayfl.models.custom import check_model_output
+
+    spec = InputSpec(summary.input_kind, summary.num_classes or 2, summary.sample_shape)
+    if isinstance(cfg.model, CustomModelConfig):
+        if summary.num_classes is not None:
+            check_model_output(cfg.model, spec)
+        return
+    try:
+        with torch.device("meta"):
+            build_model(cfg.model, spec)
+    except ConfigError:
+        raise
+    except ValueError as err:
+        raise ConfigError(f"{err} (data {summary.where})", "model.name") from None
+    except Exception:  # a layer without a meta kernel, say: the run builds the model on the real data
+        return
 
 
 def check_distill_device(cfg: ExperimentConfig, cuda_available: bool | None = None) -> None:

@@ -9,9 +9,10 @@ a ``ConfigError`` on ``model.factory`` (or ``data.factory``) naming the path and
 returned.
 
 The factory returns an ``nn.Module`` whose forward takes the batch ``rayfl.models.to_input`` makes (``float32
-[B, C, H, W]`` images, ``int64 [B, T]`` tokens) and returns logits ``[B, num_classes]``. Such a model is fixed:
+[B, C, H, W]`` images, ``int64 [B, T]`` tokens, ``float32 [B, F]`` feature vectors) and returns logits
+``[B, num_classes]``. Such a model is fixed:
 full-model methods (FedAvg and the methods that train the whole model) use it; sub-model methods need an
-``ElasticFamily`` (README, "Your own model with sub-model methods").
+``ElasticFamily`` (docs/models.md, "Your own model with sub-model methods").
 """
 
 from __future__ import annotations
@@ -31,7 +32,14 @@ from rayfl.config.model import CustomModelConfig
 from rayfl.core.errors import ConfigError
 from rayfl.models.inputs import InputSpec, to_input
 
-__all__ = ["build_custom_model", "call_factory", "check_model_factory", "resolve_factory", "search_from"]
+__all__ = [
+    "build_custom_model",
+    "call_factory",
+    "check_model_factory",
+    "check_model_output",
+    "resolve_factory",
+    "search_from",
+]
 
 _PROBE_BATCH = 2  # samples of the forward pass that checks a built model's output shape
 
@@ -122,7 +130,7 @@ def check_model_factory(cfg: CustomModelConfig, input_kind: str | None) -> nn.Mo
     ``nn.Module`` with floating-point weights, built on the meta device (no memory for weights, no initialisation)
     and given stand-ins for what the data decides (``num_classes`` 10, an ``input_shape`` of ``input_kind``, image when
     unknown). The run checks the forward's output against the real data."""
-    shape = (32,) if input_kind == "tokens" else (3, 32, 32)
+    shape = {"tokens": (32,), "features": (16,)}.get(input_kind or "", (3, 32, 32))
     offered = {"num_classes": 10, "input_shape": shape}
     try:
         with torch.device("meta"):
@@ -131,6 +139,31 @@ def check_model_factory(cfg: CustomModelConfig, input_kind: str | None) -> nn.Mo
         if err.__cause__ is None or isinstance(err.__cause__, TypeError | ImportError):
             raise  # a wrong path, signature or returned type: the meta device has no part in it
         return _module_of(cfg, offered)  # the factory failed on the meta device (it reads a weight, say): on the CPU
+
+
+def check_model_output(cfg: CustomModelConfig, spec: InputSpec) -> None:
+    """What ``rayfl validate`` checks once a table's metadata gives the input and the class count (``spec``): the
+    model built for them returns ``[batch, num_classes]`` logits, built and run on the meta device (no weights
+    allocated, nothing computed); a factory or forward the meta device cannot run is built and probed on the CPU."""
+    offered = {"num_classes": spec.num_classes, "input_shape": spec.sample_shape}
+    probe = _probe(spec).to("meta")
+    try:
+        with torch.device("meta"):
+            model = _module_of(cfg, offered)
+            model.eval()
+            with torch.no_grad():
+                out = model(probe)
+    except ConfigError as err:
+        if err.__cause__ is None or isinstance(err.__cause__, TypeError | ImportError):
+            raise
+        build_custom_model(cfg, spec)
+        return
+    except Exception:  # an operation without a meta kernel, say: the CPU says what is wrong, if anything
+        build_custom_model(cfg, spec)
+        return
+    expected = (_PROBE_BATCH, spec.num_classes)
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != expected or not out.is_floating_point():
+        build_custom_model(cfg, spec)  # the CPU build and probe: its one-line refusal names the shapes
 
 
 def _module_of(cfg: CustomModelConfig, offered: Mapping[str, Any]) -> nn.Module:
@@ -150,7 +183,7 @@ def _probe(spec: InputSpec) -> torch.Tensor:
     import numpy as np
 
     shape = (_PROBE_BATCH, *spec.sample_shape)
-    dtype = np.int64 if spec.input_kind == "tokens" else np.uint8
+    dtype = {"tokens": np.int64, "features": np.float32}.get(spec.input_kind, np.uint8)
     return to_input(np.zeros(shape, dtype=dtype), spec)
 
 

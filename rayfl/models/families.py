@@ -14,6 +14,7 @@ from rayfl.config.model import (
     CNNConfig,
     EnsembleConfig,
     FemnistCNNConfig,
+    MLPConfig,
     ResNetConfig,
     SupernetConfig,
     ViTConfig,
@@ -22,6 +23,7 @@ from rayfl.models.cellnet.module import CellNetFamily
 from rayfl.models.elastic.bert import CharBertFamily
 from rayfl.models.elastic.convnets import FemnistCNNFamily, HeteroCNNFamily
 from rayfl.models.elastic.family import ElasticFamily
+from rayfl.models.elastic.mlp import MLPFamily
 from rayfl.models.elastic.resnet import ResNetFamily
 from rayfl.models.elastic.vit import ViTFamily
 from rayfl.models.ensemble import EnsembleFamily
@@ -34,8 +36,16 @@ __all__ = ["FAMILIES", "build_family"]
 
 def _image(spec: InputSpec, cfg: Any) -> tuple[int, int]:
     if spec.input_kind != "image" or len(spec.sample_shape) != 3:
-        raise ValueError(f"model.name={cfg.name!r} needs image inputs, but the data gives {spec.input_kind}")
+        raise ValueError(f"model.name={cfg.name!r} needs image inputs, but the data gives {_given(spec)}")
     return spec.sample_shape[0], spec.sample_shape[1]
+
+
+def _given(spec: InputSpec) -> str:
+    """The data's inputs in an error, with the way out for feature vectors."""
+    if spec.input_kind != "features":
+        return spec.input_kind
+    return (f"feature vectors of {spec.sample_shape[0]} values: set model.name=mlp (or data.input_shape to [C, H, W] "
+            "to read them as images)")  # fmt: skip
 
 
 def _resnet(cfg: Any, spec: InputSpec) -> ElasticFamily:
@@ -77,9 +87,16 @@ def _ensemble(cfg: Any, spec: InputSpec) -> ElasticFamily:
     return EnsembleFamily(cfg, in_channels=channels, num_classes=spec.num_classes, image_size=size)
 
 
+def _mlp(cfg: Any, spec: InputSpec) -> ElasticFamily:
+    if spec.input_kind not in ("features", "image"):
+        raise ValueError(f"model.name={cfg.name!r} needs feature vectors (or images), but the data gives "
+                         f"{spec.input_kind}")  # fmt: skip
+    return MLPFamily(cfg, spec.sample_shape, spec.num_classes)
+
+
 def _char_bert(cfg: Any, spec: InputSpec) -> ElasticFamily:
     if spec.input_kind != "tokens":
-        raise ValueError(f"model.name={cfg.name!r} needs token inputs, but the data gives {spec.input_kind}")
+        raise ValueError(f"model.name={cfg.name!r} needs token inputs, but the data gives {_given(spec)}")
     return CharBertFamily(cfg, vocab_size=spec.num_classes, seq_len=spec.sample_shape[0], **_transformer_sizes(cfg))
 
 
@@ -94,6 +111,7 @@ FAMILIES: dict[type[Any], Callable[[Any, InputSpec], ElasticFamily]] = {
     CNNConfig: _hetero_cnn,
     FemnistCNNConfig: _femnist_cnn,
     CharBertConfig: _char_bert,
+    MLPConfig: _mlp,
     SupernetConfig: _supernet,
     CellNetConfig: _cellnet,
     EnsembleConfig: _ensemble,

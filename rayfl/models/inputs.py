@@ -1,7 +1,9 @@
 """Turning stored sample arrays into model inputs.
 
 Data is stored compactly (uint8 characters, uint8 pixels) so that it is cheap to keep in Ray's object store; this is
-the one place that converts it to what a model consumes. The conversion itself always runs on the CPU and the result
+the one place that converts it to what a model consumes. Three kinds of input: ``tokens`` (integer ids), ``image``
+(``[C, H, W]`` pixels, normalised per channel) and ``features`` (a vector of ``F`` numbers per sample, a table's
+numeric columns, normalised per feature). The conversion itself always runs on the CPU and the result
 is then moved to the model's device, so a batch holds the same numbers on every device.
 """
 
@@ -29,9 +31,9 @@ class _Shaped(Protocol):
 class InputSpec:
     """What a model is built for, read off a dataset without holding its arrays."""
 
-    input_kind: str  # "tokens" | "image"
+    input_kind: str  # "tokens" | "image" | "features"
     num_classes: int
-    sample_shape: tuple[int, ...]  # (seq_len,) for tokens, (C, H, W) for images
+    sample_shape: tuple[int, ...]  # (seq_len,) for tokens, (C, H, W) for images, (F,) for features
     mean: tuple[float, ...] = ()
     std: tuple[float, ...] = ()
 
@@ -50,11 +52,12 @@ class InputSpec:
 
 def client_spec(spec: InputSpec, x: np.ndarray) -> InputSpec:
     """``spec`` with the channel statistics of one client's samples ``x``, so that ``to_input`` gives that client's
-    images zero mean and unit variance per channel (``data.normalize: client``); token inputs are returned as they are.
-    Statistics are taken on the scale ``to_input`` works on (0-1 for ``uint8`` pixels), in float64."""
+    images zero mean and unit variance per channel, and its feature vectors per feature (``data.normalize: client``);
+    token inputs are returned as they are. Statistics are taken on the scale ``to_input`` works on (0-1 for ``uint8``
+    pixels), in float64."""
     if spec.input_kind == "tokens" or len(x) == 0:
         return spec
-    scale = 1.0 / 255.0 if x.dtype == np.uint8 else 1.0
+    scale = _scale(x, spec)
     axes = (0, *range(2, x.ndim))
     values = np.asarray(x, dtype=np.float64) * scale
     mean = values.mean(axis=axes)
@@ -83,7 +86,8 @@ def to_input(x: np.ndarray, spec: InputSpec, device: torch.device | None = None)
 
     ``x``: the samples as the data set stores them, ``[batch, *sample_shape]`` (images: uint8 pixels or floats in
     ``[C, H, W]`` layout, scaled to [0, 1] and normalised with ``spec``'s mean and standard deviation; tokens: integer
-    ids). ``spec``: the model's ``InputSpec`` (an exported model's:
+    ids; features: ``[batch, F]`` numbers, never rescaled, normalised per feature with ``spec``'s mean and standard
+    deviation). ``spec``: the model's ``InputSpec`` (an exported model's:
     ``rayfl.export.exported_models(run_dir)[i].input_spec``). Arguments of the wrong kind are refused with one
     ``TypeError`` naming them."""
     if not isinstance(spec, InputSpec):
@@ -99,11 +103,15 @@ def to_input(x: np.ndarray, spec: InputSpec, device: torch.device | None = None)
 def _convert(x: np.ndarray, spec: InputSpec) -> torch.Tensor:
     if spec.input_kind == "tokens":
         return torch.from_numpy(np.ascontiguousarray(x, dtype=np.int64))
-    scale = 1.0 / 255.0 if x.dtype == np.uint8 else 1.0
-    out = torch.from_numpy(np.asarray(x, dtype=np.float32) * np.float32(scale))
+    out = torch.from_numpy(np.asarray(x, dtype=np.float32) * np.float32(_scale(x, spec)))
     if spec.mean and spec.std:
         shape = (1, len(spec.mean)) + (1,) * (out.dim() - 2)
         mean = torch.tensor(spec.mean, dtype=torch.float32).view(shape)
         std = torch.tensor(spec.std, dtype=torch.float32).view(shape)
         out = (out - mean) / std
     return out
+
+
+def _scale(x: np.ndarray, spec: InputSpec) -> float:
+    """``uint8`` pixels are brought to [0, 1]; feature values are numbers as they are, whatever their dtype."""
+    return 1.0 / 255.0 if x.dtype == np.uint8 and spec.input_kind == "image" else 1.0

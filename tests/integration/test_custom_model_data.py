@@ -126,7 +126,7 @@ def _flat_images() -> dict[str, np.ndarray]:
 
 def test_a_sub_model_method_refuses_a_custom_model_and_points_to_the_recipe() -> None:
     cfg = dataclasses.replace(_example("resnet18_synthetic.yaml"), algorithm=HeteroFLConfig())
-    with pytest.raises(ValueError, match=r"ElasticFamily \(README: 'Your own model with sub-model methods'\)"):
+    with pytest.raises(ValueError, match=r"ElasticFamily \(docs/models.md: 'Your own model with sub-model methods'\)"):
         run_experiment(cfg, write=False)
 
 

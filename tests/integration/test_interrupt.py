@@ -37,7 +37,8 @@ def _uninterrupted(cfg: ExperimentConfig) -> RunResult:
 
 
 def _run_cli(args: list[str], signals: list[int], at_round: int, timeout_s: float = 300) -> tuple[int, str, str]:
-    """``rayfl ARGS`` in a subprocess; once it prints round ``at_round``'s line, ``signals`` are sent to it."""
+    """``rayfl ARGS`` in a subprocess; once it prints round ``at_round``'s line (``step`` in an asynchronous run),
+    ``signals`` are sent to it."""
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "rayfl.cli", *args],
@@ -51,7 +52,7 @@ def _run_cli(args: list[str], signals: list[int], at_round: int, timeout_s: floa
     lines = []
     for line in proc.stdout:
         lines.append(line)
-        if line.startswith(f"round {at_round:>4}/"):
+        if line.startswith((f"round {at_round:>4}/", f"step {at_round:>4}/")):
             for sig in signals:
                 proc.send_signal(sig)
             break

@@ -114,6 +114,37 @@ def test_a_sequence_loss_on_images_is_refused_naming_the_default_file_and_line(
     load_config(None, ["data.name=synthetic", "model.name=cnn", "train.sequence_loss=last"])  # accepted
 
 
+def test_a_named_smallest_model_the_network_cannot_hold_is_refused_by_validate_at_its_file_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``validate`` builds the model's family for the data's input (no weights, no data) and asks each method what it
+    cannot serve: a named smallest model with more stages than the ResNet has is the key's file and line, as ``run``
+    refuses it before round 0 (``bind_server``), and a phase's FedAvg the same under its own key."""
+    path = tmp_path / "exp.yaml"
+    path.write_text(
+        "data: {name: synthetic, num_clients: 6}\n"
+        "clients_per_round: 3\n"
+        "train: {sequence_loss: last}\n"
+        "model: {name: resnet, depth: 18, widths: [4, 8, 8, 8]}\n"
+        "algorithm:\n"
+        "  name: model_search\n"
+        "  smallest:\n"
+        "    blocks: [2, 2, 2, 2, 2]\n",
+        encoding="utf-8",
+    )
+    err = _cli_error(capsys, ["validate", str(path)])
+    assert f"{path}:8: algorithm.smallest.blocks: blocks needs one count per stage of the model (4)" in err, err
+    err = _cli_error(capsys, ["validate", str(path), "algorithm.smallest.blocks=[2,2,2,3]"])
+    assert "algorithm.smallest.blocks: blocks[3] = 3: stage 4 has 2 blocks" in err, err
+    assert main(["validate", str(path), "algorithm.smallest.blocks=[1,1,1,1]"]) == 0
+    err = _cli_error(
+        capsys,
+        ["validate", str(path), "rounds=1", "algorithm.smallest.blocks=[1,1,1,1]", "phases=[{rounds: 1, algorithm: "
+         "{name: fedavg, model: smallest, ratios: [0, 1], smallest_blocks: [1]}}]"],
+    )  # fmt: skip
+    assert "phases[0].algorithm.smallest_blocks: blocks needs one count per stage of the model (4)" in err, err
+
+
 @pytest.mark.parametrize("name", ["../x", "a/b", "..", ".hidden", "", "x\\y"])
 def test_run_names_cannot_leave_output_dir(tmp_path: Path, name: str) -> None:
     with pytest.raises(ConfigError, match=r"name: run name .* plain directory name"):

@@ -593,7 +593,7 @@ def test_switching_from_the_default_variant_without_a_file() -> None:
 
 
 def test_unknown_variant_by_override() -> None:
-    err = load_error(None, ("model.name=mlp",))
+    err = load_error(None, ("model.name=perceptron",))
     assert err.key_path == "model.name" and "'char_lstm', 'char_transformer', 'cnn'" in str(err)
 
 

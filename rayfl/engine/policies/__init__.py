@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from rayfl.config.sections import ServerConfig
 from rayfl.engine.parts import RunParts
 from rayfl.engine.persist.records import ClientRecord, RoundRecord
 from rayfl.engine.persist.resume import RunProgress
@@ -20,7 +21,7 @@ from rayfl.engine.policies.sync import SyncRounds
 from rayfl.engine.round_record import RoundEvaluation
 from rayfl.experiment.schema import ExperimentConfig
 
-__all__ = ["RoundPolicy", "build_policy"]
+__all__ = ["RoundPolicy", "build_policy", "is_asynchronous"]
 
 
 class RoundPolicy(Protocol):
@@ -32,11 +33,17 @@ class RoundPolicy(Protocol):
         ...
 
 
+def is_asynchronous(server: ServerConfig) -> bool:
+    """Whether the policy steps on arrivals (FedBuff, FedAsync: a record's "round" is a server step) instead of
+    rounds of sampled clients."""
+    return server.policy in ("fedbuff", "fedasync")
+
+
 def build_policy(cfg: ExperimentConfig) -> RoundPolicy:
     """The run's round policy from ``server``."""
     server = cfg.server
     if server.policy == "overcommit":
         return SyncRounds(server.overcommit)
-    if server.policy in ("fedbuff", "fedasync"):
+    if is_asynchronous(server):
         return BufferedRounds(cfg)
     return SyncRounds()

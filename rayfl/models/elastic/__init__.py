@@ -10,6 +10,7 @@ from rayfl.models.elastic.bert import CharBertFamily
 from rayfl.models.elastic.convnets import FemnistCNNFamily, HeteroCNNFamily
 from rayfl.models.elastic.cost import CostModel, Costs, units_from_ratios
 from rayfl.models.elastic.family import CostUnit, ElasticFamily, Scaler
+from rayfl.models.elastic.mlp import MLPFamily
 from rayfl.models.elastic.resnet import ResNetFamily
 from rayfl.models.elastic.space import Axis, Dimension, SearchSpace, TensorLayout
 from rayfl.models.elastic.spec import FirstK, RandomSubset, Rolling, Selection, SubModelSpec, TopKNorm, select
@@ -26,6 +27,7 @@ __all__ = [
     "FemnistCNNFamily",
     "FirstK",
     "HeteroCNNFamily",
+    "MLPFamily",
     "RandomSubset",
     "ResNetFamily",
     "Rolling",

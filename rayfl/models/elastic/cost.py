@@ -101,6 +101,23 @@ def _measure(unit: CostUnit, widths: tuple[int, ...], batch: int) -> tuple[float
     return flops, float(sum(sizes)), [*sizes, _nbytes(out)]
 
 
+def _two_batches(unit: CostUnit, widths: tuple[int, ...]) -> tuple[float, float, float, list[float]]:
+    """(forward FLOPs per sample, saved bytes per sample, saved bytes fixed, per-sample bytes of each saved tensor and
+    of the output) from passes at batches 1 and 2, or 2 and 3 where the piece refuses a batch of one (a batch norm
+    over one value per channel, e.g. the MLP's). Saved bytes are ``fixed + batch * per``."""
+    for lo in (1, 2):
+        try:
+            flops, saved_lo, _ = _measure(unit, widths, lo)
+        except ValueError:
+            if lo == 2:
+                raise
+            continue
+        _, saved_hi, sizes = _measure(unit, widths, lo + 1)
+        per = saved_hi - saved_lo
+        return flops / lo, per, saved_lo - lo * per, [v / (lo + 1) for v in sizes]
+    raise AssertionError("unreachable")
+
+
 def _solve(values: dict[tuple[int, ...], float], k: int) -> np.ndarray:
     """Multilinear coefficients from values at the 2^k corners of [_LO, _HI]^k."""
     masks = list(range(1 << k))
@@ -121,24 +138,22 @@ def fit_unit(unit: CostUnit) -> UnitFit:
     if k > _MAX_DIMS:
         raise ValueError(f"cost piece {unit.key!r} depends on {k} dimensions (at most {_MAX_DIMS})")
     quantities: dict[str, dict[tuple[int, ...], float]] = {q: {} for q in ("flops", "per", "fixed")}
-    sizes: dict[tuple[int, ...], list[int]] = {}
+    sizes: dict[tuple[int, ...], list[float]] = {}
     for corner in itertools.product((_LO, _HI), repeat=k):
-        f1, s1, _ = _measure(unit, corner, 1)
-        _, s2, sizes[corner] = _measure(unit, corner, 2)
-        quantities["flops"][corner] = f1
-        quantities["per"][corner] = s2 - s1
-        quantities["fixed"][corner] = 2 * s1 - s2
+        (quantities["flops"][corner], quantities["per"][corner], quantities["fixed"][corner], sizes[corner]) = (
+            _two_batches(unit, corner)
+        )
     coef = {q: _solve(v, k) for q, v in quantities.items()}
     counts = {len(v) for v in sizes.values()}
     if len(counts) != 1:
         raise ValueError(f"cost piece {unit.key!r} saves a different number of tensors at different widths")
     # each tensor's size, per sample (tensors are the same sequence at every width)
-    tensors = np.array([_solve({c: v[t] / 2 for c, v in sizes.items()}, k) for t in range(counts.pop())])
+    tensors = np.array([_solve({c: v[t] for c, v in sizes.items()}, k) for t in range(counts.pop())])
     check = (_CHECK,) * k
-    f, s1, _ = _measure(unit, check, 1)
+    f, per, fixed, _ = _two_batches(unit, check)
     mono = _monomials(check, k)
     predicted = np.array([coef["flops"] @ mono, coef["per"] @ mono + coef["fixed"] @ mono])
-    measured = np.array([f, s1])
+    measured = np.array([f, per + fixed])
     err = float(np.max(np.abs(predicted - measured) / np.maximum(measured, 1.0)))
     return UnitFit(coef["flops"], coef["per"], coef["fixed"], tensors, err)
 

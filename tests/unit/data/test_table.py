@@ -268,8 +268,9 @@ def test_bad_tables_are_one_line_naming_the_key_and_file(tmp_path: Path) -> None
     assert "labels reach 3, outside [0, 3)" in _error(tmp_path, good, num_classes=3)
     floats = good.set_column(1, "label", pa.array(rows["label"].astype(np.float64)))
     assert "data.label_column: column 'label' holds double" in _error(tmp_path, floats)
-    features = pa.table({"a": np.ones(N, dtype=np.float32), "b": np.ones(N, dtype=np.float32), "label": rows["label"]})
-    assert "neither tokens (integers) nor images" in _error(tmp_path, features, input_columns=(), input_shape=())
+    matrices = pa.table({"m": pa.array([[[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]] * N), "label": rows["label"]})
+    assert "data.input_shape: samples of shape [2, 3]: set data.input_shape to [C, H, W] (images)" in _error(
+        tmp_path, matrices, input_columns=(), input_shape=())
     images = pa.table({"img": pa.array([{"bytes": b"\x89PNG", "path": None}] * N), "label": rows["label"]})
     assert "column 'img': its first image cannot be decoded" in _error(tmp_path, images, input_columns=("img",))
     assert "encoded images are read as the only sample column" in _error(
@@ -296,8 +297,9 @@ def test_the_loader_refuses_what_cannot_be_split(tmp_path: Path) -> None:
     assert "data.path: data 'parquet' needs" in refused("data: {name: parquet, partition: iid}\n")
     assert "data.partition: 'shards' splits centralised data" in refused(
         "data: {name: synthetic, partition: shards}\nmodel: {name: cnn}\n")
-    hf = json.dumps({"name": "hf", "partition": "iid", "client_column": "user", "hf_name": "x"})
-    assert "data.client_column: is read by partition 'natural' only" in refused(f"data: {hf}\n")
+    ignored = json.dumps({"name": "parquet", "partition": "iid", "client_column": "user", "path": "t.parquet"})
+    (tmp_path / "e.yaml").write_text(f"data: {ignored}\n")
+    assert load_config(tmp_path / "e.yaml").data.client_column == "user"  # the partitioners ignore it (issue 44)
 
 
 def test_hf_reads_a_local_data_set_folder_with_load_dataset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -48,6 +48,7 @@ from rayfl.models.elastic.spec import first_k
 
 if TYPE_CHECKING:  # search imports rayfl.models.elastic, whose package imports rayfl.algorithms
     from rayfl.fl.common.search import ModelSearch, SearchPool, SearchResult
+    from rayfl.models.elastic.family import ElasticFamily
 
 __all__ = ["ModelSearchAlgorithm"]
 
@@ -73,18 +74,27 @@ class ModelSearchAlgorithm(SubModelAlgorithm):
         state["_last"] = None
         return state
 
+    def family_problems(self, family: ElasticFamily) -> list[tuple[tuple[str, ...], str]]:
+        """A named smallest model (``smallest.blocks``) that ``family`` cannot hold."""
+        from rayfl.fl.common.search import named_structure
+
+        if self.config.smallest is None:
+            return []
+        try:
+            named_structure(family, self.config.smallest.ratio, self.config.smallest.blocks)
+        except ValueError as err:
+            return [(("smallest", "blocks"), str(err))]
+        return []
+
     def bind_server(self, ctx: ServerContext) -> None:
         from rayfl.fl.common.search import ModelSearch, named_structure
 
         super().bind_server(ctx)
         family = self.require_family()
         cfg = self.config
-        smallest = None
-        if cfg.smallest is not None:
-            try:
-                smallest = named_structure(family, cfg.smallest.ratio, cfg.smallest.blocks)
-            except ValueError as err:  # one located line before round 0, not a traceback
-                raise ConfigError(str(err), "algorithm.smallest.blocks") from err
+        for key, reason in self.family_problems(family):  # one located line before round 0, not a traceback
+            raise ConfigError(reason, ".".join(("algorithm", *key)))
+        smallest = None if cfg.smallest is None else named_structure(family, cfg.smallest.ratio, cfg.smallest.blocks)
         self._search = ModelSearch(
             family.space,
             self.cost,
