@@ -19,6 +19,7 @@ __all__ = [
     "LinkConfig",
     "ResourceConfig",
     "ServerConfig",
+    "ServerOptimizerConfig",
     "SystemConfig",
     "TrackingConfig",
     "TrainConfig",
@@ -54,28 +55,33 @@ class DataConfig:
     dirichlet_alpha: float = bounded(0.5, gt=0.0)  # 'dirichlet': over labels; 'size_skew': over client sizes
     shards_per_client: int = bounded(2, ge=1)  # 'shards': shards per client (McMahan et al. 2017 used 2)
     classes_per_client: int = bounded(2, ge=1)  # 'pathological': distinct labels per client
-    num_clients: int = bounded(100, ge=1)  # partitioners: clients made; natural: at most this many kept (0 = all)
+    # partitioners: the clients made (at least 1); natural: at most this many kept (0 = every client of the data)
+    num_clients: int = bounded(100, ge=0)
     min_samples: int = bounded(64, ge=1)  # natural users with fewer training samples are dropped (LEAF-style)
     max_samples_per_client: int = bounded(0, ge=0)  # 0 = no cap; a cap keeps CPU-sized runs small
     # per-client test split for natural LEAF/Shakespeare data; 'parquet'/'hf' without a test set (``test_path``,
     # ``test_split``): the fraction of rows held out at random as the global test set
     test_fraction: float = bounded(0.1, gt=0.0, lt=1.0)
-    # 'parquet': a Parquet (.parquet) or Arrow IPC (.arrow, .feather) file, or a folder of them (read in sorted path
-    # order); 'hf': a folder written by save_to_disk (loaded with load_from_disk) or a local data set folder
+    # 'parquet': a Parquet (.parquet), Arrow IPC (.arrow, .feather) or CSV (.csv) file, or a folder of them (read in
+    # sorted path order); 'hf': a folder written by save_to_disk (loaded with load_from_disk) or a local data set folder
     path: str | None = bounded(None, path="any")
     test_path: str | None = bounded(None, path="any")  # 'parquet': the test set's file or folder (None: test_fraction)
     hf_name: str = ""  # 'hf' without ``path``: a data set's name, loaded with load_dataset from its cache (``root``)
     split: str = "train"  # 'hf': the training split of a data set with splits
     test_split: str = "test"  # 'hf': the test split; a data set without it holds out test_fraction of ``split``
     label_column: str = "label"  # 'parquet'/'hf': the integer (or string: sorted names -> 0, 1, ...) label column
-    # 'parquet'/'hf': the sample column(s): one list column (tokens, or pixel values reshaped by ``input_shape``),
-    # several numeric columns stacked per row, or one column of encoded images (HF Image, PNG/JPEG bytes: decoded when
-    # read); empty = every column but the label and client columns
+    # 'parquet'/'hf': the sample column(s): one list column (tokens, floats as a feature vector, or pixel values
+    # reshaped by ``input_shape``), several numeric columns stacked per row (a feature vector), or one column of
+    # encoded images (HF Image, PNG/JPEG bytes: decoded when read); empty = every numeric column but the label and
+    # client columns (other columns, e.g. strings, are left out), or the one column left when only one is
     input_columns: tuple[str, ...] = ()
-    # 'parquet'/'hf': one sample's shape, e.g. [1, 28, 28] for images ([C, H, W]: image input; [T] or empty: tokens,
-    # which need integer values); empty = the column's own shape
+    # 'parquet'/'hf': one sample's shape, e.g. [1, 28, 28] for images ([C, H, W]: image input; [T]: tokens for
+    # integers, a feature vector for floats); empty = the column's own shape (a vector of floats, or of several
+    # numeric columns, is a feature vector; of integers in one list column, tokens)
     input_shape: tuple[int, ...] = ()
-    client_column: str = ""  # 'parquet'/'hf' with partition 'natural': the column of client ids (one client per id)
+    # 'parquet'/'hf': the column of client ids; partition 'natural' makes one client per id, the other partitions
+    # ignore it (it is never an input either); null or '' = none
+    client_column: str | None = None
     num_classes: int = bounded(0, ge=0)  # 'parquet'/'hf': label count; 0 = the largest label + 1
     # data without per-client test sets (iid/dirichlet splits, synthetic): hold out this fraction of every client's
     # samples as its own test set (0 = none); the global test set becomes their union. Gives the average client
@@ -188,7 +194,12 @@ class ResourceConfig:
     # levels: a level's client gets values[i] exactly, or a value drawn in its band [values[i], values[i - 1])
     level_budget: Literal["exact", "band"] = "exact"
     per_round: bool = True
+    # a path, or trace-set:NAME/FILE: one file of a real trace set (see directory)
     file: str | None = bounded(None, path="file")
+    # a path, or trace-set:NAME: a real trace set, read from the package (rayfl/traces/data) for the sets that ship
+    # with rayfl (mahimahi-cellular-lite, fcc-pensieve, flash-device-network), else from the cache
+    # ($RAYFL_CACHE/traces, by default ~/.cache/rayfl/traces) once fetched by rayfl traces fetch NAME
+    # (rayfl traces fetch list names every set)
     directory: str | None = bounded(None, path="dir")
     pattern: str = "*"  # which files of ``directory`` are logs (e.g. ``*.down``); licence and readme files are skipped
     format: Literal["rayfl", "mahimahi", "pensieve", "ucc", "mobilebandwidth"] = "rayfl"
@@ -314,6 +325,39 @@ class BackendConfig:
 
 # --------------------------------------------------------------------------------------------- round policy
 @dataclass(frozen=True, kw_only=True)
+class ServerOptimizerConfig:
+    """The server's optimizer on the round's pseudo-gradient, for every method (``rayfl/fl/common/server_opt.py``).
+
+    Reddi et al., "Adaptive Federated Optimization", ICLR 2021, Algorithm 2: with ``x`` the global model and the
+    round's aggregate ``a`` (the reducer's mean), ``Delta = a - x``; ``m = beta1 m + (1 - beta1) Delta``; ``v``:
+    ``adagrad`` ``v + Delta^2``, ``yogi`` ``v - (1 - beta2) Delta^2 sign(v - Delta^2)``, ``adam``
+    ``beta2 v + (1 - beta2) Delta^2``; ``x <- x + lr m / (sqrt(v) + tau)`` (no bias correction, as Algorithm 2).
+    ``sgd`` is FedAvg's step ``x <- x - lr b`` with ``b = momentum b + (x - a)`` (FedAvgM: Hsu et al. 2019); ``lr`` 1
+    without momentum adopts the aggregate itself (plain averaging, the default). Element-wise where sub-models cover
+    part of a tensor: an element no client covered this round keeps its value and its optimizer state. The state
+    (``m``, ``v``, the momentum buffer) is part of the server state and of every checkpoint. It turns the aggregate
+    into the new global model before the method's own server step (HeteroFL's distillation, FedTrans's transform) runs
+    on it. FedAvg's ``algorithm.server_lr`` and ``algorithm.server_momentum`` are this ``sgd``.
+    """
+
+    # sgd: FedAvg / FedAvgM; adam: FedAdam; yogi: FedYogi; adagrad: FedAdagrad
+    name: Literal["sgd", "adam", "yogi", "adagrad"] = "sgd"
+    # the server learning rate; null: the optimizer's default, sgd 1 (plain averaging), adam and yogi 1e-2, adagrad
+    # 1e-1 (the middle of the best server rates Reddi et al. report per task: google-research/federated,
+    # optimization/docs/hyperparameters.md); tune it
+    lr: float | None = bounded(None, gt=0.0)
+    momentum: float = bounded(0.0, ge=0.0, lt=1.0)  # sgd: heavy-ball momentum (FedAvgM: 0.9)
+    beta1: float = bounded(0.9, ge=0.0, lt=1.0)  # adam, yogi, adagrad: first moment's decay (the authors' 0.9)
+    # adam, yogi: second moment's decay (0.99 as issue 43 reads the paper; the authors' released code kept Keras's
+    # 0.999: google-research/federated, optimization/docs/hyperparameters.md)
+    beta2: float = bounded(0.99, ge=0.0, lt=1.0)
+    # adam, yogi, adagrad: the degree of adaptivity (Algorithm 2's tau; 1e-3 is the authors' recommended start)
+    tau: float = bounded(1e-3, gt=0.0)
+    # adam, yogi, adagrad: v before the first round (v_-1); the authors' experiments used 0
+    initial_accumulator: float = bounded(0.0, ge=0.0)
+
+
+@dataclass(frozen=True, kw_only=True)
 class ServerConfig:
     """When the server aggregates: its answer to stragglers (``rayfl/engine/policies/``), orthogonal to the method.
 
@@ -324,8 +368,8 @@ class ServerConfig:
     - ``fedbuff`` (Nguyen et al., AISTATS 2022): ``concurrency`` (C) clients in flight on the simulated clock, each
       starting on the global model version current at its start; the server steps after every ``buffer_size`` (B)
       arrivals, on the mean of their deltas against the versions they started from, each weighted by
-      ``staleness``; the method's own server step (server lr, optimizer) applies to that aggregate. A "round" of the
-      records is one server step.
+      ``staleness``; the server optimizer (``optimizer``) and the method's own server step apply to that aggregate. A
+      "round" of the records is one server step.
     - ``fedasync`` (Xie et al., 2019): a server step per arrival (B = 1) mixing the client's model into the current
       one with weight ``mixing`` x staleness weight: x <- x + mixing s(tau) (x_client - x).
 
@@ -336,6 +380,9 @@ class ServerConfig:
     update arrives, keeping C clients training) or ``applied`` (once the server has applied it: a slot is held until
     then, so B = C = K with no staleness weighting is sync round for round). A client that fails frees its slot at its
     start plus ``system.deadline_s`` (``system.comm_limit_s`` without a deadline): when the server stops waiting.
+
+    ``optimizer`` (its own sub-section: what the server does with an aggregate, whatever the policy that made it):
+    the server optimizer on the pseudo-gradient, SGD with momentum, Adam, Yogi or Adagrad (``ServerOptimizerConfig``).
     """
 
     # sync: wait for every client; overcommit: keep the first K of ceil(K (1 + o)); fedbuff / fedasync: asynchronous
@@ -350,6 +397,8 @@ class ServerConfig:
     mixing: float = bounded(0.6, gt=0.0, le=1.0)  # FedAsync's alpha
     # arrival: a new client starts when an update arrives (the papers'); applied: when the server has applied it
     refill: Literal["arrival", "applied"] = "arrival"
+    # what the server does with each step's aggregate (FedAvgM, FedAdam, FedYogi, FedAdagrad), for every method
+    optimizer: ServerOptimizerConfig = field(default_factory=ServerOptimizerConfig)
 
 
 # ------------------------------------------------------------------------------------------- checkpoints

@@ -149,12 +149,17 @@ class ClientOutcome:
 
 @dataclass(frozen=True, slots=True)
 class Aggregate:
-    """The reducer's result: the element-wise mean of the updates, with uncovered elements left as they were."""
+    """The reducer's result: the element-wise mean of the updates, with uncovered elements left as they were.
+
+    ``covered`` says which elements some client covered, for each tensor that the round covered only in part (bool,
+    the tensor's shape); a tensor it does not name was covered whole (``coverage`` 1) or not at all (0). The server
+    optimizer (``fl/common/server_opt.py``) moves only covered elements and their state."""
 
     params: Params
     coverage: dict[str, float]  # fraction of each tensor's elements that some client covered
     num_clients: int
     outcomes: tuple[ClientOutcome, ...] = ()  # every client that ran, in client-id order (metrics, losses, model ids)
+    covered: dict[str, torch.Tensor] = field(default_factory=dict)  # per-element coverage of partly covered tensors
 
 
 @dataclass(frozen=True, slots=True)

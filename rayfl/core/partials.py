@@ -15,9 +15,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["ArrayPartial", "ArraySums", "ArrayWeightedMean", "NumpyParams"]
+__all__ = ["ArrayPartial", "ArraySums", "ArrayWeightedMean", "NumpyParams", "Reduced"]
 
 NumpyParams = dict[str, np.ndarray]
+# a shard's reduction: the new tensors, each one's coverage, and which elements were covered of those covered in part
+Reduced = tuple[NumpyParams, dict[str, float], NumpyParams]
 
 
 @dataclass(slots=True)
@@ -66,3 +68,16 @@ class ArrayWeightedMean:
             new[name] = np.where(covered, mean, prev.astype(np.float64)).astype(prev.dtype)
             coverage[name] = float(covered.mean(dtype=np.float64)) if covered.ndim else float(covered)
         return new, coverage
+
+    def covered(self, partial: ArrayPartial, previous: Mapping[str, np.ndarray]) -> NumpyParams:
+        """Which elements some update covered (bool), for each tensor of ``previous`` that the updates covered only
+        in part: ``MaskedWeightedMean.covered`` on arrays."""
+        out: NumpyParams = {}
+        for name in previous:
+            sums = partial.get(name)
+            if sums is None or sums.weight.ndim == 0:
+                continue
+            mask = sums.weight > 0
+            if mask.any() and not mask.all():
+                out[name] = mask
+        return out

@@ -93,6 +93,19 @@ class MaskedWeightedMean:
             coverage[name] = float(covered.to(torch.float64).mean()) if covered.dim() else float(covered)
         return new, coverage
 
+    def covered(self, partial: Partial, previous: Params) -> Params:
+        """Which elements some update covered (bool), for each tensor of ``previous`` that the updates covered only
+        in part (``Aggregate.covered``); a tensor covered whole or not at all is left out (its coverage says which)."""
+        out: Params = {}
+        for name in previous:
+            sums = partial.get(name)
+            if sums is None or sums.weight.dim() == 0:
+                continue
+            mask = sums.weight > 0
+            if bool(mask.any()) and not bool(mask.all()):
+                out[name] = mask
+        return out
+
 
 def split_partial(partial: Partial, shard_of: Mapping[str, int], num_shards: int) -> list[Partial]:
     """Split a host's partial sums by parameter-server shard."""

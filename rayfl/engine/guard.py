@@ -71,6 +71,7 @@ class NonFiniteGuard:
             first = round_idx - self.streak + 1
             raise NonFiniteError(
                 f"the global model became non-finite in {self.streak} consecutive rounds ({first}-{round_idx}); each "
-                "was rolled back and the run stopped: lower the learning rates (train.lr, algorithm.server_lr, "
-                "algorithm.distill.lr) or set train.grad_clip_norm (max_nonfinite_rounds sets how many rounds to allow)"
+                "was rolled back and the run stopped: lower the learning rates (train.lr, server.optimizer.lr or "
+                "algorithm.server_lr, algorithm.distill.lr) or set train.grad_clip_norm (max_nonfinite_rounds sets how "
+                "many rounds to allow)"
             )

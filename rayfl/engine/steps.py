@@ -6,7 +6,8 @@ three (check-in, assignment's plan) and the record's.
 3. ``plan_clients``: who fits, who fails, how long each takes (before anything runs); ``train_tasks``: the work of
    the clients that can finish.
 4. ``train_clients``: local training on the hosts and the sharded reduction.
-5. ``update_server``: the algorithm's server step on the aggregate, refused by the guard when not finite.
+5. ``update_server``: the server optimizer and the algorithm's server step on the aggregate
+   (``fl/common/server_opt.py:server_step``), refused by the guard when not finite.
 6. ``evaluate_round``: every evaluation of an evaluated round.
 7. ``round_record.round_record``: the round's rows; ``write_round`` appends them to the run directory.
 """
@@ -18,7 +19,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from rayfl.config.sections import TrainConfig
+from rayfl.config.sections import ServerOptimizerConfig, TrainConfig
 from rayfl.core.messages import (
     Aggregate,
     Assignment,
@@ -48,6 +49,7 @@ from rayfl.engine.sampling import sample_clients
 from rayfl.experiment.schema import ExperimentConfig
 from rayfl.fl.api import capabilities
 from rayfl.fl.api.algorithm import Algorithm
+from rayfl.fl.common.server_opt import server_step
 from rayfl.system.clock import ClientPlan, SimClock
 
 __all__ = [
@@ -139,14 +141,17 @@ def update_server(
     round_idx: int,
     aggregate: Aggregate,
     outcomes: Sequence[ClientOutcome],
+    optimizer: ServerOptimizerConfig,
 ) -> tuple[ServerState, bool]:
     """Step 5: the server update, skipped when every client failed (the global model stays), refused when it is not
-    finite (the round is rolled back, ``engine/guard.py``). Returns the new state and whether it was rolled back."""
+    finite (the round is rolled back, ``engine/guard.py``). The server optimizer (``server.optimizer``) turns the
+    aggregate into the new parameters, then the method's ``server_update`` runs on them (``server_step``). Returns
+    the new state and whether it was rolled back."""
     if aggregate.num_clients == 0:
         return state, False
     aggregate = dataclasses.replace(aggregate, outcomes=tuple(outcomes))
     # no server step runs on a non-finite aggregate (None: the guard rolls the round back)
-    new = algorithm.server_update(state, round_idx, aggregate) if all_finite(aggregate.params) else None
+    new = server_step(algorithm, optimizer, state, round_idx, aggregate) if all_finite(aggregate.params) else None
     checked = guard.check(round_idx, state, new)
     return checked, checked is not new
 

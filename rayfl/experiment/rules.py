@@ -22,7 +22,8 @@ from typing import Any
 
 from rayfl.config.fields import FLOAT32_MAX
 from rayfl.config.model import CellNetConfig
-from rayfl.config.model_rules import supernet_problems
+from rayfl.config.model_rules import mlp_problems, supernet_problems
+from rayfl.config.sections import ServerOptimizerConfig
 from rayfl.core.errors import KeyPath, Problem
 from rayfl.experiment.schema import ExperimentConfig, method_activations
 from rayfl.fl.api.rules import MethodRules
@@ -92,10 +93,12 @@ def semantic_problems(cfg: ExperimentConfig) -> list[Problem]:
     if name_problem:
         problems.append((("name",), name_problem))
     need, given = MODEL_INPUTS.get(cfg.model.name), DATA_INPUTS.get(cfg.data.name)
-    if need is not None and given is not None and need != given:
+    if need is not None and given is not None and given not in need:
         problems.append((("model", "name"), _modality_reason(cfg.model.name, need, cfg.data.name, given)))
-    elif "image" in (need, given) and cfg.train.sequence_loss == "all":
-        problems.append((("train", "sequence_loss"), _sequence_loss_reason(cfg)))
+    elif cfg.train.sequence_loss == "all" and (
+        (given is not None and given != "tokens") or (need is not None and "tokens" not in need)
+    ):
+        problems.append((("train", "sequence_loss"), _sequence_loss_reason(cfg, given or (need[0] if need else ""))))
     per_round: list[tuple[KeyPath, int]] = [(("clients_per_round",), cfg.clients_per_round)]
     per_round += [(("phases", i, "clients_per_round"), p.clients_per_round) for i, p in enumerate(cfg.phases)]
     for at, count in per_round:
@@ -108,7 +111,30 @@ def semantic_problems(cfg: ExperimentConfig) -> list[Problem]:
     problems.extend(_phase_problems(cfg))
     problems.extend(_cellnet_problems(cfg))
     problems.extend(_policy_problems(cfg))
+    problems.extend(_server_optimizer_problems(cfg))
     return problems
+
+
+# the keys of server.optimizer that each optimizer reads (lr and name: all of them)
+_OPTIMIZER_KEYS = {
+    "sgd": ("momentum",),
+    "adam": ("beta1", "beta2", "tau", "initial_accumulator"),
+    "yogi": ("beta1", "beta2", "tau", "initial_accumulator"),
+    "adagrad": ("beta1", "tau", "initial_accumulator"),
+}
+
+
+def _server_optimizer_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:
+    """A key of ``server.optimizer`` set away from its default that the chosen optimizer does not read (it would be
+    ignored in silence: ``momentum`` with adam, where ``beta1`` is the momentum)."""
+    optimizer = cfg.server.optimizer
+    default = ServerOptimizerConfig()
+    reads = _OPTIMIZER_KEYS[optimizer.name]
+    return [
+        (("server", "optimizer", key), f"{optimizer.name!r} does not use it (it reads {', '.join(reads)})")
+        for key in ("momentum", "beta1", "beta2", "tau", "initial_accumulator")
+        if key not in reads and getattr(optimizer, key) != getattr(default, key)
+    ]
 
 
 def _policy_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:
@@ -152,8 +178,12 @@ def _data_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:
     beyond iid and dirichlet split."""
     data = cfg.data
     problems: list[tuple[KeyPath, str]] = []
+    if data.num_clients == 0 and (data.partition != "natural" or data.name == "synthetic"):
+        makes = "data 'synthetic' makes" if data.partition == "natural" else f"partition {data.partition!r} makes"
+        problems.append((("data", "num_clients"), f"0 keeps every client of a natural partition, but {makes} exactly "
+                         "num_clients clients: set it to 1 or more"))  # fmt: skip
     if data.name == "parquet" and data.path is None:
-        problems.append((("data", "path"), "data 'parquet' needs a Parquet or Arrow file, or a folder of them"))
+        problems.append((("data", "path"), "data 'parquet' needs a Parquet, Arrow or CSV file, or a folder of them"))
     if data.name == "hf" and data.path is None and not data.hf_name:
         problems.append((("data", "path"), "data 'hf' needs data.path (a save_to_disk folder or a local data set "
                          "folder) or data.hf_name"))  # fmt: skip
@@ -161,9 +191,6 @@ def _data_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:
         if data.partition == "natural" and not data.client_column:
             problems.append((("data", "partition"), f"'natural' needs data.client_column (the column of client ids); "
                              f"or split the rows with one of {', '.join(_SPLITTERS)}"))  # fmt: skip
-        if data.partition != "natural" and data.client_column:
-            problems.append((("data", "client_column"), f"is read by partition 'natural' only (partition is "
-                             f"{data.partition!r})"))  # fmt: skip
     elif data.partition in ("shards", "pathological", "size_skew") and data.name not in ("cifar10", "custom"):
         problems.append((("data", "partition"), f"{data.partition!r} splits centralised data (cifar10, custom, "
                          f"parquet, hf); data {data.name!r} keeps its own split"))  # fmt: skip
@@ -235,6 +262,7 @@ def _phase_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:
             )
         )
     problems.extend(supernet_problems(cfg.model))
+    problems.extend(mlp_problems(cfg.model))
     problems.extend(method_problems(cfg))
     return problems
 
@@ -253,24 +281,32 @@ def method_problems(cfg: ExperimentConfig) -> list[Problem]:
     return problems
 
 
-# What each model reads and each data set gives; LEAF's task (images or characters) is known only after loading.
-MODEL_INPUTS: dict[str, str] = {
-    "char_lstm": "tokens",
-    "char_transformer": "tokens",
-    "char_bert": "tokens",
-    "cnn": "image",
-    "resnet": "image",
-    "vit": "image",
-    "femnist_cnn": "image",
-    "supernet": "image",
-    "cellnet": "image",
+# What each model reads and each data set gives; LEAF's task (images or characters) and a table's (images, tokens or
+# feature vectors) are known only after loading. The MLP flattens images too.
+MODEL_INPUTS: dict[str, tuple[str, ...]] = {
+    "char_lstm": ("tokens",),
+    "char_transformer": ("tokens",),
+    "char_bert": ("tokens",),
+    "cnn": ("image",),
+    "resnet": ("image",),
+    "vit": ("image",),
+    "femnist_cnn": ("image",),
+    "supernet": ("image",),
+    "cellnet": ("image",),
+    "mlp": ("features", "image"),
 }
-DATA_INPUTS: dict[str, str] = {"shakespeare": "tokens", "cifar10": "image", "synthetic": "image"}
+DATA_INPUTS: dict[str, str] = {"shakespeare": "tokens", "cifar10": "image", "synthetic": "image", "mnist5k": "image"}
 
 
-def _modality_reason(model: str, need: str, data: str, given: str) -> str:
-    fits = ", ".join(sorted(m for m, k in MODEL_INPUTS.items() if k == given))
-    return f"model '{model}' reads {need} inputs but data '{data}' gives {given}: pick one of {fits}"
+def _modality_reason(model: str, need: tuple[str, ...], data: str, given: str) -> str:
+    reason = f"model '{model}' reads {' or '.join(need)} inputs but data '{data}' gives {given}"
+    if given == "features":  # a table's numeric columns
+        return (
+            f"{reason} (a vector of numbers per sample): set model.name=mlp, or data.input_shape to [C, H, W] to read "
+            "them as images"
+        )
+    fits = ", ".join(sorted(m for m, kinds in MODEL_INPUTS.items() if given in kinds))
+    return f"{reason}: pick one of {fits}"
 
 
 def run_name_problem(name: str) -> str:
@@ -302,11 +338,12 @@ def output_dir_problem(output_dir: str | Path) -> str:
     return ""
 
 
-def _sequence_loss_reason(cfg: ExperimentConfig) -> str:
+def _sequence_loss_reason(cfg: ExperimentConfig, input_kind: str) -> str:
     # the embedded default (Shakespeare) sets 'all', so overriding only data and model reaches this
+    what = "feature vectors" if input_kind == "features" else "images"
     return (
         f"'all' trains on every position of a character sequence, but model '{cfg.model.name}' on data "
-        f"'{cfg.data.name}' classifies images: set train.sequence_loss=last"
+        f"'{cfg.data.name}' classifies {what}: set train.sequence_loss=last"
     )
 
 
@@ -476,8 +513,8 @@ def model_input_problem(cfg: ExperimentConfig, input_kind: str) -> Problem | Non
     """After loading: the model reads the kind of input the data gives (LEAF's task is detected from its files), and
     a loss over every sequence position is asked for only where there are sequences."""
     need = MODEL_INPUTS.get(cfg.model.name)
-    if need is not None and need != input_kind:
+    if need is not None and input_kind not in need:
         return ("model", "name"), _modality_reason(cfg.model.name, need, cfg.data.name, input_kind)
-    if input_kind == "image" and cfg.train.sequence_loss == "all":
-        return ("train", "sequence_loss"), _sequence_loss_reason(cfg)
+    if input_kind != "tokens" and cfg.train.sequence_loss == "all":
+        return ("train", "sequence_loss"), _sequence_loss_reason(cfg, input_kind)
     return None

@@ -62,7 +62,9 @@ class Method:
 _M = "rayfl.fl.methods"
 
 METHODS: dict[str, Method] = {
-    "fedavg": Method(FedAvgConfig, f"{_M}.fedavg.algorithm:FedAvg", "McMahan et al., AISTATS 2017"),
+    "fedavg": Method(
+        FedAvgConfig, f"{_M}.fedavg.algorithm:FedAvg", "McMahan et al., AISTATS 2017", f"{_M}.fedavg.rules:problems"
+    ),
     "heterofl": Method(HeteroFLConfig, f"{_M}.heterofl.algorithm:HeteroFL", "Diao et al., ICLR 2021"),
     "fedrolex": Method(FedRolexConfig, f"{_M}.fedrolex.algorithm:FedRolex", "Alam et al., NeurIPS 2022"),
     "feddropout": Method(FedDropoutConfig, f"{_M}.feddropout.algorithm:FedDropout", "Caldas et al., 2018"),

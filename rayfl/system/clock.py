@@ -34,7 +34,8 @@ Everything here is a function of the seed, the traces and the assignments: the h
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
+from typing import Any
 
 import numpy as np
 
@@ -74,6 +75,46 @@ class ClientPlan:
     def link(self, i: int) -> LinkDraw | None:
         """The link draw of the ``i``-th client (None with perfect links)."""
         return self.links[i] if self.links else None
+
+    def row(self, i: int) -> ClientPlan:
+        """Client ``i``'s row as a plan of its own: every per-client column cut to its entry, every other field
+        (the round, its start, the memory overhead, and any field added later) kept as it is."""
+        one = slice(i, i + 1)
+        return replace(self, **{name: column[one] for name, column in self._columns().items() if len(column)})
+
+    @staticmethod
+    def concat(plans: Sequence[ClientPlan], round_idx: int, start_s: float) -> ClientPlan:
+        """The rows of ``plans`` as one plan of round ``round_idx`` starting at ``start_s`` (an asynchronous step's
+        arrivals), in the order given. Per-client columns are concatenated; a column empty in every plan stays
+        empty, and one that only some plans recorded is left empty (not recorded for the step). Every other field
+        (the memory overhead, any field added later) is the first plan's: the same for every plan of a run."""
+        if not plans:
+            raise ValueError("ClientPlan.concat needs at least one plan")
+        columns: dict[str, Any] = {}
+        for name, first in plans[0]._columns().items():
+            parts = [getattr(p, name) for p in plans]
+            if not all(len(part) for part in parts):
+                columns[name] = first[:0]
+            elif isinstance(first, np.ndarray):
+                columns[name] = np.concatenate(parts)
+            else:
+                columns[name] = tuple(entry for part in parts for entry in part)
+        return replace(plans[0], round_idx=round_idx, start_s=start_s, **columns)
+
+    @classmethod
+    def empty(cls, round_idx: int, start_s: float) -> ClientPlan:
+        """A plan of no client (an asynchronous step that nothing reached), its columns read off the type's fields."""
+        given: dict[str, Any] = {"round_idx": round_idx, "start_s": start_s}
+        for f in fields(cls):
+            if f.name not in given and f.default is MISSING and f.default_factory is MISSING:
+                given[f.name] = () if str(f.type).startswith("tuple") else np.zeros(0)
+        return cls(**given)
+
+    def _columns(self) -> dict[str, Any]:
+        """The per-client columns, read off the type's fields: every array or tuple field (one entry per client,
+        empty when not recorded); a row is never built from a hand-written list of them."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {name: v for name, v in values.items() if isinstance(v, np.ndarray | tuple)}
 
     @property
     def runs(self) -> np.ndarray:

@@ -33,7 +33,7 @@ from torch import nn
 
 from rayfl.config.sections import SystemConfig
 from rayfl.core.messages import Assignment, ClientUpdate, ClientView, TrainTask
-from rayfl.core.partials import ArrayPartial, NumpyParams
+from rayfl.core.partials import ArrayPartial, NumpyParams, Reduced
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine import build as build_module
 from rayfl.engine import driver as driver_module
@@ -122,7 +122,7 @@ def pausing_shard(pause: Pause, on_call: int) -> type[ParamServerShard]:
 
         def reduce(
             self, previous: NumpyParams, *partials: ArrayPartial, names: Sequence[str] | None = None
-        ) -> tuple[NumpyParams, dict[str, float]]:
+        ) -> Reduced:
             self.calls += 1
             if self.calls == on_call:
                 pause.at()

@@ -21,7 +21,7 @@ import torch
 from rayfl.config.model import ModelConfig
 from rayfl.config.sections import BackendConfig, CompressionConfig
 from rayfl.core.messages import Aggregate, ClientOutcome, Params, TrainTask
-from rayfl.core.partials import ArrayPartial
+from rayfl.core.partials import ArrayPartial, Reduced
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine.exec.client_state import ClientMemory, ClientStateStore, KeptUpload, keeps_state, pads
 from rayfl.engine.exec.host import ClientHost, EvalStats, NumpyParams
@@ -161,16 +161,17 @@ def uploads_by_host(handles: Sequence[tuple[int, object]], num_hosts: int) -> li
     return [[h for _, h in handles[bounds[k] : bounds[k + 1]]] for k in range(num_hosts)]
 
 
-def assemble_aggregate(
-    results: Sequence[tuple[NumpyParams, dict[str, float]]], outcomes: Sequence[ClientOutcome]
-) -> Aggregate:
+def assemble_aggregate(results: Sequence[Reduced], outcomes: Sequence[ClientOutcome]) -> Aggregate:
+    """The shards' reductions as one aggregate (arrays copied: object-store arrays arrive read-only)."""
     params: Params = {}
     coverage: dict[str, float] = {}
-    for new, cov in results:
+    covered: Params = {}
+    for new, cov, masks in results:
         params.update({k: torch.from_numpy(np.array(v)) for k, v in new.items()})
         coverage.update(cov)
+        covered.update({k: torch.from_numpy(np.array(v)) for k, v in masks.items()})
     ok = [o for o in outcomes if o.failure is None]
-    return Aggregate(params=params, coverage=coverage, num_clients=len(ok))
+    return Aggregate(params=params, coverage=coverage, num_clients=len(ok), covered=covered)
 
 
 class LocalBackend:
@@ -273,9 +274,7 @@ class LocalBackend:
         count = sum(cast(int, out[self.num_shards]) for out in outs)
         return dataclasses.replace(assemble_aggregate(self._reduce(arrays, outs), []), num_clients=count)
 
-    def _reduce(
-        self, arrays: NumpyParams, outs: Sequence[Sequence[object]]
-    ) -> list[tuple[NumpyParams, dict[str, float]]]:
+    def _reduce(self, arrays: NumpyParams, outs: Sequence[Sequence[object]]) -> list[Reduced]:
         """Each shard's reduction of the hosts' partial sums for it (the first ``num_shards`` entries of each host's
         result, ``ClientHost.run_round``), in host-id order, at the driver's thread count (a host call sets its
         own)."""

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from rayfl.core.partials import ArrayPartial, ArrayWeightedMean, NumpyParams
+from rayfl.core.partials import ArrayPartial, ArrayWeightedMean, NumpyParams, Reduced
 
 __all__ = ["ParamServerShard", "plan_shards"]
 
@@ -45,13 +45,14 @@ class ParamServerShard:
         self.names = tuple(names)
         return self.shard_id
 
-    def reduce(
-        self, previous: NumpyParams, *partials: ArrayPartial, names: Sequence[str] | None = None
-    ) -> tuple[NumpyParams, dict[str, float]]:
-        """New values of this shard's tensors from the hosts' partials (given in host-id order). ``names``, when
-        given, are the shard's tensors from now on (the Ray backend names them in every call, so that a shard Ray
-        restarted, whose constructor knows only the first plan, reduces the right ones)."""
+    def reduce(self, previous: NumpyParams, *partials: ArrayPartial, names: Sequence[str] | None = None) -> Reduced:
+        """New values of this shard's tensors from the hosts' partials (given in host-id order), with each one's
+        coverage and, for tensors covered in part, which elements were covered (the server optimizer's mask).
+        ``names``, when given, are the shard's tensors from now on (the Ray backend names them in every call, so that
+        a shard Ray restarted, whose constructor knows only the first plan, reduces the right ones)."""
         if names is not None:
             self.names = tuple(names)
         merged = self.reducer.merge(partials)
-        return self.reducer.finalize(merged, {n: previous[n] for n in self.names})
+        own = {n: previous[n] for n in self.names}
+        new, coverage = self.reducer.finalize(merged, own)
+        return new, coverage, self.reducer.covered(merged, own)

@@ -16,10 +16,10 @@ from at the same elements (its delta ``v - b``), turned into a model ``x`` at th
 
 The method's own reducer (the count-weighted element-wise mean, ``core/reducers.py``) then averages the ``x`` of the
 step's updates, elements no update covers keeping ``p``: so the aggregate minus ``p`` is the weighted mean of the
-staleness-weighted deltas, element by element, as sub-model methods aggregate; and the method's ``server_update``
-(server lr, server optimizer, distillation) takes that aggregate as it takes a sync round's. Where ``x`` is the
-client's own value (no staleness weight, started on the current version), it is used as it is: B = C = K with
-``refill: applied`` and ``staleness: none`` is then the sync round bit for bit.
+staleness-weighted deltas, element by element, as sub-model methods aggregate; and the server optimizer
+(``server.optimizer``) and the method's ``server_update`` (distillation) take that aggregate as they take a sync
+round's. Where ``x`` is the client's own value (no staleness weight, started on the current version), it is used as
+it is: B = C = K with ``refill: applied`` and ``staleness: none`` is then the sync round bit for bit.
 
 Training. Which clients start on a version is known once the server steps past it, and their results do not change
 when anything happens in simulated time (``compute_time: modelled``), so every client that started on a version is
@@ -155,12 +155,15 @@ class BufferedRounds:
         train_start = time.perf_counter()
         self._train(parts, run, round_idx)
         train_done = time.perf_counter()
-        # 3. The server step on the buffered updates, staleness-weighted, through the method's own server update.
+        # 3. The server step on the buffered updates, staleness-weighted, through the server optimizer and the
+        # method's own server update.
         applied = [f for f in arrived if f.failure is None and f.upload is not None]
         weights = staleness_weight(self.server, np.array([round_idx - f.start_version for f in applied]))
         aggregate, shares = self._aggregate(algorithm, run.state, round_idx, applied, weights)
         outcomes = sorted((f.outcome for f in arrived if f.outcome is not None), key=lambda o: o.client_id)
-        new_state, rolled_back = update_server(algorithm, run.guard, run.state, round_idx, aggregate, outcomes)
+        new_state, rolled_back = update_server(
+            algorithm, run.guard, run.state, round_idx, aggregate, outcomes, cfg.server.optimizer
+        )
         run.state = new_state
         server_s = (time.perf_counter() - train_done) + (train_start - round_start)
         for flight in arrived:
@@ -252,7 +255,7 @@ class BufferedRounds:
         lr = schedule.lr(cfg.train, version)
         started: list[Flight] = []
         for i, c in enumerate(plan.client_id.tolist()):
-            row = _row(plan, i)
+            row = plan.row(i)
             finish = at + float(row.finish_s[0])
             if row.failure[0] is None and not math.isfinite(finish):
                 row = dataclasses.replace(row, failure=("dropped",))
@@ -374,7 +377,8 @@ class BufferedRounds:
             f.serial: (f.upload.weight * s / total if f.upload is not None and total > 0 else math.nan)
             for f, s in zip(applied, weights.tolist(), strict=True)
         }
-        return Aggregate(params=params, coverage=coverage, num_clients=len(applied)), shares
+        covered = reducer.covered(merged, current)
+        return Aggregate(params=params, coverage=coverage, num_clients=len(applied), covered=covered), shares
 
 
 def _since(flight: Flight, t: float) -> float:
@@ -397,48 +401,9 @@ def _values_at(params: dict[str, torch.Tensor], upload: KeptUpload) -> dict[str,
     return out
 
 
-def _row(plan: ClientPlan, i: int) -> ClientPlan:
-    """Client ``i``'s row of ``plan`` as a plan of its own."""
-    one = slice(i, i + 1)
-    return dataclasses.replace(
-        plan,
-        client_id=plan.client_id[one],
-        memory_budget=plan.memory_budget[one],
-        memory_need=plan.memory_need[one],
-        bandwidth_budget=plan.bandwidth_budget[one],
-        bytes_down=plan.bytes_down[one],
-        bytes_up=plan.bytes_up[one],
-        download_s=plan.download_s[one],
-        compute_s=plan.compute_s[one],
-        upload_s=plan.upload_s[one],
-        failure=plan.failure[one],
-        over_budget=plan.over_budget[one] if plan.over_budget else (),
-        links=plan.links[one] if plan.links else (),
-        train_flops=plan.train_flops[one] if len(plan.train_flops) else plan.train_flops,
-    )
-
-
 def _rows(flights: Sequence[Flight], round_idx: int) -> ClientPlan:
-    """The arrived clients' rows as one plan of the step (in the order given)."""
-    start = flights[0].start_s if flights else 0.0
-
-    def cat(name: str) -> np.ndarray:
-        return np.concatenate([getattr(f.plan, name) for f in flights]) if flights else np.zeros(0)
-
-    return ClientPlan(
-        round_idx=round_idx,
-        start_s=start,
-        client_id=cat("client_id").astype(np.int64),
-        memory_budget=cat("memory_budget"),
-        memory_need=cat("memory_need"),
-        bandwidth_budget=cat("bandwidth_budget"),
-        bytes_down=cat("bytes_down"),
-        bytes_up=cat("bytes_up"),
-        download_s=cat("download_s"),
-        compute_s=cat("compute_s"),
-        upload_s=cat("upload_s"),
-        failure=tuple(f.plan.failure[0] for f in flights),
-        over_budget=tuple(f.plan.over_budget[0] if f.plan.over_budget else "" for f in flights),
-        links=tuple(f.plan.links[0] for f in flights) if flights and all(f.plan.links for f in flights) else (),
-        train_flops=cat("train_flops") if all(len(f.plan.train_flops) for f in flights) else np.zeros(0),
-    )
+    """The arrived clients' rows as one plan of the step (in the order given), built from ``ClientPlan``'s own fields
+    (``ClientPlan.concat``), so that every column a sync round records (the memory overhead too) is recorded here."""
+    if not flights:
+        return ClientPlan.empty(round_idx, 0.0)
+    return ClientPlan.concat([f.plan for f in flights], round_idx, flights[0].start_s)

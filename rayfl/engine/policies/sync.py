@@ -91,8 +91,11 @@ class SyncRounds:
         aggregate, outcomes = train_clients(backend, tasks, state.params, run.initial_params)
         train_done = time.perf_counter()
         plan = clock.measured_compute(plan, {o.client_id: o.train_wall_s for o in outcomes})
-        # 5. Server update (skipped when every client failed), rolled back when not finite; the clock moves on.
-        state, rolled_back = update_server(algorithm, run.guard, state, round_idx, aggregate, outcomes)
+        # 5. Server update (skipped when every client failed): the server optimizer, then the method's own step;
+        # rolled back when not finite; the clock moves on.
+        state, rolled_back = update_server(
+            algorithm, run.guard, state, round_idx, aggregate, outcomes, cfg.server.optimizer
+        )
         run.state = state
         server_s += time.perf_counter() - train_done
         sim_duration_s = clock.advance(plan, server_s, phase_server_s)

@@ -7,7 +7,9 @@ An algorithm fills a few hooks and keeps no state between them; everything it re
 2. each client host, per client: ``local_train(model, x, y, task, ...)`` (the default loop calls ``train_batch``,
    ``backward_step``, ``local_loss``) → ``ClientUpdate`` weighted by ``client_weight``;
 3. hosts and parameter-server shards: the one reduction (below) → ``Aggregate``;
-4. driver: ``server_update(state, round_idx, aggregate)`` → the next ``ServerState``;
+4. driver: the server optimizer (``server.optimizer``, ``fl/common/server_opt.py``: SGD with momentum, Adam, Yogi,
+   Adagrad on the pseudo-gradient, shared by every method) turns the aggregate into the new parameters, then
+   ``server_update(state, round_idx, aggregate)`` → the next ``ServerState``;
 5. driver: the global parameters evaluated as ``eval_units``; with several global models, each under
    ``model_names``, and each device on the evaluation ``device_evals`` names.
 
@@ -28,7 +30,8 @@ parameter-server shards merge them in host order and divide with a numpy twin of
 (``rayfl/core/partials.py``: ``ArrayWeightedMean``, so shards never load torch), which makes results bit for bit
 independent of how clients are spread over hosts and shards. A method shapes aggregation through the weights, per
 client (``client_weight``) or per tensor (``ClientUpdate.tensor_weights``: FedorAS's OPA), and through
-``server_update`` (server optimizers, distillation, model transformations), never by replacing the reduction.
+``server_update`` (distillation, model transformations), never by replacing the reduction; the server optimizer on
+the aggregate is one shared piece for every method (``server_optimizer``).
 
 Client-side hooks run inside Ray actors or in-process alike, so they must be pure functions of their arguments and
 draw randomness only from the task's derived generators. Algorithms never import Ray.
@@ -46,7 +49,7 @@ import torch
 from torch import nn
 
 from rayfl.config.model import ModelConfig
-from rayfl.config.sections import TrainConfig
+from rayfl.config.sections import ServerOptimizerConfig, TrainConfig
 from rayfl.core.messages import Aggregate, Assignment, ClientUpdate, ClientView, Params, ServerState, TrainTask
 from rayfl.core.reducers import MaskedWeightedMean
 from rayfl.core.rng import derive_torch_generator
@@ -154,12 +157,20 @@ class Algorithm:
         ``model.name: custom``, cannot serve it); checked before a run starts (``engine/preflight.py``)."""
         return False
 
+    def family_problems(self, family: ElasticFamily) -> list[tuple[tuple[str, ...], str]]:
+        """What of this method's config the model ``family`` cannot serve, as (key path inside the method's section,
+        reason) pairs, e.g. a named smallest model with more stages than the network has. ``rayfl validate`` and
+        ``run`` ask it before anything starts (``engine/preflight.py::check_family_fits``, the key prefixed with the
+        section's path), ``bind_server`` again on the real family; none by default."""
+        return []
+
     def require_family(self) -> ElasticFamily:
         if self.family is None:
             raise ValueError(
                 f"algorithm {self.name!r} assigns sub-models, so the model needs an elastic family: use one of the "
-                "built-in families, or for your own architecture write an ElasticFamily (README: 'Your own model "
-                "with sub-model methods'); model.name: custom is a fixed model for full-model methods such as fedavg"
+                "built-in families, or for your own architecture write an ElasticFamily (docs/models.md: 'Your own "
+                "model with sub-model methods'); model.name: custom is a fixed model for full-model methods such as "
+                "fedavg"
             )
         return self.family
 
@@ -185,8 +196,15 @@ class Algorithm:
         """A client's weight in the reducer's mean."""
         return float(num_examples)
 
+    def server_optimizer(self, configured: ServerOptimizerConfig) -> ServerOptimizerConfig:
+        """The server optimizer this method's rounds run with (``rayfl/fl/common/server_opt.py``, before
+        ``server_update``): the run's ``server.optimizer`` (``configured``); FedAvg reads its own ``server_lr`` and
+        ``server_momentum`` as ``sgd`` (the keys it had before the optimizer was shared)."""
+        return configured
+
     def server_update(self, state: ServerState, round_idx: int, aggregate: Aggregate) -> ServerState:
-        """The next global state from the round's aggregate; the default adopts the mean."""
+        """The next global state from the round's aggregate, after the server optimizer (``server.optimizer``) has
+        made its parameters the new model's; the default adopts them."""
         return ServerState(
             params=aggregate.params,
             round_idx=round_idx + 1,

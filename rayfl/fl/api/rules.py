@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from rayfl.config.model import ModelConfig
-from rayfl.config.sections import DataConfig, SystemConfig, TrainConfig
+from rayfl.config.sections import DataConfig, ServerConfig, SystemConfig, TrainConfig
 from rayfl.core.errors import KeyPath, Problem
 
 __all__ = ["MethodRules", "PhaseView", "RunView"]
@@ -43,6 +43,9 @@ class RunView(Protocol):
 
     @property
     def train(self) -> TrainConfig: ...
+
+    @property
+    def server(self) -> ServerConfig: ...
 
     @property
     def algorithm(self) -> Any: ...

@@ -45,6 +45,9 @@ def test_three_clients_by_hand() -> None:
     )
     torch.testing.assert_close(new["w"], expected, rtol=0, atol=1e-6)
     assert coverage["w"] == 5 / 6
+    # which elements were covered (the server optimizer's mask): all but (1, 1)
+    covered = reducer.covered(partial, prev)
+    assert torch.equal(covered["w"], torch.tensor([[True, True, True], [True, False, True]]))
 
 
 def test_full_updates_are_the_weighted_mean() -> None:
@@ -123,6 +126,11 @@ def test_numpy_shard_side_equals_the_torch_reducer_bit_for_bit() -> None:
     for k, v in expected.items():
         assert got[k].dtype == v.numpy().dtype and np.array_equal(got[k], v.numpy()), k
         assert got[k].tobytes() == v.numpy().tobytes(), k
+    # per-element coverage only for the tensor covered in part ("b" and "count" whole, "idle" not at all), the same
+    masks = reducer.covered(reducer.merge(hosts), prev)
+    array_masks = shard.covered(shard.merge([as_arrays(h) for h in hosts]), {k: v.numpy() for k, v in prev.items()})
+    assert list(masks) == list(array_masks) == ["a"]
+    assert np.array_equal(array_masks["a"], masks["a"].numpy()) and int(masks["a"].sum()) == cov["a"] * 30
 
 
 def test_process_roles_import_only_what_they_need() -> None:

@@ -50,11 +50,23 @@ def data() -> FederatedDataset:
     return tiny_image_dataset()
 
 
+# finite memory budgets with a runtime overhead inside every need: utilisation and the overhead's share are recorded
+WITH_OVERHEAD = dataclasses.replace(
+    HETEROGENEOUS,
+    memory=ResourceConfig(source="uniform", low=2.0, high=4.0, per_round=False),  # MiB: everyone fits
+    memory_overhead_mib=1.0,
+)
+
+
+@pytest.mark.parametrize("system", [HETEROGENEOUS, WITH_OVERHEAD], ids=["no_overhead", "memory_overhead"])
 def test_fedbuff_with_b_equal_c_equal_k_and_no_staleness_weight_is_sync_bit_for_bit(
-    data: FederatedDataset, tmp_path: Path
+    data: FederatedDataset, tmp_path: Path, system: SystemConfig
 ) -> None:
-    """B = C = K, clients refilled once their update is applied, s(tau) = 1: every step is a sync round."""
-    cfg = dataclasses.replace(tiny_config(kind="local", num_hosts=2), rounds=4, system=HETEROGENEOUS)
+    """B = C = K, clients refilled once their update is applied, s(tau) = 1: every step is a sync round, in
+    ``rounds.csv`` and ``clients.csv`` alike; with ``system.memory_overhead_mib > 0`` too (issue 43 item 2: the
+    asynchronous rows once lost the plan's memory overhead, reporting the need over the whole budget as utilisation
+    and an overhead share of 0)."""
+    cfg = dataclasses.replace(tiny_config(kind="local", num_hosts=2), rounds=4, system=system)
     sync = _written(cfg, tmp_path, "sync", data)
     server = ServerConfig(policy="fedbuff", concurrency=5, buffer_size=5, staleness="none", refill="applied")
     buff = _written(dataclasses.replace(cfg, server=server), tmp_path, "fedbuff", data)
@@ -66,6 +78,10 @@ def test_fedbuff_with_b_equal_c_equal_k_and_no_staleness_weight_is_sync_bit_for_
     clients = pd.read_csv(buff.run_dir / "clients.csv")
     assert (clients["start_version"] == clients["round_idx"]).all()
     np.testing.assert_allclose(clients.groupby("round_idx")["agg_weight"].sum(), 1.0)
+    if system.memory_overhead_mib > 0:  # the compared columns really carry the overhead
+        assert rounds["memory_overhead_share"].between(0.25, 0.5).all(), rounds["memory_overhead_share"]
+        assert rounds["memory_util"].between(0.0, 1.0, inclusive="neither").all()
+        assert clients["memory_util"].between(0.0, 1.0, inclusive="neither").all()
 
 
 def test_overcommit_zero_is_sync_and_overcommit_keeps_the_first_k_to_finish(

@@ -166,6 +166,41 @@ def test_memory_utilisation_is_the_models_own_need_over_what_the_overhead_leaves
     np.testing.assert_allclose(plan.memory_overhead_share, [0.2, 20.0 / 60.0, np.nan])
 
 
+def test_a_plan_cut_into_rows_and_joined_again_keeps_every_field() -> None:
+    """``ClientPlan.row`` and ``concat`` (an asynchronous step's rows) derive the columns from the type's fields:
+    every field of the joined rows equals the plan's, the memory overhead and the optional columns included."""
+    n = 3
+    plan = ClientPlan(
+        round_idx=4,
+        start_s=7.0,
+        client_id=np.array([5, 1, 9]),
+        memory_budget=np.array([3.0, 4.0, 5.0]),
+        memory_need=np.array([2.0, 2.5, 3.0]),
+        bandwidth_budget=np.array([10.0, 20.0, 30.0]),
+        bytes_down=np.array([1.0, 2.0, 3.0]),
+        bytes_up=np.array([4.0, 5.0, 6.0]),
+        download_s=np.array([0.1, 0.2, 0.3]),
+        compute_s=np.array([1.0, 2.0, 3.0]),
+        upload_s=np.array([0.4, 0.5, 0.6]),
+        failure=(None, "memory", None),
+        over_budget=("", "", "bandwidth"),
+        train_flops=np.array([6.0, 7.0, 8.0]),
+        memory_overhead=1.5,
+    )
+    rows = [plan.row(i) for i in range(n)]
+    assert all(len(r.client_id) == 1 and r.memory_overhead == 1.5 for r in rows)
+    joined = ClientPlan.concat(rows, plan.round_idx, plan.start_s)
+    for f in dataclasses.fields(ClientPlan):
+        a, b = getattr(joined, f.name), getattr(plan, f.name)
+        if isinstance(b, np.ndarray):
+            np.testing.assert_array_equal(a, b, err_msg=f.name)
+        else:
+            assert a == b, f.name
+    assert ClientPlan.concat([rows[0], dataclasses.replace(rows[1], over_budget=())], 0, 0.0).over_budget == ()
+    empty = ClientPlan.empty(2, 0.0)
+    assert len(empty.client_id) == 0 and empty.failure == () and empty.duration_s(5.0) == 0.0
+
+
 def test_the_clock_reports_utilisation_without_the_overhead() -> None:
     """Through the clock: the tiny CNN's own need over (budget - system.memory_overhead_mib)."""
     _, need, _ = clock_for(SystemConfig())  # the model's own need (no overhead)

@@ -3,8 +3,11 @@
 McMahan, Moore, Ramage, Hampson, Agüera y Arcas, AISTATS 2017 (arXiv:1602.05629).
 
 Every client trains the full model; the server averages the updates weighted by sample count. The server step is
-written as SGD on the pseudo-gradient ``old - mean`` (Reddi et al., "Adaptive Federated Optimization"), so
-``server_lr = 1`` with no momentum is plain averaging and larger or damped steps are a config choice.
+the shared server optimizer (``server.optimizer``, ``rayfl/fl/common/server_opt.py``): SGD on the pseudo-gradient
+``old - mean`` (Reddi et al., "Adaptive Federated Optimization"), so lr 1 with no momentum is plain averaging, and
+FedAvgM, FedAdam, FedYogi and FedAdagrad are config choices. ``algorithm.server_lr`` and ``server_momentum``, FedAvg's
+own keys from before the optimizer was shared, still mean ``server.optimizer: {name: sgd, lr, momentum}``, with the
+same numbers bit for bit (``server_optimizer``); setting both is refused (``rules.py``).
 
 Paper 000's two FedAvg baselines are config choices of the same class:
 
@@ -21,26 +24,33 @@ Paper 000's two FedAvg baselines are config choices of the same class:
   for paper 000's ViT-tiny-tiny where ``S = {0, 1}`` would otherwise remove every block of the ViT.
 
 Clients are weighted by sample count (``weighting``) in both cases; the sub-model's uncovered elements stay as they
-are (the reducer keeps them), so the server step only moves the trained part.
+are (the reducer keeps them, and the server optimizer moves only covered elements), so the server step only moves the
+trained part.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
+from rayfl.config.sections import ServerOptimizerConfig
 from rayfl.core.errors import ConfigError
-from rayfl.core.messages import Aggregate, Assignment, ClientView, ServerState
+from rayfl.core.messages import Assignment, ClientView, ServerState
 from rayfl.fl.api.algorithm import Algorithm, ServerContext
 from rayfl.fl.common.search import named_structure
 from rayfl.fl.methods.fedavg.config import FedAvgConfig
+from rayfl.fl.methods.fedavg.rules import alias_conflict, uses_alias
 from rayfl.models.elastic.spec import first_k
+
+if TYPE_CHECKING:
+    from rayfl.models.elastic.family import ElasticFamily
 
 __all__ = ["FedAvg"]
 
 
 class FedAvg(Algorithm):
-    """FedAvg with an optional server learning rate and momentum."""
+    """FedAvg; the server's optimizer is the shared one (``server.optimizer``), its own two keys an alias of it."""
 
     name = "fedavg"
     config: FedAvgConfig
@@ -54,10 +64,20 @@ class FedAvg(Algorithm):
     def bind_server(self, ctx: ServerContext) -> None:
         super().bind_server(ctx)
         if self.config.model == "smallest" and self.config.smallest_blocks:
-            try:  # a count that does not fit the model: one located line before round 0, not a traceback
-                self.smallest_units()
-            except ValueError as err:
-                raise ConfigError(str(err), "algorithm.smallest_blocks") from err
+            for key, reason in self.family_problems(self.require_family()):
+                # a count that does not fit the model: one located line before round 0, not a traceback
+                raise ConfigError(reason, ".".join(("algorithm", *key)))
+
+    def family_problems(self, family: ElasticFamily) -> list[tuple[tuple[str, ...], str]]:
+        """``smallest_blocks`` that ``family`` cannot hold (more stages, or more blocks in a stage, than it has)."""
+        if self.config.model != "smallest" or not self.config.smallest_blocks:
+            return []
+        positive = [float(r) for r in self.config.ratios if r > 0.0] or [1.0]
+        try:
+            named_structure(family, min(positive), self.config.smallest_blocks)
+        except ValueError as err:
+            return [(("smallest_blocks",), str(err))]
+        return []
 
     def smallest_units(self) -> tuple[int, ...]:
         """Units of the smallest structure with ratios ``config.ratios`` (see the module docstring)."""
@@ -87,24 +107,10 @@ class FedAvg(Algorithm):
     def eval_units(self, state: ServerState) -> tuple[int, ...] | None:
         return None if self.config.model == "full" else self.smallest_units()
 
-    def server_update(self, state: ServerState, round_idx: int, aggregate: Aggregate) -> ServerState:
-        cfg = self.config
-        if cfg.server_lr == 1.0 and cfg.server_momentum == 0.0:
-            return super().server_update(state, round_idx, aggregate)
-        new_params = {}
-        momentum = dict(state.opt_state)
-        for name, old in state.params.items():
-            grad = old - aggregate.params[name]  # pseudo-gradient
-            if cfg.server_momentum > 0.0:
-                buf = momentum.get(name)
-                buf = grad.clone() if buf is None else buf.mul(cfg.server_momentum).add_(grad)
-                momentum[name] = buf
-                grad = buf
-            new_params[name] = old - cfg.server_lr * grad
-        return ServerState(
-            params=new_params,
-            round_idx=round_idx + 1,
-            opt_state=momentum,
-            algo_state=state.algo_state,
-            models=state.models,
-        )
+    def server_optimizer(self, configured: ServerOptimizerConfig) -> ServerOptimizerConfig:
+        """``server_lr`` / ``server_momentum`` set (not 1 and 0): ``sgd`` with them, else ``server.optimizer``."""
+        if not uses_alias(self.config):
+            return configured
+        if alias_conflict(self.config, configured):  # the rules refuse it before a run starts; a direct call too
+            raise ConfigError("set the server optimizer in server.optimizer or here, not both", "algorithm.server_lr")
+        return ServerOptimizerConfig(name="sgd", lr=self.config.server_lr, momentum=self.config.server_momentum)

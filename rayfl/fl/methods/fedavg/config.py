@@ -13,7 +13,8 @@ __all__ = ["FedAvgConfig"]
 
 @dataclass(frozen=True, kw_only=True)
 class FedAvgConfig:
-    """FedAvg (McMahan et al., AISTATS 2017): one model everywhere, server step = SGD on the pseudo-gradient.
+    """FedAvg (McMahan et al., AISTATS 2017): one model everywhere, server step = SGD on the pseudo-gradient
+    (``server.optimizer``, shared by every method; ``server_lr`` and ``server_momentum`` are FedAvg's alias of it).
 
     ``model``: ``full`` is the global model (paper 000's "Largest"); ``smallest`` is the smallest structure of the
     search space with ratios ``ratios`` (paper 000's "Smallest"), or with ``smallest_blocks`` the first blocks of each
@@ -24,8 +25,9 @@ class FedAvgConfig:
 
     name: Literal["fedavg"] = "fedavg"
     weighting: Literal["samples", "uniform"] = "samples"  # client weight in the element-wise mean
-    server_lr: float = bounded(1.0, gt=0.0)  # 1.0 = plain averaging
-    server_momentum: float = bounded(0.0, ge=0.0, lt=1.0)
+    # FedAvg's own name for server.optimizer {name: sgd, lr}: 1.0 = plain averaging (set one of the two, not both)
+    server_lr: float = bounded(1.0, gt=0.0)
+    server_momentum: float = bounded(0.0, ge=0.0, lt=1.0)  # FedAvg's own name for server.optimizer.momentum (FedAvgM)
     model: Literal["full", "smallest"] = "full"
     ratios: tuple[float, ...] = (0.0, 0.5, 1.0)
     # 'smallest': keep only the first blocks[s] blocks of each stage, every width at the smallest positive ratio (a
