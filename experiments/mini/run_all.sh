@@ -10,11 +10,11 @@
 # comparison, the methods without server-side distillation, which all learn at this scale: largest smallest heterofl
 # fedrolex feddropout anycostfl fjord model_search-no-distill (the core method without distillation); then the
 # variants with paper 000's in-place distillation, kept by name: model_search (Eq. 2 as the paper writes it, the
-# YAML's own method; at CPU scale it ends near the most-frequent-label baseline, README "Methods"), heterofl-distill
+# YAML's own method; at CPU scale it ends near the most-frequent-label baseline, docs/reproductions.md), heterofl-distill
 # (likewise), model_search-copies (the earlier copy-and-average distillation, `algorithm.distill.update=copies`) and
 # model_search-frozen (Eq. 2 with the teacher frozen for the round, `algorithm.distill.teacher=round`).
-# KEEP=DIR copies each run's rounds.csv, evals.csv, config.yaml and summary.json to DIR/<name>/ (the README's table
-# comes from experiments/mini/results: python experiments/mini/table.py).
+# KEEP=DIR copies each run's rounds.csv, evals.csv, config.yaml and summary.json to DIR/<name>/ (the table in
+# docs/reproductions.md comes from experiments/mini/results: python experiments/mini/table.py).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 CFG=experiments/mini/shakespeare_bert.yaml

@@ -1,4 +1,4 @@
-"""The README's first comparison, from the records of experiments/mini/run_all.sh.
+"""The mini comparison of docs/reproductions.md, from the records of experiments/mini/run_all.sh.
 
 PYTHONPATH=$PWD python experiments/mini/table.py [RUNS_DIR] > experiments/mini/results/table.md
 

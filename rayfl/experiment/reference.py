@@ -6,6 +6,8 @@ section's docstring gives it), section by section and variant by variant (``mode
 (``python -m rayfl.experiment.reference > docs/config-reference.md``); a test keeps the two in sync, so a field
 added, renamed or re-documented shows up in review as a change to the file.
 Walks the dataclasses from ``ExperimentConfig`` down, wherever they are defined; imports neither torch nor Ray.
+``entries`` and ``render_tables`` take another root too: the sweep file's reference (``rayfl/tune/reference.py``) is
+the same walk from ``SweepConfig``.
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ from typing import Any, Literal, Union
 
 from rayfl.experiment.schema import ExperimentConfig
 
-__all__ = ["Entry", "entries", "field_docs", "render_reference"]
+__all__ = ["Entry", "entries", "field_docs", "render_reference", "render_tables"]
+
+_REQUIRED = object()  # the value of a field without a default, which the file must set
 
 
 @dataclass(frozen=True)
@@ -39,18 +43,20 @@ class Entry:
 
 
 def _sections(
-    cls: type[Any], prefix: str, title: str, default: Any = None
-) -> Iterator[tuple[str, str, type[Any], Any]]:
-    """``(prefix, heading, dataclass, its default value)`` for ``cls`` and every section below it, depth first; a
-    section inside a variant is titled with the variant (``algorithm.distill (algorithm.name: heterofl)``). The
-    default is the enclosing section's (``system.compute`` defaults to a constant speed, not to an empty source)."""
-    default = cls() if default is None or not isinstance(default, cls) else default
-    yield prefix, title, cls, default
+    cls: type[Any], prefix: str, title: str, default: Any = None, note: str = ""
+) -> Iterator[tuple[str, str, type[Any], Any, str]]:
+    """``(prefix, heading, dataclass, its default value, a note)`` for ``cls`` and every section below it, depth
+    first; a section inside a variant is titled with the variant (``algorithm.distill (algorithm.name: heterofl)``).
+    The default is the enclosing section's (``system.compute`` defaults to a constant speed, not to an empty source);
+    a section that is ``null`` by default says so in its note, with its field's comment."""
+    default = default if isinstance(default, cls) else _instance(cls)
+    yield prefix, title, cls, default, note
     hints = typing.get_type_hints(cls)
+    docs = field_docs(cls)
     context = title[title.index("(") :] if "(" in title else ""
     for f in dataclasses.fields(cls):
         key = f"{prefix}.{f.name}" if prefix else f.name
-        value = getattr(default, f.name)
+        value = _value(default, f)
         tagged = f.metadata.get("tagged")
         if tagged:
             for name, sub in tagged.items():
@@ -59,7 +65,27 @@ def _sections(
         for sub in _dataclasses_in(hints[f.name]):
             inner = f"{key}[i]" if typing.get_origin(hints[f.name]) in (tuple, list) else key
             where = title if ".name: " in title and not context else context.strip("()")
-            yield from _sections(sub, inner, f"{inner} ({where})" if where else inner, value)
+            absent = f"`{inner}` is `null` by default ({docs.get(f.name, 'left out')})." if value is None else ""
+            yield from _sections(sub, inner, f"{inner} ({where})" if where else inner, value, absent)
+
+
+def _instance(cls: type[Any]) -> Any:
+    """``cls()``, or ``None`` when a field has no default (``PlotConfig.x``): its fields' own defaults are used."""
+    try:
+        return cls()
+    except TypeError:
+        return None
+
+
+def _value(default: Any, f: dataclasses.Field[Any]) -> Any:
+    """The field's value in the section's ``default``, else its own default; ``_REQUIRED`` when it has none."""
+    if default is not None:
+        return getattr(default, f.name)
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return _REQUIRED
 
 
 def _dataclasses_in(tp: Any) -> list[type[Any]]:
@@ -95,6 +121,8 @@ def type_text(tp: Any) -> str:
 def _yaml_text(value: Any) -> str:
     if value is None:
         return "null"
+    if value is _REQUIRED:
+        return "(required)"
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, tuple | list):
@@ -149,14 +177,14 @@ def field_docs(cls: type[Any]) -> dict[str, str]:
     return docs
 
 
-def entries() -> list[tuple[str, str, str, list[Entry]]]:
-    """The reference's sections: ``(prefix, heading, the docstring's first paragraph, its leaf entries)``; a section
-    whose class was listed already (a phase's algorithm, the distillation of another method) has no entries and a
-    summary naming the heading that lists them."""
+def entries(root: type[Any] = ExperimentConfig) -> list[tuple[str, str, str, list[Entry]]]:
+    """The reference's sections below ``root``: ``(prefix, heading, the docstring's first paragraph, its leaf
+    entries)``; a section whose class was listed already (a phase's algorithm, the distillation of another method) has
+    no entries and a summary naming the heading that lists them."""
     out: list[tuple[str, str, str, list[Entry]]] = []
     seen: dict[tuple[type[Any], str], str] = {}  # (class, its defaults) -> the heading that lists them
     repeated: list[str] = []  # prefixes of sections listed as repeats: their own sections are repeats too
-    for prefix, title, cls, default in _sections(ExperimentConfig, "", "top level"):
+    for prefix, title, cls, default, note in _sections(root, "", "top level"):
         if any(prefix.startswith(f"{r}.") for r in repeated):
             continue
         if (cls, repr(default)) in seen:
@@ -171,9 +199,9 @@ def entries() -> list[tuple[str, str, str, list[Entry]]]:
             if f.metadata.get("tagged") or (_dataclasses_in(hints[f.name]) and not _has_scalar(hints[f.name])):
                 continue  # a section: listed under its own heading
             key = f"{prefix}.{f.name}" if prefix else f.name
-            value = _yaml_text(getattr(default, f.name))
+            value = _yaml_text(_value(default, f))
             rows.append(Entry(key, type_text(hints[f.name]), value, _bounds_text(f), docs.get(f.name, "")))
-        summary = (inspect.getdoc(cls) or "").split("\n\n")[0].replace("\n", " ")
+        summary = " ".join(s for s in ((inspect.getdoc(cls) or "").split("\n\n")[0].replace("\n", " "), note) if s)
         out.append((prefix, title, summary, rows))
     return out
 
@@ -201,7 +229,13 @@ def render_reference() -> str:
         "resolves to and where each came from.",
         "",
     ]
-    for _, title, summary, rows in entries():
+    return "\n".join(lines + render_tables(ExperimentConfig))
+
+
+def render_tables(root: type[Any]) -> list[str]:
+    """The reference's sections below ``root`` as Markdown lines: a heading, the summary and the table of keys each."""
+    lines: list[str] = []
+    for _, title, summary, rows in entries(root):
         lines += [f"## `{title}`", "", summary, ""] if summary else [f"## `{title}`", ""]
         if not rows:
             continue
@@ -209,7 +243,7 @@ def render_reference() -> str:
         for e in rows:
             lines.append(f"| `{e.key}` | {_cell(e.type_text)} | `{e.default}` | {_cell(e.bounds)} | {_cell(e.doc)} |")
         lines.append("")
-    return "\n".join(lines)
+    return lines
 
 
 if __name__ == "__main__":

@@ -45,9 +45,9 @@ class TrialResources:
     """The ``trial_resources`` section of a sweep file: CPU shares of a trial's driver and (when the experiment leaves
     ``backend.cpus_per_host`` at 0) of each client host, and how Tune places a trial's bundles over nodes."""
 
-    driver_cpus: float = bounded(DEFAULT_DRIVER_CPUS, gt=0.0)
-    cpus_per_host: float = bounded(DEFAULT_HOST_CPUS, gt=0.0)
-    strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"
+    driver_cpus: float = bounded(DEFAULT_DRIVER_CPUS, gt=0.0)  # the trial's driver process (bundle 0)
+    cpus_per_host: float = bounded(DEFAULT_HOST_CPUS, gt=0.0)  # each client host, where backend.cpus_per_host is 0
+    strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"  # Ray's placement-group strategy
 
 
 def trial_backend(backend: BackendConfig, resources: TrialResources) -> BackendConfig:

@@ -62,12 +62,12 @@ class SchedulerConfig:
     """ASHA (asynchronous successive halving) on simulated time: trials are compared at ``grace_period_s``,
     ``grace_period_s * reduction_factor``, ... simulated seconds, and none runs past ``max_t_s``."""
 
-    kind: Literal["asha"] = "asha"
-    metric: str = "test_acc"
-    mode: Literal["max", "min"] = "max"
-    grace_period_s: float = bounded(3600.0, gt=0.0)
-    max_t_s: float = bounded(360000.0, gt=0.0)
-    reduction_factor: float = bounded(2.0, gt=1.0)
+    kind: Literal["asha"] = "asha"  # the one scheduler: asynchronous successive halving
+    metric: str = "test_acc"  # a metric every trial reports each round (rayfl/tune/metrics.py)
+    mode: Literal["max", "min"] = "max"  # whether a larger metric is better
+    grace_period_s: float = bounded(3600.0, gt=0.0)  # simulated seconds before a trial can be stopped
+    max_t_s: float = bounded(360000.0, gt=0.0)  # simulated seconds no trial runs past
+    reduction_factor: float = bounded(2.0, gt=1.0)  # the share of trials kept at each rung is 1 / reduction_factor
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,32 +75,36 @@ class PlotConfig:
     """A figure of the results table: one panel per metric against swept key ``x``, one line per value of ``lines``;
     when ``x`` is a metric of the table, one point per trial instead (a scatter, one colour per value of ``lines``)."""
 
-    x: str
-    lines: str = ""
-    metrics: tuple[str, ...] = ("memory_util", "bandwidth_util", "hit_rate")
-    file: str = "plot.png"
+    x: str  # a swept key (one panel's x axis), or a metric of the results table (a scatter, one point per trial)
+    lines: str = ""  # a swept key: one line (or colour) per value; "" = one line
+    metrics: tuple[str, ...] = ("memory_util", "bandwidth_util", "hit_rate")  # results-table columns, one panel each
+    file: str = "plot.png"  # in the sweep's folder
 
 
 @dataclass(frozen=True, kw_only=True)
 class SweepConfig:
-    """The sweep file's fields (module docstring)."""
+    """A sweep file: a base experiment, the experiment keys it sweeps, how Tune searches and schedules the trials,
+    what ranks them and where they go."""
 
-    name: str = ""
+    name: str = ""  # the sweep's folder under output_dir; "" = the file's stem
+    # an experiment file (relative to the sweep file) or an inline mapping of one
     base: str | dict[str, Any] = ""
-    overrides: tuple[str, ...] = ()
+    overrides: tuple[str, ...] = ()  # dotted overrides of the base, as on `rayfl run`'s command line
+    # dotted experiment keys -> a list (grid) or {grid|choice: [...]}, {uniform|loguniform|randint: [lo, hi]}
     param_space: dict[str, Any] = field(default_factory=dict)
-    search: Literal["grid", "random"] = "grid"
-    num_samples: int = bounded(1, ge=1)
+    search: Literal["grid", "random"] = "grid"  # grid: lists only; random: num_samples draws per grid point
+    num_samples: int = bounded(1, ge=1)  # draws per grid point (search: random)
     search_seed: int = bounded(0, ge=0)  # seeds Tune's draws for search: random
-    max_concurrent_trials: int = bounded(0, ge=0)
+    max_concurrent_trials: int = bounded(0, ge=0)  # 0 = as many as the cluster fits
     max_failures: int = bounded(1, ge=0)  # Tune's FailureConfig: retries of a failed trial from its last checkpoint
-    scheduler: SchedulerConfig | None = None
+    scheduler: SchedulerConfig | None = None  # none: every trial runs all its rounds
     metric: str = ""  # "" = test_acc for training sweeps, memory_util for search-only ones
-    metric_mode: Literal["max", "min"] = "max"
-    mode: Mode = "train"
+    metric_mode: Literal["max", "min"] = "max"  # whether a larger metric is better (`mode` is the run mode)
+    mode: Mode = "train"  # train | search_only (the assignment over the budgets alone, no training)
+    # relative to the working directory; on a multi-node cluster, storage every node mounts at the same path
     output_dir: str = "runs/sweeps"
     trial_resources: TrialResources = field(default_factory=TrialResources)
-    plot: PlotConfig | None = None
+    plot: PlotConfig | None = None  # none: no figure
 
 
 @dataclass(frozen=True)

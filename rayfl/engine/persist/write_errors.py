@@ -5,7 +5,7 @@ Every file of a run directory is written through ``writing(path)`` (record files
 system's reason, with what to do. What was half written is undone where it was written (``records.RunWriter``: a
 round's rows are cut from every record file again; ``checkpoint.py``: the temporary file is removed), so the run
 directory stays consistent and resumes from its last checkpoint once the disk has room (``rayfl run --resume``).
-``rayfl run`` ends with that one line and exit code ``EXIT_WRITE_FAILED`` (README, exit codes).
+``rayfl run`` ends with that one line and exit code ``EXIT_WRITE_FAILED`` (docs/running.md, "Exit codes").
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The method registry is the one table of methods: the README lists exactly its names, every row's config and
-algorithm resolve, and each method lives in its own folder."""
+"""The method registry is the one table of methods: the docs' Methods page lists exactly its names, every row's config
+and algorithm resolve, and each method lives in its own folder."""
 
 from __future__ import annotations
 
@@ -17,12 +17,12 @@ from rayfl.fl.registry import ALGORITHM_CONFIGS, METHODS, AlgorithmConfig, algor
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def _readme_method_names() -> set[str]:
-    """Every name in the first column of README's method tables (headers ``| `algorithm.name` |`` and
-    ``| phase `algorithm.name` |``)."""
+def _documented_method_names() -> set[str]:
+    """Every name in the first column of the method tables of ``docs/methods.md`` (headers ``| `algorithm.name` |``
+    and ``| phase `algorithm.name` |``)."""
     names: set[str] = set()
     in_table = False
-    for line in (ROOT / "README.md").read_text(encoding="utf-8").splitlines():
+    for line in (ROOT / "docs" / "methods.md").read_text(encoding="utf-8").splitlines():
         if re.match(r"^\| (phase )?`algorithm\.name` \|", line):
             in_table = True
             continue
@@ -34,8 +34,8 @@ def _readme_method_names() -> set[str]:
     return names
 
 
-def test_the_readme_lists_exactly_the_registered_methods() -> None:
-    assert _readme_method_names() == set(METHODS)
+def test_the_methods_page_lists_exactly_the_registered_methods() -> None:
+    assert _documented_method_names() == set(METHODS)
 
 
 @pytest.mark.parametrize("name", sorted(METHODS))
