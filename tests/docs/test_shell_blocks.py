@@ -82,7 +82,15 @@ REDUCED: dict[str, str] = {
     "python benchmarks/async_events.py": "python benchmarks/async_events.py --n 200 --c 20 --b 5 --steps 2",
     "rayfl sweep experiments/sweeps/mini_methods.yaml": (
         "rayfl sweep experiments/sweeps/mini_methods.yaml param_space.algorithm.name=[heterofl] param_space.seed=[0] "
-        "base.rounds=1 base.clients_per_round=2 base.data.num_clients=4 base.backend.kind=local"
+        "base.rounds=1 base.clients_per_round=2 base.data.num_clients=4 base.backend.kind=local "
+        + " ".join(f"base.{o}" for o in LITE_TRACES)
+    ),
+    # the config names the whole mahimahi set, which a fresh clone (CI) has not fetched: its shipped subset instead
+    "rayfl validate experiments/default_system.yaml": " ".join(
+        ("rayfl validate experiments/default_system.yaml", *LITE_TRACES)
+    ),
+    "rayfl validate --explain experiments/default_system.yaml": " ".join(
+        ("rayfl validate --explain experiments/default_system.yaml", *LITE_TRACES)
     ),
     "rayfl sweep experiments/sweeps/search_eps_tmax.yaml": (
         "rayfl sweep experiments/sweeps/search_eps_tmax.yaml param_space.algorithm.epsilon=[0.2] "
