@@ -160,5 +160,10 @@ def test_command_line_overrides_set_sweep_fields_swept_keys_and_the_base(tmp_pat
 def test_every_shipped_sweep_validates_and_opens_with_its_command(path: Path) -> None:
     first = path.read_text().splitlines()[0]
     assert first == f"# rayfl sweep experiments/sweeps/{path.name}"
-    sweep = load_sweep(path)
+    try:
+        sweep = load_sweep(path)
+    except ConfigError as err:  # a trace set that is fetched, not shipped (a fresh clone has not fetched it)
+        if "is not on this machine: fetch it once with: rayfl traces fetch" not in str(err):
+            raise
+        pytest.skip(f"{path.name} reads a trace set this machine has not fetched: {err}")
     assert sweep.checked
