@@ -119,8 +119,9 @@ SKIPPED: dict[str, str] = {
         "creates a virtual environment and installs rayfl from the package index (network, minutes); the `rayfl run` "
         "it ends with runs here (README's first run)"
     ),
-    "python3.11 -m venv .venv && .venv/bin/pip install -q -e '.[test]' && .venv/bin/ruff check rayfl tests "
-    "benchmarks && .venv/bin/mypy rayfl && .venv/bin/lint-imports && .venv/bin/pytest -q -n 2 --dist loadgroup": (
+    "python3.11 -m venv .venv && .venv/bin/pip install -q -e '.[test,docs]' && .venv/bin/ruff check rayfl tests "
+    "benchmarks && .venv/bin/mypy rayfl && .venv/bin/lint-imports && NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build "
+    '--strict -q -d "$(mktemp -d)" && .venv/bin/pytest -q -n 2 --dist loadgroup': (
         "the whole test suite, this test included; .ci/run runs it"
     ),
     ".venv/bin/pip install -e '.[docs]' && .venv/bin/mkdocs serve": (

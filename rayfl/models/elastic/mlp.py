@@ -120,7 +120,7 @@ class _Residual(nn.Module):
 
 class ElasticMLP(nn.Module):
     """The MLP at ``units`` per dimension, its tensors named as the global model's (see module docstring); a removed
-    block is an ``nn.Identity`` placeholder, so later blocks keep their names."""
+    block is an ``nn.Identity`` in its place (the block computes nothing), so later blocks keep their names."""
 
     def __init__(self, shape: _Shape, units: Sequence[int], track: bool = False) -> None:
         super().__init__()
