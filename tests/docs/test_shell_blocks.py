@@ -111,6 +111,10 @@ AS_WRITTEN = frozenset(
 
 _CLUSTER = "launches or drives a Ray cluster on AWS (cluster.yaml); tests/integration/test_two_node.py and "
 _CLUSTER += "test_cluster_sweeps.py cover the runs on a real and an emulated multi-node cluster"
+_LOCK = "resolves against PyPI and rewrites the committed requirements/cluster.lock; tests/unit/test_cluster_lock.py "
+_LOCK += "checks the lock it wrote (pinned, hashed, every dependency of pyproject.toml)"
+_DOCKER = "needs Docker and pulls several GB of wheels; tests/unit/test_cluster_lock.py checks that the Dockerfile "
+_DOCKER += "installs from the same lock as the cluster files"
 _LONG = "a study's full runs ({}); its table comes from committed records by the command beside it"
 
 # Commands not run here, by exact text, with the reason
@@ -159,6 +163,10 @@ SKIPPED: dict[str, str] = {
     '{"RAYFL_OUTPUT_ROOT": "/mnt/shared/rayfl"}}\' -- rayfl sweep experiments/sweeps/search_eps_tmax.yaml '
     "output_dir=/mnt/shared/rayfl/sweeps": _CLUSTER,
     "ray down cluster.yaml -y": _CLUSTER,
+    "bash requirements/lock.sh": _LOCK,
+    "bash requirements/lock.sh --upgrade": _LOCK,
+    "docker build -f docker/Dockerfile -t rayfl .": _DOCKER,
+    'docker run --rm -v "$PWD":/workspace rayfl rayfl run experiments/mini/shakespeare_bert.yaml': _DOCKER,
 }
 
 # `rayfl` sub-commands that run as written (quick, local); `run` is made small; `sweep` and `search` must be listed
