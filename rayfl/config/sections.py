@@ -97,10 +97,10 @@ class DataConfig:
     # 'synthetic': weight of independent pixel noise in the images; below 1 they are mostly the constant 8x8 blocks
     # whose means the labels come from, a task small conv nets learn in far fewer steps (1 = pure noise images)
     synthetic_noise: float = bounded(1.0, ge=0.0, le=1.0)
-    # 'synthetic': 'pool' labels the whole image pool at start-up in float32 chunks (the labels runs have always had);
-    # 'image' labels each image alone, when a client trains (rayfl/data/image_labels.py): set-up that does not grow
-    # with data.num_clients (a Dirichlet split labels every image unless dirichlet_split: counts), labels equal to the
-    # pool's but in near-ties
+    # 'synthetic': 'pool' labels the image pool in float32 chunks of 8192 images (the labels runs have always had), a
+    # chunk when a client first reads it (rayfl/data/synthetic.py; a Dirichlet split labels every image at start-up
+    # unless dirichlet_split: counts); 'image' labels each image alone, when a client trains
+    # (rayfl/data/image_labels.py): a client labels only its own images, labels equal to the pool's but in near-ties
     synthetic_labels: Literal["pool", "image"] = "pool"
     # 'synthetic' with partition 'dirichlet': 'pool' labels the pool of num_clients x synthetic_samples images and
     # splits it (the split runs have always had); 'counts' draws each client's label counts from the label

@@ -145,7 +145,7 @@ class FederatedDataset:
             ``"features"`` (float32 ``[N, F]``: a table's numeric columns).
         num_classes: Size of the label space (the vocabulary for next-character prediction).
         x, y: Training samples of all clients, client-major; each held in full or made on demand (``LazyRows``: the
-            synthetic images, and their labels with ``data.synthetic_labels: image``).
+            synthetic images, and their labels unless a Dirichlet pool split needed them all).
         offsets: ``int64[num_clients + 1]``; client ``c`` owns rows ``offsets[c]:offsets[c + 1]`` of ``x`` and ``y``.
         x_test, y_test: The test set the global model is evaluated on (for LEAF data: the union of the clients'
             test splits, in client order).

@@ -2,7 +2,7 @@
 
 The pool labels of ``rayfl/data/synthetic.py`` come from a float32 matrix product over 8,192-image chunks, whose last
 bits depend on where a row sits in its chunk (the BLAS kernel's summation order), so one client's labels can only be
-had by labelling its whole chunk: about 0.1 s per sampled client, and the whole pool at start-up. Here the same teacher
+had by labelling its whole chunk (``PoolLabels``): about 0.08 s per chunk a client reads first. Here the same teacher
 (the same ten directions over the 48 block means, ``derive_rng(seed, "synthetic_teacher")``) is evaluated per image
 in arithmetic whose result does not depend on the other rows: block sums of ``uint8`` pixels are exact integers, and
 the 48 terms of each logit are added in float64 one feature at a time, element-wise. A label is then a pure function

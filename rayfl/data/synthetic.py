@@ -18,22 +18,26 @@ pool of ``num_clients x synthetic_samples`` images is split by ``rayfl.data.part
 settings keep their partition kind.
 
 Images on demand. The training images are never held: ``x`` is a ``SyntheticImages`` recipe that makes any rows when
-indexed, so a run with 10,000 clients holds 8 bytes of label per image (and 8 of pool index under ``dirichlet``)
-instead of 3,072 bytes of pixels, in the driver, the object store and every host alike. This reproduces the
-materialised pool exactly, image for image: ``integers(0, 256, dtype=uint8)`` over the full range fills bytes from
+indexed, so a run with 10,000 clients holds no pixels (8 bytes of label and 8 of pool index per image under
+``dirichlet``) rather than 3,072 bytes an image, in the driver, the object store and every host alike. This reproduces
+the materialised pool exactly, image for image: ``integers(0, 256, dtype=uint8)`` over the full range fills bytes from
 the generator's 32-bit outputs, low byte first, and PCG64 serves 32-bit outputs as the low then the high half of each
 64-bit output, so the pool's bytes are the little-endian bytes of ``random_raw``; an image is 3,072 bytes, 384 64-bit
 outputs, so image ``i`` starts after ``PCG64.advance(384 * i)`` (its blocks after ``advance(6 * i)``).
-``test_synthetic_images_are_todays`` pins both against digests of the arrays the eager generator made. Labels need
-the whole pool once, because the teacher's float32 matrix product is not bitwise the same for a row alone as within
-its 8192-row chunk (BLAS kernels sum in an order that depends on the row's place in the block); ``load_synthetic``
-therefore labels the pool in the very chunks the eager code used, generating and dropping one chunk at a time, and
-keeps only the labels.
+``test_synthetic_images_are_todays`` pins both against digests of the arrays the eager generator made.
 
-Labels per image. Labelling the pool is most of the start-up of a large population (100,000 clients of 64 images:
-about 27 s, a million: minutes). ``data.synthetic_labels: image`` labels each image alone instead, when a client
-trains (``rayfl/data/image_labels.py``): the same teacher in arithmetic that no other row can change, so nothing is
-labelled at set-up, and client ``i``'s images and labels are the same whatever ``num_clients`` is. Its labels equal
+Labels on demand. The teacher's float32 matrix product is not bitwise the same for a row alone as within its
+8192-row chunk (BLAS kernels sum in an order that depends on the row's place in the block), so a pool label is only
+the pool's when its whole chunk is labelled as one block, the chunks counted from the pool's first image.
+``PoolLabels`` is such a ``y``: indexed, it labels the ``_CHUNK``-aligned chunks that hold the rows asked for, in the
+very arithmetic the eager code used over the whole pool (``_pool_labels``), and keeps the labels it made (a byte an
+image), so that a process labels a chunk once at most. Set-up labels nothing (labelling a million clients' pool of 64
+images each took minutes); the first client to read a chunk pays for it (8,192 images made and labelled: about 0.08 s
+of CPU, 0.35 s at noise 0.25) when it trains. A Dirichlet pool split still needs every label at set-up.
+
+Labels per image. ``data.synthetic_labels: image`` labels each image alone instead, when a client trains
+(``rayfl/data/image_labels.py``): the same teacher in arithmetic that no other row can change, so a client labels
+only its own images, and client ``i``'s images and labels are the same whatever ``num_clients`` is. Its labels equal
 the pool's except in near-ties, so it is a separate setting and ``pool`` stays the default.
 
 Dirichlet splits by counts. A pool split needs every image's label. ``data.dirichlet_split: counts`` draws each client's
@@ -54,12 +58,13 @@ import numpy.typing as npt
 from rayfl.config.sections import DataConfig
 from rayfl.core.rng import derive_rng
 from rayfl.data import partition
+from rayfl.data.blas_threads import one_blas_thread
 from rayfl.data.client_names import NumberedNames
 from rayfl.data.dirichlet_counts import CountedImages, CountedLabels, client_label_counts
 from rayfl.data.federated import FederatedDataset, LazyRows, Rows
 from rayfl.data.image_labels import ImageLabels, label_images, teacher_directions
 
-__all__ = ["NUM_CLASSES", "TEST_SIZE", "SyntheticImages", "load_synthetic", "synthetic_images"]
+__all__ = ["NUM_CLASSES", "TEST_SIZE", "PoolLabels", "SyntheticImages", "load_synthetic", "synthetic_images"]
 
 NUM_CLASSES = 10
 TEST_SIZE = 1000
@@ -202,10 +207,62 @@ def _pool_labels(images: SyntheticImages) -> npt.NDArray[np.int64]:
     return out
 
 
+class PoolLabels(LazyRows):
+    """The teacher's labels of a synthetic pool, made when indexed: a data set's ``y`` that holds no labels, so that
+    setting up a million clients labels none of them. A label is made within its whole ``_CHUNK``-aligned chunk of the
+    pool, as ``_pool_labels`` makes it (the chunk fixes the float32 sums: see the module docstring), so the labels are
+    the pool's bit for bit; the chunks made are kept, a byte a label, for the process's later reads. Pickles as the
+    images' recipe, without them."""
+
+    dtype = np.dtype(np.int64)
+
+    def __init__(self, images: SyntheticImages) -> None:
+        if images.order is not None:
+            raise ValueError("pool labels follow the pool's own order: give the images without an order")
+        self.images = images
+        self.shape = (images.num,)
+        self._kept: dict[int, npt.NDArray[np.uint8]] = {}  # chunk -> its labels
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (PoolLabels, (self.images,))
+
+    def _label(self, chunks: list[int]) -> None:
+        """Make and keep the labels of ``chunks`` (chunk ``c``: pool images ``c * _CHUNK`` on) as ``_pool_labels`` makes
+        them, at one BLAS thread as a data set is built (``rayfl/data/blas_threads.py``), in whichever process reads;
+        one teacher and float buffer for them all, dropped after. Two threads reading one new chunk at once both make
+        it, the same labels."""
+        teacher = _Teacher(self.images.seed)
+        for chunk in chunks:
+            lo = chunk * _CHUNK
+            hi = min(lo + _CHUNK, self.images.num)
+            with one_blas_thread():
+                labels = teacher.label_chunk(self.images.pool(np.arange(lo, hi, dtype=np.int64)))
+            self._kept[chunk] = labels.astype(np.uint8)  # NUM_CLASSES labels: a byte each
+
+    def take(self, index: npt.NDArray[np.int64]) -> np.ndarray:
+        index = np.asarray(index, dtype=np.int64)
+        chunks = index // _CHUNK
+        by_chunk = np.argsort(chunks, kind="stable")
+        groups = np.split(by_chunk, np.flatnonzero(np.diff(chunks[by_chunk])) + 1) if len(index) else []
+        missing = [c for c in (int(chunks[rows[0]]) for rows in groups) if c not in self._kept]
+        if missing:
+            self._label(missing)
+        out = np.empty(len(index), dtype=np.int64)
+        for rows in groups:
+            chunk = int(chunks[rows[0]])
+            out[rows] = self._kept[chunk][index[rows] - chunk * _CHUNK]
+        return out
+
+    def every(self) -> npt.NDArray[np.int64]:
+        """All the labels, chunk by chunk (a partition that needs them), without keeping any chunk's."""
+        return _pool_labels(self.images)
+
+
 def load_synthetic(cfg: DataConfig, seed: int) -> FederatedDataset:
     """``cfg.num_clients`` clients with ``cfg.synthetic_samples`` images each on average, and a 1000-image test set
-    (see the module docstring for the split); the training images are made on demand (``SyntheticImages``), and with
-    ``synthetic_labels: image`` their labels too (``rayfl/data/image_labels.py``), unless a Dirichlet split needs them.
+    (see the module docstring for the split); the training images are made on demand (``SyntheticImages``), and their
+    labels too (``PoolLabels``, or ``ImageLabels`` with ``synthetic_labels: image``), unless a Dirichlet pool split
+    needs them all.
     """
     num_clients, per_client = cfg.num_clients, cfg.synthetic_samples
     if num_clients < 1 or per_client < 1:
@@ -213,7 +270,8 @@ def load_synthetic(cfg: DataConfig, seed: int) -> FederatedDataset:
     pool = SyntheticImages(seed, "synthetic_train", num_clients * per_client, cfg.synthetic_noise)
     # a counts split labels each image alone (its images are found by label), and the pool's labels are not needed
     per_image = cfg.synthetic_labels == "image" or (cfg.partition == "dirichlet" and cfg.dirichlet_split == "counts")
-    y: Rows = ImageLabels(pool, seed) if per_image else _pool_labels(pool)
+    lazy = ImageLabels(pool, seed) if per_image else PoolLabels(pool)  # nothing labelled yet
+    y: Rows = lazy
     if per_image:
         x_test = SyntheticImages(seed, "synthetic_test", TEST_SIZE, cfg.synthetic_noise).pool(
             np.arange(TEST_SIZE, dtype=np.int64)
@@ -242,7 +300,7 @@ def load_synthetic(cfg: DataConfig, seed: int) -> FederatedDataset:
         x, y, offsets = counted, CountedLabels(counts), counted.offsets
         meta.update(dirichlet_alpha=cfg.dirichlet_alpha, dirichlet_split="counts", labels="image")
     elif cfg.partition == "dirichlet":
-        labels = y.every() if isinstance(y, ImageLabels) else np.asarray(y)
+        labels = lazy.every()  # the pool split needs every label
         parts = partition.dirichlet(labels, num_clients, cfg.dirichlet_alpha, derive_rng(seed, "partition"))
         order = np.concatenate(parts).astype(np.int64)
         x = SyntheticImages(seed, "synthetic_train", pool.num, cfg.synthetic_noise, order)  # client-major rows

@@ -13,7 +13,16 @@ import pytest
 from rayfl.config.sections import DataConfig
 from rayfl.data import build_federated_dataset, with_validation
 from rayfl.data.federated import LazyRows
-from rayfl.data.synthetic import TEST_SIZE, SyntheticImages, load_synthetic
+from rayfl.data.synthetic import (
+    _CHUNK,
+    TEST_SIZE,
+    PoolLabels,
+    SyntheticImages,
+    _pool_labels,
+    _Teacher,
+    load_synthetic,
+)
+from tests.helpers import count_data_work
 
 
 def test_shapes_and_metadata() -> None:
@@ -25,7 +34,7 @@ def test_shapes_and_metadata() -> None:
     assert ds.input_kind == "image" and ds.num_classes == 10
     assert ds.client_names[4] == "client0004"
     assert ds.meta["mean"] == [0.5, 0.5, 0.5] and ds.meta["std"] == [0.25, 0.25, 0.25]
-    assert ds.y.min() >= 0 and ds.y.max() < 10
+    assert isinstance(ds.y, PoolLabels) and np.asarray(ds.y).min() >= 0 and np.asarray(ds.y).max() < 10
 
 
 def test_determinism() -> None:
@@ -37,16 +46,17 @@ def test_determinism() -> None:
 
 def test_labels_are_varied_and_follow_a_linear_teacher() -> None:
     ds = load_synthetic(DataConfig(name="synthetic", num_clients=20, synthetic_samples=100), seed=0)
-    counts = np.bincount(ds.y, minlength=10)
+    y = np.asarray(ds.y)
+    counts = np.bincount(y, minlength=10)
     assert (counts > 0).sum() >= 8  # not all equal; roughly balanced
-    assert counts.max() < 0.3 * len(ds.y)
+    assert counts.max() < 0.3 * len(y)
 
     # learnable: least squares on the 8x8 block means of the training images predicts the test labels well
     def feats(x: np.ndarray) -> np.ndarray:
         m = x.reshape(len(x), 3, 4, 8, 4, 8).mean(axis=(3, 5)).reshape(len(x), -1)
         return np.hstack([m - 127.5, np.ones((len(x), 1))])
 
-    w, *_ = np.linalg.lstsq(feats(np.asarray(ds.x)), np.eye(10)[ds.y], rcond=None)
+    w, *_ = np.linalg.lstsq(feats(np.asarray(ds.x)), np.eye(10)[y], rcond=None)
     acc = float(np.mean((feats(ds.x_test) @ w).argmax(1) == ds.y_test))
     assert acc > 0.5
 
@@ -66,7 +76,7 @@ def test_dirichlet_partition_skews_labels_and_sizes() -> None:
     assert ds.num_clients == 20 and len(ds.y) == 1000 and ds.client_sizes().min() >= 1
     assert len(set(ds.client_sizes().tolist())) > 1
     # the same images, regrouped: every pool image appears once
-    assert sorted(ds.y.tolist()) == sorted(pool.y.tolist())
+    assert sorted(ds.y.tolist()) == sorted(np.asarray(pool.y).tolist())
     flat, pool_flat = np.asarray(ds.x).reshape(1000, -1), np.asarray(pool.x).reshape(1000, -1)
     assert np.array_equal(np.sort(flat, axis=0), np.sort(pool_flat, axis=0))
     # alpha 0.1: most clients hold few classes; an IID block of 50 holds nearly all ten
@@ -152,6 +162,79 @@ def test_synthetic_images_are_todays(case: str) -> None:
         assert np.array_equal(x, whole[lo:hi]) and np.array_equal(y, ds.y[lo:hi])
     picks = np.array([len(whole) - 1, 0, 3, 2, 3])  # any order, repeats
     assert np.array_equal(ds.x[picks], whole[picks]) and np.array_equal(ds.x[-1], whole[-1])
+
+
+@pytest.mark.parametrize(("seed", "noise"), [(0, 1.0), (7, 0.25)])
+def test_pool_labels_on_demand_are_the_pools(monkeypatch: pytest.MonkeyPatch, seed: int, noise: float) -> None:
+    """``PoolLabels`` gives, for any rows in any order, the labels ``_pool_labels`` makes over the whole pool, bit for
+    bit: rows on both sides of the 8,192-image chunk boundaries, in the short last chunk, repeated, out of order, read
+    through a fresh object or one that kept chunks, and after a pickle (a host's copy). Labels alone would rarely show
+    a block of other rows (its float32 logits differ in the last bits, which move an arg-max in near-ties only), so
+    the teacher is also seen to label whole pool-aligned chunks only, as ``_pool_labels`` does."""
+    pool = SyntheticImages(seed, "synthetic_train", 2 * _CHUNK + 1000, noise)  # two chunks and a short third
+    every = _pool_labels(pool)
+    starts = {pool.pool(np.array([lo]))[0].tobytes(): lo for lo in range(0, pool.num, _CHUNK)}
+    blocks: set[tuple[int, int]] = set()
+    label_chunk = _Teacher.label_chunk
+
+    def seen(self: _Teacher, x: np.ndarray) -> np.ndarray:
+        lo = starts.get(x[0].tobytes(), -1)
+        blocks.add((lo, len(x)))
+        assert np.array_equal(x[-1], pool.pool(np.array([lo + len(x) - 1]))[0])
+        return label_chunk(self, x)
+
+    monkeypatch.setattr(_Teacher, "label_chunk", seen)
+    rng = np.random.default_rng(seed)
+    edges = np.array([0, _CHUNK - 1, _CHUNK, 2 * _CHUNK - 1, 2 * _CHUNK, pool.num - 1])
+    picks = [
+        rng.integers(0, pool.num, size=300),
+        np.concatenate([edges, edges[::-1], rng.integers(_CHUNK - 50, _CHUNK + 50, size=40)]),
+        np.arange(_CHUNK - 64, _CHUNK + 64),  # a client across a boundary
+        np.arange(pool.num - 64, pool.num),  # ... in the short last chunk
+    ]
+    labels = PoolLabels(pool)
+    for index in picks:
+        index = index.astype(np.int64)
+        fresh, again = PoolLabels(pool).take(index), pickle.loads(pickle.dumps(labels)).take(index)
+        assert np.array_equal(fresh, every[index]) and np.array_equal(again, every[index])
+        first, kept = labels[index], labels[index]  # the second read from the chunks kept
+        assert np.array_equal(first, every[index]) and np.array_equal(kept, every[index])
+    assert np.array_equal(labels[_CHUNK - 3 : _CHUNK + 3], every[_CHUNK - 3 : _CHUNK + 3])
+    assert np.array_equal(np.asarray(labels), every) and np.array_equal(labels.every(), every)
+    assert np.bincount(every, minlength=10).min() > 0
+    assert blocks == {(0, _CHUNK), (_CHUNK, _CHUNK), (2 * _CHUNK, 1000)}
+
+
+def test_a_large_iid_population_labels_nothing_at_set_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Loading a million IID clients with the pool's labels (the default) makes and labels the 1,000 test images only,
+    as loading ten does; a client's labels are made when read, from the one chunk that holds its rows (kept for the
+    next read), and are its rows of the pool's labels."""
+    made = count_data_work(monkeypatch)
+    labelled: list[int] = []
+    label_chunk = _Teacher.label_chunk
+
+    def counted(self: _Teacher, x: np.ndarray) -> np.ndarray:
+        labelled.append(len(x))
+        return label_chunk(self, x)
+
+    monkeypatch.setattr(_Teacher, "label_chunk", counted)
+    seen = {}
+    for n in (10, 1_000_000):
+        made.clear()
+        labelled.clear()
+        ds = load_synthetic(DataConfig(name="synthetic", partition="iid", num_clients=n, synthetic_samples=64), 3)
+        seen[n] = (dict(made), list(labelled))
+    assert seen[10] == seen[1_000_000] == ({"images": TEST_SIZE}, [TEST_SIZE])
+    assert isinstance(ds.y, PoolLabels) and len(ds.y) == 64_000_000
+    assert len(pickle.dumps(ds.y)) < 2000
+    client = 500_000  # rows 32,000,000-32,000,063: inside chunk 3,906
+    _, y = ds.client_train(client)
+    assert labelled[1:] == [_CHUNK]
+    _, again = ds.client_train(client)
+    assert labelled[1:] == [_CHUNK] and np.array_equal(y, again)
+    lo = 3906 * _CHUNK
+    chunk = _Teacher(3).label_chunk(ds.x[lo : lo + _CHUNK])
+    assert np.array_equal(y, chunk[client * 64 - lo : client * 64 - lo + 64])
 
 
 def test_synthetic_data_pickles_as_a_recipe() -> None:
