@@ -48,7 +48,10 @@ def _pid(actor: Any) -> int:
 def _round(backend: RayBackend, params: Params, round_idx: int) -> tuple[Params, float, int]:
     """One round; returns the new parameters, its wall time and the failures it survived."""
     clients = sample_clients(CFG.seed, round_idx, CFG.data.num_clients, CFG.clients_per_round)
-    tasks = [TrainTask(int(c), round_idx, CFG.seed, CFG.train.lr, Assignment()) for c in clients]
+    tasks = [
+        TrainTask(client_id=int(c), round_idx=round_idx, seed=CFG.seed, lr=CFG.train.lr, assignment=Assignment())
+        for c in clients
+    ]
     began = time.perf_counter()
     aggregate, _ = backend.train_and_reduce(tasks, params)
     return aggregate.params, time.perf_counter() - began, backend.take_faults()

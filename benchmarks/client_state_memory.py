@@ -48,7 +48,7 @@ def _store_heap(memories: dict[float, ClientMemory], task: TrainTask) -> int:
     for c in range(NUM_CLIENTS):
         m = memories[CAPACITIES[c % len(CAPACITIES)]]
         copy = ClientMemory({k: v.copy() for k, v in (m.params or {}).items()}, m.slices, None)
-        store.update([TrainTask(c, 0, 0, 0.0, task.assignment)], [copy])
+        store.update([TrainTask(client_id=c, round_idx=0, seed=0, lr=0.0, assignment=task.assignment)], [copy])
     held, _ = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     return int(held)
@@ -68,11 +68,26 @@ def main() -> None:
     out: dict[str, object] = {"command": command, "clients": NUM_CLIENTS}
     for dtype in ("float32", "float16"):
         memories: dict[float, ClientMemory] = {}
-        task = TrainTask(0, 0, cfg.seed, 0.05, host.family.assignment(first_k(host.family.full_units)))
+        task = TrainTask(
+            client_id=0,
+            round_idx=0,
+            seed=cfg.seed,
+            lr=0.05,
+            assignment=host.family.assignment(first_k(host.family.full_units)),
+        )
         per_client = {}
         for c, p in enumerate(CAPACITIES):
             assignment = host.family.assignment(first_k(_units(space, p)))
-            task = TrainTask(c, 0, cfg.seed, 0.05, assignment, link=LinkDraw(0.15, 1, 2, 0.125, True, dtype))
+            task = TrainTask(
+                client_id=c,
+                round_idx=0,
+                seed=cfg.seed,
+                lr=0.05,
+                assignment=assignment,
+                link=LinkDraw(
+                    error_rate=0.15, down_run=1, up_run=2, column_ratio=0.125, padding=True, memory_dtype=dtype
+                ),
+            )
             *_, after = host.run_round([task], params, {k: 0 for k in params}, 1, params, None)
             assert isinstance(after, ClientMemory)
             memories[p] = after

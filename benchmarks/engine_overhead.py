@@ -29,6 +29,7 @@ from rayfl.engine.build import build_setup
 from rayfl.engine.driver import run_experiment
 from rayfl.engine.sampling import sample_clients
 from rayfl.experiment.schema import ExperimentConfig
+from rayfl.fl.api.client import ClientContext
 from rayfl.fl.methods.fedavg.config import FedAvgConfig
 from rayfl.fl.registry import build_algorithm
 from rayfl.models import InputSpec, build_model
@@ -71,8 +72,10 @@ def pure_compute(cfg: ExperimentConfig, rounds: int, part: int = 0, parts: int =
             with torch.no_grad():
                 for name, tensor in model.state_dict().items():
                     tensor.copy_(params[name])
-            task = TrainTask(int(cid), max(round_idx, 0), cfg.seed, cfg.train.lr, Assignment())
-            algo.local_train(model, x, y, task, spec)
+            task = TrainTask(
+                client_id=int(cid), round_idx=max(round_idx, 0), seed=cfg.seed, lr=cfg.train.lr, assignment=Assignment()
+            )
+            algo.local_train(ClientContext.of(task, model, spec), x, y)
             if round_idx >= 0:
                 wall += time.perf_counter() - start
                 cpu += time.process_time() - start_cpu

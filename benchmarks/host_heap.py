@@ -75,7 +75,12 @@ def measure(model: str, cap: str, rounds: int, clients: int, batch: int) -> dict
 
     def run(round_idx: int) -> None:
         ids = range(round_idx * clients, (round_idx + 1) * clients)
-        host.run_round([TrainTask(c, round_idx, cfg.seed, 0.05, Assignment()) for c in ids], arrays, shard_of, 1)
+        host.run_round(
+            [TrainTask(client_id=c, round_idx=round_idx, seed=cfg.seed, lr=0.05, assignment=Assignment()) for c in ids],
+            arrays,
+            shard_of,
+            1,
+        )
 
     run(0)  # warm-up
     faults, cpu = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, time.thread_time()

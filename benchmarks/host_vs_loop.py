@@ -28,6 +28,7 @@ from rayfl.engine.exec.host import ClientHost
 from rayfl.engine.exec.param_server import plan_shards
 from rayfl.engine.sampling import sample_clients
 from rayfl.experiment.schema import ExperimentConfig
+from rayfl.fl.api.client import ClientContext
 from rayfl.fl.methods.fedavg.config import FedAvgConfig
 from rayfl.fl.registry import build_algorithm
 from rayfl.models import InputSpec, build_model
@@ -62,7 +63,10 @@ def main() -> None:
 
     def tasks(round_idx: int) -> list[TrainTask]:
         ids = sample_clients(cfg.seed, round_idx, ds.num_clients, k)
-        return [TrainTask(int(c), round_idx, cfg.seed, cfg.train.lr, Assignment()) for c in ids]
+        return [
+            TrainTask(client_id=int(c), round_idx=round_idx, seed=cfg.seed, lr=cfg.train.lr, assignment=Assignment())
+            for c in ids
+        ]
 
     def hosted(round_idx: int) -> float:
         began = time.thread_time()
@@ -77,7 +81,7 @@ def main() -> None:
             with torch.no_grad():
                 for name, tensor in model.state_dict().items():
                     tensor.copy_(params[name])
-            loop_algo.local_train(model, x, y, task, spec)
+            loop_algo.local_train(ClientContext.of(task, model, spec), x, y)
             spent += time.thread_time() - began
         return spent
 

@@ -3,10 +3,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from rayfl.config.fields import bounded
+
+if TYPE_CHECKING:  # an annotation only: core's message types import torch
+    from rayfl.core.messages import ModelArchitecture
 
 __all__ = [
     "MODEL_CONFIGS",
@@ -24,6 +28,8 @@ __all__ = [
     "ResNetConfig",
     "SupernetConfig",
     "ViTConfig",
+    "as_model_config",
+    "as_model_configs",
 ]
 
 
@@ -256,6 +262,19 @@ ModelConfig = (
     | EnsembleConfig
     | CustomModelConfig
 )
+
+
+def as_model_config(architecture: ModelArchitecture) -> ModelConfig:
+    """A global model's architecture as a message carries it (``TrainTask.model_config``, ``ServerState.models``:
+    typed structurally, as core knows no config) read back as the model section it is."""
+    if not isinstance(architecture, ModelConfig):
+        raise TypeError(f"a model architecture must be a model section, got {type(architecture).__name__}")
+    return architecture
+
+
+def as_model_configs(architectures: Iterable[ModelArchitecture]) -> tuple[ModelConfig, ...]:
+    """Every architecture of ``architectures`` read back as its model section (``as_model_config``), in order."""
+    return tuple(as_model_config(a) for a in architectures)
 
 
 MODEL_CONFIGS: dict[str, type[Any]] = {

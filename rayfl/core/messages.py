@@ -9,13 +9,10 @@ them in one flat dict: model 0 under its own names, model ``k > 0`` under ``m{k}
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import torch
-
-if TYPE_CHECKING:  # annotations only: core imports nothing of rayfl at run time
-    from rayfl.config.model import ModelConfig
 
 __all__ = [
     "Aggregate",
@@ -24,6 +21,7 @@ __all__ = [
     "ClientUpdate",
     "ClientView",
     "LinkDraw",
+    "ModelArchitecture",
     "Params",
     "ServerState",
     "TensorSlice",
@@ -31,6 +29,19 @@ __all__ = [
 ]
 
 Params = dict[str, torch.Tensor]
+
+
+@runtime_checkable  # snapshots check a decoded value against its field's type (engine/persist/snapshot_codec.py)
+class ModelArchitecture(Protocol):
+    """The architecture of a global model, as the messages carry it (``TrainTask.model_config``,
+    ``ServerState.models``): one of the config layer's model sections, which core does not know; the engine and the
+    methods read it back as that config (``rayfl.config.model.as_model_config``). Core only passes it on, so it asks
+    for no more than the ``name`` every model section has."""
+
+    @property
+    def name(self) -> str:
+        """The section's ``model.name`` tag."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +118,7 @@ class TrainTask:
     assignment: Assignment
     link: LinkDraw | None = None  # unstable links: what this round's transfers deliver (None: perfect links)
     client_state: object | None = None  # the algorithm's own state of this client from its last round (or None)
-    model_config: ModelConfig | None = None  # the architecture of model ``assignment.model_id``; None = the run's
+    model_config: ModelArchitecture | None = None  # the architecture of model ``assignment.model_id``; None = the run's
     # keep the update that reaches the server in the client's memory (``eval_all_devices``: the all-device model)
     keep_upload: bool = False
 
@@ -129,9 +140,10 @@ class ClientUpdate:
     metrics: dict[str, float] = field(default_factory=dict)  # a method's own per-client numbers (e.g. layer norms)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ClientOutcome:
-    """What the driver hears back about a client: its numbers, or why it produced no update (failures are data)."""
+    """What the driver hears back about a client: its numbers, or why it produced no update (failures are data).
+    Built by keyword only: twelve fields, several of the same type, are easily swapped by position."""
 
     client_id: int
     num_examples: int
@@ -174,4 +186,4 @@ class ServerState:
     round_idx: int = 0
     opt_state: Params = field(default_factory=dict)
     algo_state: object | None = None
-    models: tuple[ModelConfig, ...] = ()
+    models: tuple[ModelArchitecture, ...] = ()

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rayfl.config.model import as_model_config
 from rayfl.core.messages import ClientOutcome, ClientView, ServerState
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine.exec.backend import Backend, EvalResult
@@ -68,7 +69,7 @@ def evaluate_models(backend: Backend, algorithm: Algorithm, state: ServerState, 
     params = capabilities.eval_params(algorithm, state)
     results = [first]
     for model_id in range(1, len(state.models)):
-        results.append(backend.evaluate(model_params(params, model_id), None, state.models[model_id]))
+        results.append(backend.evaluate(model_params(params, model_id), None, as_model_config(state.models[model_id])))
     return results
 
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from rayfl.config.model import CustomModelConfig
+from rayfl.config.model import CustomModelConfig, as_model_configs
 from rayfl.core.errors import ConfigError, KeyPath, Problem
 from rayfl.experiment.loader import check_model_input, format_key_path
 from rayfl.experiment.rules import DATA_INPUTS
@@ -266,7 +266,7 @@ def nobody_can_train_problem(cfg: ExperimentConfig, setup: Setup, clock: SimCloc
                     or unenforced.setdefault(id(a), dataclasses.replace(a, enforce_budgets=False))
                     for c, a in given.items()
                 }
-                plan = clock.plan(round_idx, views, free, state.models)
+                plan = clock.plan(round_idx, views, free, as_model_configs(state.models))
                 # a client offline at check-in (no network, or not available) is not a budget too small: its failure
                 # is "unavailable" or "no_network" whatever the model, so such runs are left to run (and say so per
                 # round)

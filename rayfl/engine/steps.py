@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from rayfl.config.model import as_model_configs
 from rayfl.config.sections import ServerOptimizerConfig, TrainConfig
 from rayfl.core.messages import (
     Aggregate,
@@ -87,7 +88,7 @@ def plan_clients(
     """Step 3: the clock's plan of the round before anything runs (``train``: the round's local training, a phase's
     own epochs; ``at``: the clients' start when it is not the round's, in an asynchronous run)."""
     work = capabilities.train_flops(algorithm, round_idx, views, assignments)  # None: FLOPs x samples
-    return clock.plan(round_idx, views, assignments, state.models, train, work, at=at)
+    return clock.plan(round_idx, views, assignments, as_model_configs(state.models), train, work, at=at)
 
 
 def train_tasks(
@@ -120,7 +121,14 @@ def train_task(
     links what this round's transfers deliver, under ``eval_all_devices`` the request to keep its upload."""
     config = state.models[assignment.model_id] if state.models else None
     return TrainTask(
-        client_id, round_idx, seed, lr, assignment, link=link, model_config=config, keep_upload=keep_upload
+        client_id=client_id,
+        round_idx=round_idx,
+        seed=seed,
+        lr=lr,
+        assignment=assignment,
+        link=link,
+        model_config=config,
+        keep_upload=keep_upload,
     )
 
 

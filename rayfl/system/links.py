@@ -94,7 +94,16 @@ class LinkModel:
             rng = derive_rng(self.seed, "links", round_idx, int(c))
             down, up = (_run(rng, float(er)) for _ in range(2))
             cfg = self.cfg
-            out.append(LinkDraw(float(er), down, up, cfg.column_ratio, cfg.padding, cfg.memory_dtype))
+            out.append(
+                LinkDraw(
+                    error_rate=float(er),
+                    down_run=down,
+                    up_run=up,
+                    column_ratio=cfg.column_ratio,
+                    padding=cfg.padding,
+                    memory_dtype=cfg.memory_dtype,
+                )
+            )
         return out
 
 

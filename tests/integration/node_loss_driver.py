@@ -37,10 +37,10 @@ def pause() -> None:
 
 
 class PausingFedAvg(FedAvg):
-    def local_train(self, model: Any, x: Any, y: Any, task: Any, input_spec: Any) -> Any:
-        if WHERE == "train" and task.round_idx == ROUND:
+    def local_train(self, ctx: Any, x: Any, y: Any) -> Any:
+        if WHERE == "train" and ctx.task.round_idx == ROUND:
             pause()
-        return super().local_train(model, x, y, task, input_spec)
+        return super().local_train(ctx, x, y)
 
     def server_update(self, state: Any, round_idx: int, aggregate: Any) -> Any:
         if WHERE == "server" and round_idx == ROUND:

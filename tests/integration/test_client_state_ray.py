@@ -9,17 +9,16 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from torch import nn
 
 from rayfl.core.messages import Assignment, ClientUpdate, Params, TrainTask
 from rayfl.engine.build import bind_algorithm, build_backend, build_clock, build_setup
 from rayfl.engine.driver import RunResult, run_experiment
 from rayfl.engine.exec.backend import Backend
 from rayfl.engine.exec.client_state import ClientMemory
+from rayfl.fl.api.client import ClientContext
 from rayfl.fl.methods.fedavg.algorithm import FedAvg
 from rayfl.fl.methods.fedavg.config import FedAvgConfig
 from rayfl.fl.methods.fedrescue.config import FedResCuEConfig
-from rayfl.models.inputs import InputSpec
 from tests.helpers import tiny_config, tiny_image_dataset
 from tests.unit.fl.test_fedrescue import CAPACITY_MEMORY, _cfg
 
@@ -31,11 +30,10 @@ class CountingFedAvg(FedAvg):
 
     keeps_client_state = True
 
-    def local_train(
-        self, model: nn.Module, x: np.ndarray, y: np.ndarray, task: TrainTask, input_spec: InputSpec
-    ) -> ClientUpdate:
-        seen = int(task.client_state or 0)  # type: ignore[call-overload]
-        update = super().local_train(model, x, y, dataclasses.replace(task, lr=task.lr / (1 + seen)), input_spec)
+    def local_train(self, ctx: ClientContext, x: np.ndarray, y: np.ndarray) -> ClientUpdate:
+        seen = int(ctx.memory or 0)  # type: ignore[call-overload]
+        slower = dataclasses.replace(ctx, task=dataclasses.replace(ctx.task, lr=ctx.task.lr / (1 + seen)))
+        update = super().local_train(slower, x, y)
         return dataclasses.replace(update, client_state=seen + 1)
 
 
@@ -50,7 +48,7 @@ def _backend(kind: str, hosts: int) -> tuple[Backend, Params]:
 
 def _rounds(backend: Backend, params: Params, rounds: Any, start: int = 0) -> Params:
     for r, clients in enumerate(rounds, start=start):
-        tasks = [TrainTask(c, r, 0, 0.05, Assignment()) for c in clients]
+        tasks = [TrainTask(client_id=c, round_idx=r, seed=0, lr=0.05, assignment=Assignment()) for c in clients]
         aggregate, _ = backend.train_and_reduce(tasks, params)
         params = aggregate.params
     return params

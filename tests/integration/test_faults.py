@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from rayfl.config.sections import SystemConfig
-from rayfl.core.messages import Assignment, ClientUpdate, ClientView, TrainTask
+from rayfl.core.messages import Assignment, ClientUpdate, ClientView
 from rayfl.core.partials import ArrayPartial, NumpyParams, Reduced
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine import build as build_module
@@ -45,9 +45,9 @@ from rayfl.engine.ray.recovery import ActorFailureError
 from rayfl.engine.sampling import sample_clients
 from rayfl.experiment.loader import load_config
 from rayfl.experiment.schema import ExperimentConfig
+from rayfl.fl.api.client import ClientContext
 from rayfl.fl.methods.fedavg.algorithm import FedAvg
 from rayfl.fl.methods.fedrescue.algorithm import FedResCuE
-from rayfl.models.inputs import InputSpec
 from tests.helpers import tiny_config, tiny_image_dataset
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_local")]
@@ -88,12 +88,10 @@ class PausingFedAvg(FedAvg):
     train_at: tuple[int, int] = (-1, -1)  # (round, client)
     eval_pause: Pause | None = None
 
-    def local_train(
-        self, model: nn.Module, x: np.ndarray, y: np.ndarray, task: TrainTask, input_spec: InputSpec
-    ) -> ClientUpdate:
-        if self.train_pause is not None and (task.round_idx, task.client_id) == self.train_at:
+    def local_train(self, ctx: ClientContext, x: np.ndarray, y: np.ndarray) -> ClientUpdate:
+        if self.train_pause is not None and (ctx.task.round_idx, ctx.task.client_id) == self.train_at:
             self.train_pause.at()
-        return super().local_train(model, x, y, task, input_spec)
+        return super().local_train(ctx, x, y)
 
     def eval_model(self) -> nn.Module | None:
         if self.eval_pause is not None:  # a host builds its evaluation model at its first evaluation
@@ -137,12 +135,10 @@ class PausingFedResCuE(FedResCuE):
     train_pause: Pause | None = None
     train_at: tuple[int, int] = (-1, -1)
 
-    def local_train(
-        self, model: nn.Module, x: np.ndarray, y: np.ndarray, task: TrainTask, input_spec: InputSpec
-    ) -> ClientUpdate:
-        if self.train_pause is not None and (task.round_idx, task.client_id) == self.train_at:
+    def local_train(self, ctx: ClientContext, x: np.ndarray, y: np.ndarray) -> ClientUpdate:
+        if self.train_pause is not None and (ctx.task.round_idx, ctx.task.client_id) == self.train_at:
             self.train_pause.at()
-        return super().local_train(model, x, y, task, input_spec)
+        return super().local_train(ctx, x, y)
 
 
 class Killer:

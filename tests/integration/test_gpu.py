@@ -37,7 +37,7 @@ def _assert_capped_at(fraction: float, device: torch.device) -> None:
 
 
 def _tasks(seed: int) -> list[TrainTask]:
-    return [TrainTask(c, 0, seed, 0.05, Assignment()) for c in range(4)]
+    return [TrainTask(client_id=c, round_idx=0, seed=seed, lr=0.05, assignment=Assignment()) for c in range(4)]
 
 
 def test_in_process_hosts_train_on_cuda_under_the_cap() -> None:

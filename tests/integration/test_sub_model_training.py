@@ -10,6 +10,7 @@ import torch
 
 from rayfl.core.messages import Assignment, TrainTask
 from rayfl.engine.build import build_backend, build_setup
+from rayfl.fl.api.client import ClientContext
 from rayfl.models.elastic import SubModelSpec
 from rayfl.models.elastic.family import gather
 from rayfl.models.families import build_family
@@ -24,13 +25,15 @@ def _setup(kind: str = "local", **backend: object):  # type: ignore[no-untyped-d
 
 def _tasks(cfg, family, params, ratio: float, clients=(0, 1, 2)) -> list[TrainTask]:  # type: ignore[no-untyped-def]
     sel = family.select(SubModelSpec.uniform(family.space, ratio))
-    return [TrainTask(c, 0, cfg.seed, 0.05, family.assignment(sel)) for c in clients]
+    return [
+        TrainTask(client_id=c, round_idx=0, seed=cfg.seed, lr=0.05, assignment=family.assignment(sel)) for c in clients
+    ]
 
 
 def test_full_width_sub_model_assignment_equals_the_full_model_bit_for_bit() -> None:
     cfg, setup, family = _setup()
     backend = build_backend(cfg, setup)
-    full = [TrainTask(c, 0, cfg.seed, 0.05, Assignment()) for c in (0, 1, 2)]
+    full = [TrainTask(client_id=c, round_idx=0, seed=cfg.seed, lr=0.05, assignment=Assignment()) for c in (0, 1, 2)]
     a, _ = backend.train_and_reduce(full, setup.params)
     b, outcomes = backend.train_and_reduce(_tasks(cfg, family, setup.params, 1.0), setup.params)
     for name in a.params:
@@ -47,7 +50,7 @@ def test_a_half_width_client_updates_exactly_its_slice() -> None:
     sel = family.select(SubModelSpec.uniform(family.space, 0.5))
     model = family.extract(setup.params, sel)
     x, y = setup.dataset.client_train(4)
-    update = setup.algorithm.local_train(model, x, y, task, setup.input_spec)
+    update = setup.algorithm.local_train(ClientContext.of(task, model, setup.input_spec), x, y)
     sub_params = sum(v.numel() for v in update.values.values())
     assert outcome.bytes_down == outcome.bytes_up == 4 * sub_params < 4 * sum(p.numel() for p in setup.params.values())
     for name, global_value in setup.params.items():

@@ -28,9 +28,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from rayfl.config.model import ModelConfig
+from rayfl.config.model import ModelConfig, as_model_config
 from rayfl.config.sections import BackendConfig, CompressionConfig
-from rayfl.core.messages import Assignment, ClientOutcome, ClientUpdate, TrainTask
+from rayfl.core.messages import Assignment, ClientOutcome, ClientUpdate, LinkDraw, TrainTask
 from rayfl.core.reducers import Partial, as_arrays, params_bytes, split_partial
 from rayfl.core.rng import derive_seed
 from rayfl.data.federated import FederatedDataset
@@ -39,6 +39,7 @@ from rayfl.engine.exec.client_state import ClientMemory, KeptUpload, keeps_state
 from rayfl.engine.exec.device import use_device
 from rayfl.fl.api import capabilities
 from rayfl.fl.api.algorithm import Algorithm
+from rayfl.fl.api.client import ClientContext
 from rayfl.fl.common.multimodel import model_key, model_params
 from rayfl.models import InputSpec, build_model, to_input
 from rayfl.models.elastic import ElasticFamily
@@ -287,102 +288,93 @@ class ClientHost:
         initial: Mapping[str, torch.Tensor] | None = None,
     ) -> tuple[ClientUpdate | None, ClientOutcome, ClientMemory | None]:
         """One client: receive (what the links deliver, padded), train, send (what the links deliver); returns the
-        update to aggregate, the outcome and the client's next memory."""
+        update to aggregate, the outcome and the client's next memory. Each step is a function of its own below."""
         began = time.perf_counter()
-        model_id = task.assignment.model_id
-        if not (model_id == 0 and task.model_config is None):  # a single-model run's tensors are the model's own
-            base = model_params(base, model_id)
-            shapes = {k: v.shape for k, v in base.items()}
-            initial = None if initial is None else model_params(initial, model_id)
+        own = _own_tensors(task, base, shapes, initial)
         if self.algorithm.train.noop:
-            update, noop_bytes = self._noop_update(task, base)
-            noop = ClientOutcome(
-                task.client_id,
-                update.num_examples,
-                update.train_loss,
-                0,
-                noop_bytes,
-                self._bytes_up(update),
-                None,
-                time.perf_counter() - began,
-                model_id=model_id,
-            )
-            update = _under_model(update, model_id)
-            return update, noop, _with_upload(memory, task, update)
-        link = task.link
-        levels = column_levels(self.family, task.assignment, link.column_ratio) if link else [task.assignment]
-        got = delivered(link.down_run, len(levels)) if link else len(levels)
-        level = len(levels) if link is None or link.padding else got  # the level the client trains
-        p_down = level_ratio(self.family, levels, got) if link else math.nan
-        down_bytes = self._level_bytes(base, levels[attempted(link.down_run, len(levels)) - 1]) if link else None
-        if level == 0:  # nothing arrived and nothing to pad with
-            lost = ClientOutcome(
-                task.client_id, 0, math.nan, 0, down_bytes or 0, 0, "link_down", 0.0, p_down, 0.0, model_id
-            )
-            return None, lost, memory
-        assignment = levels[level - 1]
-        model = self._model_for(assignment, base, task.model_config)
-        if level > got:
-            if initial is None:
+            return self._noop_client(task, own, memory, began)
+        down = _download(self.family, task.link, task.assignment, own.params)
+        if down.trained == 0:  # nothing arrived and nothing to pad with
+            return None, _lost_outcome(task, down), memory
+        model = self._received_model(task, down, own, memory)
+        bytes_down = down.bytes if down.bytes is not None else self._model_bytes(model)
+        update, keeps_state = self._train(task, model, down.assignment, memory)
+        train_wall_s = time.perf_counter() - began
+        failure = None if _finite(update) else "nan_update"
+        after = memory if failure else _next_memory(memory, update, model, down.assignment, task.link, keeps_state)
+        up = _upload(self.family, task.link, update, down, own.shapes)
+        failure = failure or ("link_up" if up.lost else None)
+        received = _under_model(up.received if failure else self._compress(up.received, task, own), own.model_id)
+        if failure is None:
+            after = _with_upload(after, task, received)
+        outcome = _outcome(
+            task,
+            received,
+            bytes_down=bytes_down,
+            bytes_up=self._bytes_up(up.sent),
+            failure=failure,
+            train_wall_s=train_wall_s,
+            p_down=down.p_down,
+            p_up=up.p_up,
+        )
+        return received, outcome, after
+
+    def _noop_client(
+        self, task: TrainTask, own: _OwnTensors, memory: ClientMemory | None, began: float
+    ) -> tuple[ClientUpdate, ClientOutcome, ClientMemory | None]:
+        """``train.noop``: the client sends back what it received, untrained (``_noop_update``); links and upload
+        compression do not apply to it. ``_run_client``'s result for such a client."""
+        update, bytes_down = self._noop_update(task, own.params)
+        outcome = _outcome(
+            task,
+            update,
+            bytes_down=bytes_down,
+            bytes_up=self._bytes_up(update),
+            failure=None,
+            train_wall_s=time.perf_counter() - began,
+        )
+        received = _under_model(update, own.model_id)
+        return received, outcome, _with_upload(memory, task, received)
+
+    def _received_model(
+        self, task: TrainTask, down: _Download, own: _OwnTensors, memory: ClientMemory | None
+    ) -> nn.Module:
+        """The model the client trains, loaded with what arrived; under padding, the positions of the levels that did
+        not arrive take the client's own values (its memory where it has one, the run's initial values elsewhere)."""
+        model = self._model_for(down.assignment, own.params, _architecture_of(task))
+        if down.pads:
+            if own.initial is None:
                 raise RuntimeError("padding needs the run's initial global parameters (run_round's ``initial``)")
-            own = own_global(initial, memory, model_id)
-            self._pad(model, assignment, levels[got - 1] if got else None, base, own)
-        bytes_down = down_bytes if down_bytes is not None else self._model_bytes(model)
+            filler = own_global(own.initial, memory, own.model_id)
+            self._pad(model, down.assignment, down.arrived_level, own.params, filler)
+        return model
+
+    def _train(
+        self, task: TrainTask, model: nn.Module, assignment: Assignment, memory: ClientMemory | None
+    ) -> tuple[ClientUpdate, bool]:
+        """Local training of ``model`` (the client's ``assignment``, its algorithm state from ``memory``) by the
+        round's algorithm (a phased run's: that of the round's phase) under the client's seeded generators; returns
+        the update, on the CPU, and whether that algorithm keeps per-client state."""
         run = dataclasses.replace(
             task, assignment=assignment, client_state=memory.algo_state if memory is not None else None
         )
         x, y = self.dataset.client_train(task.client_id)
         with _seeded_rng(task, self.device):
-            algorithm = capabilities.for_round(self.algorithm, task.round_idx)  # a phased run: the round's phase's
-            update = _on_cpu(algorithm.local_train(model, x, y, run, self._spec_of(task.client_id, x)))
-        train_wall_s = time.perf_counter() - began
-        failure = None if _finite(update) else "nan_update"
-        after = memory
-        if failure is None and (algorithm.keeps_client_state or (link is not None and link.padding)):
-            kept = _float_state(model, link.memory_dtype) if link is not None and link.padding else None
-            slices = dict(assignment.slices) if kept is not None else None
-            upload = memory.upload if memory is not None else None
-            after = ClientMemory(kept, slices, update.client_state, model_id=model_id, upload=upload)
-        sent, p_up = update, math.nan
-        if link is not None:
-            arrived = delivered(link.up_run, level)
-            sent = _cut(update, levels, attempted(link.up_run, level), level, shapes)
-            update = _cut(update, levels, arrived, level, shapes)
-            p_up = level_ratio(self.family, levels, arrived)
-            if arrived == 0 and failure is None:
-                failure = "link_up"
-        if failure is None and self.compression.kind != "none":
-            # the server receives what the client sent plus the dequantised update (compression.py)
-            update = compress_update(update, base, self.compression, seed=task.seed, round_idx=task.round_idx)
-        update = _under_model(update, model_id)
-        if failure is None:
-            after = _with_upload(after, task, update)
-        outcome = ClientOutcome(
-            client_id=task.client_id,
-            num_examples=update.num_examples,
-            train_loss=update.train_loss,
-            num_steps=update.num_steps,
-            bytes_down=bytes_down,
-            bytes_up=self._bytes_up(update if link is None else sent),
-            failure=failure,
-            train_wall_s=train_wall_s,
-            p_down=p_down,
-            p_up=p_up,
-            model_id=model_id,
-            metrics=dict(update.metrics),
-        )
-        return update, outcome, after
+            algorithm = capabilities.for_round(self.algorithm, task.round_idx)
+            ctx = ClientContext.of(run, model, self._spec_of(task.client_id, x))
+            update = _on_cpu(algorithm.local_train(ctx, x, y))
+        return update, algorithm.keeps_client_state
+
+    def _compress(self, update: ClientUpdate, task: TrainTask, own: _OwnTensors) -> ClientUpdate:
+        """The update as the server receives it under upload compression: what the client sent plus the dequantised
+        update (``system/compression.py``); unchanged without compression."""
+        if self.compression.kind == "none":
+            return update
+        return compress_update(update, own.params, self.compression, seed=task.seed, round_idx=task.round_idx)
 
     @staticmethod
     def _model_bytes(model: nn.Module) -> int:
         return params_bytes({k: v for k, v in model.state_dict().items() if v.is_floating_point()})
-
-    @staticmethod
-    def _level_bytes(base: Mapping[str, torch.Tensor], level: Assignment) -> int:
-        """Bytes of the global tensors' part that a transfer level moves."""
-        shapes = {k: tuple(v.shape) for k, v in base.items()}
-        size = {k: v.element_size() for k, v in base.items()}
-        return sum(slice_numel({k: shapes[k]}, level) * size[k] for k in shapes)
 
     @staticmethod
     def _pad(
@@ -405,7 +397,7 @@ class ClientHost:
         if task.assignment.units is None:
             values: dict[str, torch.Tensor] = dict(base)
         else:
-            model = self._model_for(task.assignment, base, task.model_config)
+            model = self._model_for(task.assignment, base, _architecture_of(task))
             values = {k: v.detach().clone() for k, v in model.state_dict().items() if v.is_floating_point()}
         num_examples = self.dataset.num_examples(task.client_id)
         update = ClientUpdate(
@@ -479,7 +471,205 @@ class ClientHost:
                 correct[i] = int(right.sum())
                 count[i] = hi - lo
                 masks.append(right.cpu().numpy())
-        return EvalStats(np.asarray(batch_ids, dtype=np.int64), loss_sum, correct, count, tuple(masks), nonfinite)
+        return EvalStats(
+            batch_ids=np.asarray(batch_ids, dtype=np.int64),
+            loss_sum=loss_sum,
+            correct=correct,
+            count=count,
+            correct_mask=tuple(masks),
+            nonfinite=nonfinite,
+        )
+
+
+@dataclass(frozen=True)
+class _OwnTensors:
+    """A task's model's part of the round's tensors, under the model's own names (``fl/common/multimodel.py``): the
+    global tensors, their shapes and the run's initial values that padding falls back to (``None``: none sent)."""
+
+    model_id: int
+    params: Mapping[str, torch.Tensor]
+    shapes: Mapping[str, torch.Size]
+    initial: Mapping[str, torch.Tensor] | None
+
+
+def _architecture_of(task: TrainTask) -> ModelConfig | None:
+    """The architecture of the model ``task`` trains, as its config (``None``: the run's own)."""
+    return None if task.model_config is None else as_model_config(task.model_config)
+
+
+def _own_tensors(
+    task: TrainTask,
+    base: Mapping[str, torch.Tensor],
+    shapes: Mapping[str, torch.Size],
+    initial: Mapping[str, torch.Tensor] | None,
+) -> _OwnTensors:
+    """The tensors of the model ``task`` trains, taken from the flat dicts of every model; a single-model run's are
+    the flat dicts themselves."""
+    model_id = task.assignment.model_id
+    if model_id == 0 and task.model_config is None:
+        return _OwnTensors(model_id=model_id, params=base, shapes=shapes, initial=initial)
+    params = model_params(base, model_id)
+    return _OwnTensors(
+        model_id=model_id,
+        params=params,
+        shapes={k: v.shape for k, v in params.items()},
+        initial=None if initial is None else model_params(initial, model_id),
+    )
+
+
+@dataclass(frozen=True)
+class _Download:
+    """What a client's links deliver of the model sent down (``system/links.py``): the assignment's nested transfer
+    levels (the assignment alone under perfect links), how many of them arrived, how many the client trains (all of
+    them when it pads what was lost, else those that arrived), the width ratio that arrived (NaN: perfect links) and
+    the bytes put on the wire (``None``: perfect links, where the trained model's own bytes count)."""
+
+    levels: tuple[Assignment, ...]
+    arrived: int
+    trained: int
+    p_down: float
+    bytes: int | None
+
+    @property
+    def assignment(self) -> Assignment:
+        """The part of the model the client trains (the last level it trains)."""
+        return self.levels[self.trained - 1]
+
+    @property
+    def arrived_level(self) -> Assignment | None:
+        """The largest level that arrived (``None``: none did)."""
+        return self.levels[self.arrived - 1] if self.arrived else None
+
+    @property
+    def pads(self) -> bool:
+        """Whether the client trains levels that did not arrive, filled from its own values."""
+        return self.trained > self.arrived
+
+
+def _download(
+    family: ElasticFamily | None, link: LinkDraw | None, assignment: Assignment, params: Mapping[str, torch.Tensor]
+) -> _Download:
+    """What ``link`` delivers of ``assignment``'s part of ``params`` (the model's own global tensors)."""
+    if link is None:
+        return _Download(levels=(assignment,), arrived=1, trained=1, p_down=math.nan, bytes=None)
+    levels = tuple(column_levels(family, assignment, link.column_ratio))
+    arrived = delivered(link.down_run, len(levels))
+    return _Download(
+        levels=levels,
+        arrived=arrived,
+        trained=len(levels) if link.padding else arrived,
+        p_down=level_ratio(family, levels, arrived),
+        bytes=_level_bytes(params, levels[attempted(link.down_run, len(levels)) - 1]),
+    )
+
+
+def _level_bytes(base: Mapping[str, torch.Tensor], level: Assignment) -> int:
+    """Bytes of the global tensors' part that a transfer level moves."""
+    shapes = {k: tuple(v.shape) for k, v in base.items()}
+    size = {k: v.element_size() for k, v in base.items()}
+    return sum(slice_numel({k: shapes[k]}, level) * size[k] for k in shapes)
+
+
+@dataclass(frozen=True)
+class _Upload:
+    """What a client's links deliver of its trained update: the part the server receives, the part put on the wire
+    (what arrived plus the level that was lost; its bytes are the upload's), the width ratio that arrived (NaN:
+    perfect links) and whether nothing did."""
+
+    received: ClientUpdate
+    sent: ClientUpdate
+    p_up: float
+    lost: bool
+
+
+def _upload(
+    family: ElasticFamily | None,
+    link: LinkDraw | None,
+    update: ClientUpdate,
+    down: _Download,
+    shapes: Mapping[str, torch.Size],
+) -> _Upload:
+    """What ``link`` delivers of ``update``, trained on ``down.trained`` levels (``shapes``: the model's global
+    tensors' shapes)."""
+    if link is None:
+        return _Upload(received=update, sent=update, p_up=math.nan, lost=False)
+    arrived = delivered(link.up_run, down.trained)
+    return _Upload(
+        received=_cut(update, down.levels, arrived, down.trained, shapes),
+        sent=_cut(update, down.levels, attempted(link.up_run, down.trained), down.trained, shapes),
+        p_up=level_ratio(family, down.levels, arrived),
+        lost=arrived == 0,
+    )
+
+
+def _next_memory(
+    memory: ClientMemory | None,
+    update: ClientUpdate,
+    model: nn.Module,
+    assignment: Assignment,
+    link: LinkDraw | None,
+    keeps_state: bool,
+) -> ClientMemory | None:
+    """A client's memory after it trained ``assignment`` of ``model`` successfully: the algorithm's state of it
+    (when the algorithm ``keeps_state``) and, when its links pad, its trained parameters (at the links'
+    ``memory_dtype``) with their slices; its kept upload carries over. Unchanged when it needs neither."""
+    padding = link if link is not None and link.padding else None
+    if not keeps_state and padding is None:
+        return memory
+    return ClientMemory(
+        params=None if padding is None else _float_state(model, padding.memory_dtype),
+        slices=None if padding is None else dict(assignment.slices),
+        algo_state=update.client_state,
+        model_id=assignment.model_id,
+        upload=memory.upload if memory is not None else None,
+    )
+
+
+def _outcome(
+    task: TrainTask,
+    update: ClientUpdate,
+    *,
+    bytes_down: int,
+    bytes_up: int,
+    failure: str | None,
+    train_wall_s: float,
+    p_down: float = math.nan,
+    p_up: float = math.nan,
+) -> ClientOutcome:
+    """What the driver hears of a client that trained: ``update``'s numbers (as the server receives it) and metrics,
+    the bytes moved, the failure if any, the training time and the width ratios that arrived (NaN: perfect links)."""
+    return ClientOutcome(
+        client_id=task.client_id,
+        num_examples=update.num_examples,
+        train_loss=update.train_loss,
+        num_steps=update.num_steps,
+        bytes_down=bytes_down,
+        bytes_up=bytes_up,
+        failure=failure,
+        train_wall_s=train_wall_s,
+        p_down=p_down,
+        p_up=p_up,
+        model_id=task.assignment.model_id,
+        metrics=dict(update.metrics),
+    )
+
+
+def _lost_outcome(task: TrainTask, down: _Download) -> ClientOutcome:
+    """What the driver hears of a client whose download lost every level it would train (``link_down``): no update,
+    no training, the bytes put on the wire down and none up."""
+    return ClientOutcome(
+        client_id=task.client_id,
+        num_examples=0,
+        train_loss=math.nan,
+        num_steps=0,
+        bytes_down=down.bytes or 0,
+        bytes_up=0,
+        failure="link_down",
+        train_wall_s=0.0,
+        p_down=down.p_down,
+        p_up=0.0,
+        model_id=task.assignment.model_id,
+    )
 
 
 def _on_cpu(update: ClientUpdate) -> ClientUpdate:

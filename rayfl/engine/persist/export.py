@@ -43,7 +43,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from rayfl.config.model import CustomModelConfig, ModelConfig
+from rayfl.config.model import CustomModelConfig, ModelConfig, as_model_config
 from rayfl.core.messages import Params, ServerState
 from rayfl.experiment.schema import ExperimentConfig
 from rayfl.fl.api import capabilities
@@ -171,7 +171,7 @@ def write_models(
     written: list[Path] = []
     for model_id, name in enumerate(names):
         # model 0 as the engine's main evaluation scores it: the run's model (or its eval_units sub-model)
-        config = state.models[model_id] if model_id > 0 else cfg.model
+        config = as_model_config(state.models[model_id]) if model_id > 0 else cfg.model
         units = algorithm.eval_units(state) if model_id == 0 else None
         track = model_id == 0 and units is None and capabilities.eval_model(algorithm) is not None
         tensors = _model_tensors(config, spec, model_params(params, model_id), units)

@@ -4,8 +4,9 @@ An algorithm fills a few hooks and keeps no state between them; everything it re
 ``ServerState`` the engine passes in and takes back. Call order, once per round:
 
 1. driver: ``assign(state, round_idx, views)`` → an ``Assignment`` per sampled client;
-2. each client host, per client: ``local_train(model, x, y, task, ...)`` (the default loop calls ``train_batch``,
-   ``backward_step``, ``local_loss``) → ``ClientUpdate`` weighted by ``client_weight``;
+2. each client host, per client: ``local_train(ctx, x, y)`` on the client's ``ClientContext`` (``fl/api/client.py``:
+   its task, model, input spec, generator; the default loop calls ``train_batch``, ``backward_step``, ``local_loss``
+   with the same context) → ``ClientUpdate`` weighted by ``client_weight``;
 3. hosts and parameter-server shards: the one reduction (below) → ``Aggregate``;
 4. driver: the server optimizer (``server.optimizer``, ``fl/common/server_opt.py``: SGD with momentum, Adam, Yogi,
    Adagrad on the pseudo-gradient, shared by every method) turns the aggregate into the new parameters, then
@@ -34,7 +35,9 @@ client (``client_weight``) or per tensor (``ClientUpdate.tensor_weights``: Fedor
 the aggregate is one shared piece for every method (``server_optimizer``).
 
 Client-side hooks run inside Ray actors or in-process alike, so they must be pure functions of their arguments and
-draw randomness only from the task's derived generators. Algorithms never import Ray.
+draw randomness only from the task's derived generators. One algorithm object serves every client a host trains, so a
+client hook keeps nothing on ``self``: what a method computes in ``local_train`` for its batch hooks goes into the
+client's context (``ClientContext.put``/``get``). Algorithms never import Ray.
 """
 
 from __future__ import annotations
@@ -50,10 +53,10 @@ from torch import nn
 
 from rayfl.config.model import ModelConfig
 from rayfl.config.sections import ServerOptimizerConfig, TrainConfig
-from rayfl.core.messages import Aggregate, Assignment, ClientUpdate, ClientView, Params, ServerState, TrainTask
+from rayfl.core.messages import Aggregate, Assignment, ClientUpdate, ClientView, Params, ServerState
 from rayfl.core.reducers import MaskedWeightedMean
-from rayfl.core.rng import derive_torch_generator
 from rayfl.fl.api.capabilities import client_models
+from rayfl.fl.api.client import ClientContext
 from rayfl.fl.api.optim import ClientOptimizer, client_optimizer
 from rayfl.models.inputs import InputSpec, module_device, to_input
 
@@ -121,7 +124,8 @@ class Algorithm:
 
     name: ClassVar[str] = "base"
     # True: the engine keeps a state per client across rounds (``engine/exec/client_state.py``), handed to
-    # ``local_train`` as ``task.client_state`` and replaced by the ``ClientUpdate.client_state`` it returns
+    # ``local_train`` as ``ctx.memory`` (``task.client_state``) and replaced by the ``ClientUpdate.client_state`` it
+    # returns
     keeps_client_state: ClassVar[bool] = False
 
     # the one reduction every method aggregates with (module docstring: why it is not a hook); ``Final``, so that
@@ -241,8 +245,9 @@ class Algorithm:
         return [names[k] for k in client_models(self, state, views)]
 
     # ------------------------------------------------------------------------------------------ client side
-    def local_loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, task: TrainTask) -> torch.Tensor:
-        """The client objective on one batch; the default is cross-entropy."""
+    def local_loss(self, ctx: ClientContext, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The client objective of ``ctx.model`` on one batch; the default is cross-entropy."""
+        model = ctx.model
         if self.train.sequence_loss == "all":
             # every prefix of a window predicts its next character; the last target is the window's label
             targets = torch.cat([x[:, 1:], y[:, None]], dim=1)
@@ -258,19 +263,18 @@ class Algorithm:
             cfg.optimizer, params, lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay, nesterov=cfg.nesterov
         )
 
-    def backward_step(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, task: TrainTask) -> torch.Tensor:
+    def backward_step(self, ctx: ClientContext, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """One batch of ``local_train``: compute the loss, back-propagate it and return it (for the reported mean).
         The default is ``local_loss``; methods with several passes per batch (FjORD) override this."""
-        loss = self.local_loss(model, x, y, task)
+        loss = self.local_loss(ctx, x, y)
         loss.backward()  # type: ignore[no-untyped-call]  # torch stubs leave backward untyped
         return loss
 
     def train_batch(
         self,
-        model: nn.Module,
+        ctx: ClientContext,
         x: torch.Tensor,
         y: torch.Tensor,
-        task: TrainTask,
         optimizer: ClientOptimizer,
         params: Sequence[nn.Parameter],
         batch_idx: int,
@@ -281,7 +285,7 @@ class Algorithm:
         path, keyed on ``batch_idx``: the client's batches this round counted from 0 over all epochs, see
         ``batch_sizes``) override this."""
         optimizer.zero_grad(set_to_none=True)
-        loss = self.backward_step(model, x, y, task)
+        loss = self.backward_step(ctx, x, y)
         if self.train.grad_clip_norm > 0:
             nn.utils.clip_grad_norm_(params, self.train.grad_clip_norm)
         optimizer.step()
@@ -296,25 +300,19 @@ class Algorithm:
         sizes = one_pass * cfg.epochs
         return sizes[: cfg.max_steps] if cfg.max_steps else sizes
 
-    def local_train(
-        self,
-        model: nn.Module,
-        x: np.ndarray,
-        y: np.ndarray,
-        task: TrainTask,
-        input_spec: InputSpec,
-    ) -> ClientUpdate:
-        """Train ``model`` (already loaded with the client's weights) on one client's data.
+    def local_train(self, ctx: ClientContext, x: np.ndarray, y: np.ndarray) -> ClientUpdate:
+        """Train ``ctx.model`` (already loaded with the client's weights) on one client's data.
 
-        Batches are drawn by a permutation from ``derive_torch_generator(seed, "train", round, client)``, so a client's
-        training is the same wherever and whenever it runs. Data goes to the model's device; the permutation stays on
-        the CPU (the generator's), so the batches are the same on every device.
+        Batches are drawn by a permutation from ``ctx.generator`` (``derive_torch_generator(seed, "train", round,
+        client)``), so a client's training is the same wherever and whenever it runs. Data goes to the model's device;
+        the permutation stays on the CPU (the generator's), so the batches are the same on every device. A method that
+        needs something of its own in its batch hooks computes it here and ``ctx.put``s it before calling this.
         """
         cfg = self.train
+        model, task, gen = ctx.model, ctx.task, ctx.generator
         device = module_device(model)
-        inputs = to_input(x, input_spec, device)
+        inputs = to_input(x, ctx.input_spec, device)
         labels = torch.from_numpy(np.asarray(y, dtype=np.int64)).to(device)
-        gen = derive_torch_generator(task.seed, "train", task.round_idx, task.client_id)
         params = [p for p in model.parameters() if p.requires_grad]
         opt = self.make_optimizer(params, task.lr)
         model.train()
@@ -329,9 +327,9 @@ class Algorithm:
                 order = torch.randperm(n, generator=gen)
             idx = order[start : start + size].to(device)
             bx, by = inputs[idx], labels[idx]
-            loss = self.train_batch(model, bx, by, task, opt, params, batch_idx)
+            loss = self.train_batch(ctx, bx, by, opt, params, batch_idx)
             for _ in range(cfg.steps_per_batch - 1):  # the equal-updates control: the same batch again
-                self.train_batch(model, bx, by, task, opt, params, batch_idx)
+                self.train_batch(ctx, bx, by, opt, params, batch_idx)
             loss_sum += float(loss.detach())
         steps = len(sizes)
         values = {k: v.detach().clone() for k, v in model.state_dict().items() if v.is_floating_point()}

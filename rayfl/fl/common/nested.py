@@ -14,20 +14,22 @@ from torch import nn
 from torch.func import functional_call
 
 from rayfl.config.sections import TrainConfig
-from rayfl.core.messages import Assignment, ClientUpdate, ClientView, ServerState, TensorSlice, TrainTask
+from rayfl.core.messages import Assignment, ClientUpdate, ClientView, ServerState, TensorSlice
 from rayfl.core.rng import derive_rng
+from rayfl.fl.api.client import ClientContext
 from rayfl.fl.common.submodel import SubModelAlgorithm, WidthModels, sorted_ratios
-from rayfl.models.inputs import InputSpec, module_device
+from rayfl.models.inputs import module_device
 
-__all__ = ["NestedWidthAlgorithm"]
+__all__ = ["NestedClient", "NestedWidthAlgorithm"]
 
 
 _Forward = Callable[[torch.Tensor], torch.Tensor]
 
 
 @dataclass(frozen=True)
-class _Client:
-    """The client being trained: its own units and capacity ratio, and the generator of its ratio lists."""
+class NestedClient:
+    """The client being trained: its own units and capacity ratio, and the generator of its ratio lists (kept in its
+    ``ClientContext`` by ``NestedWidthAlgorithm.local_train``)."""
 
     own: tuple[int, ...]
     capacity: float
@@ -40,7 +42,6 @@ class NestedWidthAlgorithm(SubModelAlgorithm):
     def __init__(self, config: Any, train: TrainConfig) -> None:
         super().__init__(config, train)
         self._width_models = WidthModels()
-        self._client: _Client | None = None  # set while local_train runs
 
     @property
     def capacities(self) -> tuple[float, ...]:
@@ -62,7 +63,7 @@ class NestedWidthAlgorithm(SubModelAlgorithm):
         picked = sorted(below[int(i)] for i in rng.choice(len(below), size=k, replace=False)) if k > 0 else []
         return [*picked, 1.0]
 
-    def unit_list(self, client: _Client) -> list[tuple[int, ...]]:
+    def unit_list(self, client: NestedClient) -> list[tuple[int, ...]]:
         """The batch's sub-models as unit tuples inside the client's model, increasing, ending at its own."""
         out: list[tuple[int, ...]] = []
         for r in self.ratio_list(client.rng):
@@ -75,30 +76,17 @@ class NestedWidthAlgorithm(SubModelAlgorithm):
                 out.append(units)
         return out
 
-    def local_train(
-        self,
-        model: nn.Module,
-        x: np.ndarray,
-        y: np.ndarray,
-        task: TrainTask,
-        input_spec: InputSpec,
-    ) -> ClientUpdate:
-        """The base loop, with the client's units and ratio generator on ``self`` while it runs (a host trains its
-        clients one after another)."""
+    def local_train(self, ctx: ClientContext, x: np.ndarray, y: np.ndarray) -> ClientUpdate:
+        """The base loop, with the client's units and ratio generator in its context (``NestedClient``) for the batch
+        hooks."""
         family = self.require_family()
+        task = ctx.task
         own = family.full_units if task.assignment.units is None else tuple(task.assignment.units)
         sizes = np.asarray(family.full_units, dtype=np.float64)
         capacity = float(np.max(np.asarray(own, dtype=np.float64) / sizes))
-        self._client = _Client(own, capacity, derive_rng(task.seed, "nested_widths", task.round_idx, task.client_id))
-        try:
-            return super().local_train(model, x, y, task, input_spec)
-        finally:
-            self._client = None
-
-    def current_client(self) -> _Client:
-        if self._client is None:
-            raise RuntimeError(f"{type(self).__name__}: a batch hook ran outside local_train")
-        return self._client
+        rng = derive_rng(task.seed, "nested_widths", task.round_idx, task.client_id)
+        ctx.put(NestedClient(own, capacity, rng))
+        return super().local_train(ctx, x, y)
 
     def _width_model(self, units: tuple[int, ...], device: torch.device) -> tuple[nn.Module, dict[str, TensorSlice]]:
         return self._width_models.get(self.require_family(), units, device)

@@ -37,11 +37,12 @@ import torch
 from torch import nn
 
 from rayfl.config.sections import TrainConfig
-from rayfl.core.messages import Assignment, ClientUpdate, ClientView, ServerState, TensorSlice, TrainTask
+from rayfl.core.messages import Assignment, ClientUpdate, ClientView, ServerState, TensorSlice
 from rayfl.fl.api.algorithm import MAIN_EVAL
+from rayfl.fl.api.client import ClientContext
 from rayfl.fl.common.submodel import SubModelAlgorithm
 from rayfl.models.elastic.spec import Selection, Selector, SubModelSpec
-from rayfl.models.inputs import InputSpec, module_device
+from rayfl.models.inputs import module_device
 
 __all__ = ["UniformRateAlgorithm", "client_label_set"]
 
@@ -107,19 +108,13 @@ class UniformRateAlgorithm(SubModelAlgorithm, abc.ABC):
         return [f"x{rates[v.client_id]:g}" if rates[v.client_id] in widths else MAIN_EVAL for v in views]
 
     # ------------------------------------------------------------------------------------------ client side
-    def local_train(
-        self,
-        model: nn.Module,
-        x: np.ndarray,
-        y: np.ndarray,
-        task: TrainTask,
-        input_spec: InputSpec,
-    ) -> ClientUpdate:
+    def local_train(self, ctx: ClientContext, x: np.ndarray, y: np.ndarray) -> ClientUpdate:
         if not self.label_mask:
-            return super().local_train(model, x, y, task, input_spec)
+            return super().local_train(ctx, x, y)
+        model = ctx.model
         labels = client_label_set(x, y, self.train.sequence_loss)
         device = module_device(model)
-        present = torch.zeros(input_spec.num_classes, dtype=torch.bool, device=device)
+        present = torch.zeros(ctx.input_spec.num_classes, dtype=torch.bool, device=device)
         present[torch.as_tensor(labels, dtype=torch.long, device=device)] = True
         absent = ~present
 
@@ -128,7 +123,7 @@ class UniformRateAlgorithm(SubModelAlgorithm, abc.ABC):
 
         handle = model.register_forward_hook(mask_logits)
         try:
-            update = super().local_train(model, x, y, task, input_spec)
+            update = super().local_train(ctx, x, y)
         finally:
             handle.remove()
         return self.classifier_rows(update, labels)

@@ -116,7 +116,14 @@ def test_a_client_keeps_its_last_upload_and_a_failed_round_keeps_the_one_before(
     assert isinstance(backend, LocalBackend)
 
     def task(c: int, round_idx: int) -> TrainTask:
-        return TrainTask(c, round_idx, cfg.seed, 0.05, simple if c < 6 else complex_, keep_upload=True)
+        return TrainTask(
+            client_id=c,
+            round_idx=round_idx,
+            seed=cfg.seed,
+            lr=0.05,
+            assignment=simple if c < 6 else complex_,
+            keep_upload=True,
+        )
 
     alone = {}
     for c in (2, 9):

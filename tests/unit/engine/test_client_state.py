@@ -55,8 +55,8 @@ def _train_once(
     The global model is 1 everywhere, the run's initial model 3; the client remembers at ``dtype``."""
     assert host.family is not None
     assignment = host.family.assignment(first_k(_units(host, 0.75)))
-    link = LinkDraw(0.1, down_run, -1, 0.125, True, dtype)
-    task = TrainTask(3, 0, 0, 0.0, assignment, link=link)
+    link = LinkDraw(error_rate=0.1, down_run=down_run, up_run=-1, column_ratio=0.125, padding=True, memory_dtype=dtype)
+    task = TrainTask(client_id=3, round_idx=0, seed=0, lr=0.0, assignment=assignment, link=link)
     params = {k: np.ones(tuple(v.shape), dtype=np.float32) for k, v in setup.params.items()}  # global = 1
     initial = {k: np.full(tuple(v.shape), INITIAL, dtype=np.float32) for k, v in setup.params.items()}
     *_, outcomes, after = host.run_round([task], params, {k: 0 for k in params}, 1, initial, memory)
@@ -167,7 +167,11 @@ def test_store_round_trips_and_follows_clients() -> None:
     assert host.family is not None
     store = ClientStateStore()
     task = TrainTask(
-        7, 0, 0, 0.0, column_levels(host.family, host.family.assignment(first_k(_units(host, 0.5))), 0.5)[0]
+        client_id=7,
+        round_idx=0,
+        seed=0,
+        lr=0.0,
+        assignment=column_levels(host.family, host.family.assignment(first_k(_units(host, 0.5))), 0.5)[0],
     )
     assert store.handles_for([task]) == [None]
     memory = ClientMemory(algo_state={"seen": 1})
@@ -185,7 +189,14 @@ def test_upload_stops_at_the_first_lost_column_and_only_what_arrived_is_aggregat
     assert host.family is not None
     space = host.family.space
     assignment = host.family.assignment(first_k(_units(host, 0.75)))
-    task = TrainTask(4, 0, 0, 0.05, assignment, link=LinkDraw(0.1, -1, 1, 0.125, True))
+    task = TrainTask(
+        client_id=4,
+        round_idx=0,
+        seed=0,
+        lr=0.05,
+        assignment=assignment,
+        link=LinkDraw(error_rate=0.1, down_run=-1, up_run=1, column_ratio=0.125, padding=True),
+    )
     params = {k: v.numpy() for k, v in setup.params.items()}
     partial, outcomes, _after = host.run_round([task], params, {k: 0 for k in params}, 1, None, None)
     (outcome,) = cast(list[ClientOutcome], outcomes)
@@ -218,7 +229,7 @@ def test_padding_falls_back_to_the_runs_own_initial_model(algorithm: Any, monkey
 
     def frozen(cfg: Any) -> Any:
         alg = build(cfg)
-        alg.train_batch = lambda model, x, y, task, *_: alg.local_loss(model, x, y, task).detach()  # no step
+        alg.train_batch = lambda ctx, x, y, *_: alg.local_loss(ctx, x, y).detach()  # no step
         return alg
 
     monkeypatch.setattr(build_module, "build_run_algorithm", frozen)

@@ -154,13 +154,13 @@ def test_hosts_ask_the_phase_of_the_tasks_round_for_every_client_hook(noop: bool
     client = 3
     weights = []
     for round_idx in (0, 1):
-        task = TrainTask(client, round_idx, 0, 0.05, Assignment())
+        task = TrainTask(client_id=client, round_idx=round_idx, seed=0, lr=0.05, assignment=Assignment())
         partial, _outcomes, *_ = host.run_round([task], params, {k: 0 for k in params}, 1, None, None)
         sums = partial.values()  # type: ignore[attr-defined]  # one shard's ArrayPartial
         weights.append({float(s.weight) for s in sums})
     assert weights == [{float(setup.dataset.num_examples(client))}, {1.0}]
     assert setup.dataset.num_examples(client) != 1
-    tasks = [TrainTask(client, r, 0, 0.05, Assignment()) for r in (0, 1)]
+    tasks = [TrainTask(client_id=client, round_idx=r, seed=0, lr=0.05, assignment=Assignment()) for r in (0, 1)]
     assert [keeps_state(phased, [t]) for t in tasks] == [False, True]
 
 

@@ -22,6 +22,7 @@ from rayfl.engine.driver import RunResult, run_experiment
 from rayfl.engine.multieval import device_accuracy
 from rayfl.engine.steps import train_task
 from rayfl.fl.api.algorithm import Algorithm
+from rayfl.fl.api.client import ClientContext
 from rayfl.fl.common.multimodel import model_key, model_params
 from rayfl.fl.methods.fedavg.algorithm import FedAvg
 from rayfl.fl.methods.fedavg.config import FedAvgConfig
@@ -154,7 +155,7 @@ def test_a_round_equals_two_fedavgs_by_hand() -> None:
             model.load_state_dict(model_params(state.params, model_id))
             x, y = ds.client_train(c)
             task = next(t for t in tasks if t.client_id == c)
-            trained.append(plain.local_train(model, x, y, task, setup.input_spec).values)
+            trained.append(plain.local_train(ClientContext.of(task, model, setup.input_spec), x, y).values)
         got = model_params(new.params, model_id)
         for name, value in got.items():
             assert torch.equal(value, (trained[0][name] + trained[1][name]) / 2.0), name

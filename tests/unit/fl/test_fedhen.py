@@ -22,6 +22,7 @@ from rayfl.engine.build import bind_algorithm, build_backend, build_clock, build
 from rayfl.engine.driver import run_experiment
 from rayfl.experiment.schema import ExperimentConfig
 from rayfl.fl.api.algorithm import Algorithm
+from rayfl.fl.api.client import ClientContext
 from rayfl.fl.methods.fedavg.config import FedAvgConfig
 from rayfl.fl.methods.fedhen.algorithm import FedHeN, NoSide
 from rayfl.fl.methods.fedhen.config import FedHeNConfig, NoSideConfig
@@ -31,6 +32,7 @@ from rayfl.fl.registry import build_algorithm
 from rayfl.models.elastic import CostModel
 from rayfl.models.elastic.resnet import ElasticResNet, ResNetFamily
 from rayfl.models.elastic.spec import first_k
+from rayfl.models.inputs import InputSpec
 from tests.helpers import tiny_image_dataset
 
 MODEL = ResNetConfig(widths=(4, 8, 8, 8), norm="gn", side_exit=2, side_pool=2)
@@ -93,7 +95,12 @@ def grads(model: nn.Module) -> dict[str, torch.Tensor]:
 def task(client_id: int = 0) -> TrainTask:
     from rayfl.core.messages import Assignment
 
-    return TrainTask(client_id, 0, 0, 0.05, Assignment())
+    return TrainTask(client_id=client_id, round_idx=0, seed=0, lr=0.05, assignment=Assignment())
+
+
+def context(model: nn.Module) -> ClientContext:
+    """Client 0's context training ``model`` on ``batch()``'s 3x8x8 images of 4 classes."""
+    return ClientContext.of(task(), model, InputSpec(input_kind="image", num_classes=4, sample_shape=(3, 8, 8)))
 
 
 # ------------------------------------------------------------------------------------------- client objective
@@ -107,7 +114,7 @@ def test_side_objective_gradient_is_the_sum_of_both_losses_gradients() -> None:
     fam = family()
     algo.bind_client(fam, None)  # type: ignore[arg-type]
     model = complex_model().double()
-    algo.backward_step(model, x, y, task())
+    algo.backward_step(context(model), x, y)
     total = grads(model)
 
     main_only = complex_model().double()
@@ -137,15 +144,15 @@ def test_noside_trains_on_the_models_own_loss_only() -> None:
     x, y = batch()
     noside = NoSide(NoSideConfig(), TRAIN)
     model = complex_model()
-    noside.backward_step(model, x, y, task())
+    noside.backward_step(context(model), x, y)
     assert model.get_parameter("side.linear.weight").grad is None
     reference = complex_model()
-    Algorithm(None, TRAIN).backward_step(reference, x, y, task())
+    Algorithm(None, TRAIN).backward_step(context(reference), x, y)
     for name, g in grads(reference).items():
         assert torch.equal(grads(model)[name], g), name
     fam = family()
     simple = fam.extract(complex_model().state_dict(), first_k(fam.side_exit_units()))
-    loss = noside.local_loss(simple, x, y, task())
+    loss = noside.local_loss(context(simple), x, y)
     assert torch.equal(loss, nn.functional.cross_entropy(simple(x), y))
 
 
@@ -258,7 +265,10 @@ def test_a_nan_device_is_dropped_for_the_round_and_counted() -> None:
     fam = family()
     complex_ = fam.assignment(first_k(fam.full_units))
     simple = fam.assignment(first_k(fam.side_exit_units()))
-    tasks = [TrainTask(c, 0, cfg.seed, 0.05, simple if c < 6 else complex_) for c in (2, 7, 9)]
+    tasks = [
+        TrainTask(client_id=c, round_idx=0, seed=cfg.seed, lr=0.05, assignment=simple if c < 6 else complex_)
+        for c in (2, 7, 9)
+    ]
     backend = build_backend(cfg, setup)
     with_nan, outcomes = backend.train_and_reduce(tasks, setup.params)
     without, _ = backend.train_and_reduce([t for t in tasks if t.client_id != 7], setup.params)
@@ -307,7 +317,7 @@ def test_noside_is_heterofl_aggregation_without_the_side_loss() -> None:
     clients = (1, 4, 8, 10)
     views = [ClientView(c, ds.num_examples(c), (low if c < 6 else high) * 2.0**20) for c in clients]
     assignments = setup.algorithm.assign(ServerState(params=setup.params), 0, views)
-    tasks = [TrainTask(c, 0, cfg.seed, 0.05, assignments[c]) for c in clients]
+    tasks = [TrainTask(client_id=c, round_idx=0, seed=cfg.seed, lr=0.05, assignment=assignments[c]) for c in clients]
     aggregate, _ = build_backend(cfg, setup).train_and_reduce(tasks, setup.params)
     shapes = {k: v.shape for k, v in setup.params.items()}
     partial: dict = {}
@@ -315,7 +325,7 @@ def test_noside_is_heterofl_aggregation_without_the_side_loss() -> None:
     for t in tasks:
         model = fam.extract(setup.params, first_k(t.assignment.units or fam.full_units))
         x, y = ds.client_train(t.client_id)
-        update = plain.local_train(model, x, y, t, setup.input_spec)
+        update = plain.local_train(ClientContext.of(t, model, setup.input_spec), x, y)
         reducer.accumulate(partial, dataclasses.replace(update, weight=heterofl.client_weight(len(y))), shapes)
     by_hand, _ = reducer.finalize(partial, setup.params)
     for name, value in by_hand.items():

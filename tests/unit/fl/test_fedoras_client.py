@@ -14,6 +14,7 @@ from rayfl.core.messages import TrainTask
 from rayfl.engine.build import bind_algorithm, build_clock, build_setup
 from rayfl.engine.driver import run_experiment
 from rayfl.engine.exec.host import ClientHost
+from rayfl.fl.api.client import ClientContext
 from rayfl.fl.methods.fedoras.algorithm import FedorAS
 from rayfl.fl.methods.fedoras.sampling import path_flops
 from rayfl.models.elastic.spec import first_k
@@ -40,13 +41,13 @@ def test_client_trains_one_budgeted_path_per_batch_and_counts_examples_per_op() 
     mask = algorithm.subspace(round_idx=2)
     assignment = family.assignment(first_k(family.units_of_mask(mask)))
     client_id = 2
-    task = TrainTask(client_id, 2, cfg.seed, 0.05, assignment)
+    task = TrainTask(client_id=client_id, round_idx=2, seed=cfg.seed, lr=0.05, assignment=assignment)
     x, y = setup.dataset.client_train(client_id)
     host = ClientHost(0, setup.dataset, cfg.model, algorithm, cfg.backend, 0)
     model = host._model_for(assignment, setup.params)
     before = {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
     ran = _record_ops_run(model)
-    update = algorithm.local_train(model, x, y, task, setup.input_spec)
+    update = algorithm.local_train(ClientContext.of(task, model, setup.input_spec), x, y)
     after = model.state_dict()
 
     # replay the sampler: batch b of size s_b trains path(b); every path lies in the subspace and the tier's FLOPs
@@ -121,7 +122,13 @@ def test_clock_prices_a_client_by_the_paths_it_trains(tmp_path: Path) -> None:
     assert isinstance(family, SupernetFamily)
     units = family.units_of_mask(algorithm.subspace(round_idx=0))
     for row in clients.itertuples():
-        task = TrainTask(int(row.client_id), 0, cfg.seed, 0.05, family.assignment(first_k(units)))
+        task = TrainTask(
+            client_id=int(row.client_id),
+            round_idx=0,
+            seed=cfg.seed,
+            lr=0.05,
+            assignment=family.assignment(first_k(units)),
+        )
         n = setup.dataset.num_examples(int(row.client_id))
         counts = algorithm.op_counts(task, n)
         forward = algorithm.tables.fixed_flops * n + float((counts * algorithm.tables.flops).sum())

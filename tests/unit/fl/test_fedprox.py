@@ -19,8 +19,9 @@ from rayfl.core.rng import derive_torch_generator
 from rayfl.engine.driver import RunResult, run_experiment
 from rayfl.experiment.loader import load_config
 from rayfl.experiment.schema import ExperimentConfig
+from rayfl.fl.api.client import ClientContext
 from rayfl.fl.methods.fedavg.config import FedAvgConfig
-from rayfl.fl.methods.fedprox.algorithm import AnchoredTask, FedProx
+from rayfl.fl.methods.fedprox.algorithm import Anchor, FedProx
 from rayfl.fl.methods.fedprox.config import FedProxConfig
 from rayfl.fl.registry import METHODS, algorithm_class
 from rayfl.models.inputs import InputSpec
@@ -76,13 +77,13 @@ def _prox(w: np.ndarray, b: np.ndarray, w_g: np.ndarray, b_g: np.ndarray) -> flo
 def test_one_sgd_step_adds_mu_times_the_distance_to_the_global_weights_to_the_cross_entropy_gradient() -> None:
     algo = _fedprox()
     model = _linear(W, B)
-    anchored = AnchoredTask(
-        **{f.name: getattr(_task(), f.name) for f in dataclasses.fields(TrainTask)},
-        anchor={"weight": torch.tensor(W_GLOBAL, dtype=torch.float32), "bias": torch.tensor(B_GLOBAL).float()},
+    anchored = ClientContext.of(_task(), model, SPEC)
+    anchored.put(
+        Anchor({"weight": torch.tensor(W_GLOBAL, dtype=torch.float32), "bias": torch.tensor(B_GLOBAL).float()})
     )
     params = list(model.parameters())
     x, y = torch.tensor(X, dtype=torch.float32), torch.tensor(Y)
-    loss = algo.train_batch(model, x, y, anchored, algo.make_optimizer(params, LR), params, 0)
+    loss = algo.train_batch(anchored, x, y, algo.make_optimizer(params, LR), params, 0)
 
     ce, g_w, g_b = _ce_and_grads(W, B, X, Y)
     # h = CE + mu/2 ||w - w_global||^2, so grad h = grad CE + mu (w - w_global); one SGD step of size LR
@@ -99,7 +100,7 @@ def test_local_train_anchors_the_term_to_the_weights_the_client_received() -> No
     algo = _fedprox(batch_size=1)
     model = _linear(W, B)
     task = _task()
-    update = algo.local_train(model, X.astype(np.float32), Y, task, SPEC)
+    update = algo.local_train(ClientContext.of(task, model, SPEC), X.astype(np.float32), Y)
 
     order = torch.randperm(2, generator=derive_torch_generator(task.seed, "train", task.round_idx, task.client_id))
     w, b, losses = W.copy(), B.copy(), []
@@ -111,14 +112,17 @@ def test_local_train_anchors_the_term_to_the_weights_the_client_received() -> No
     np.testing.assert_allclose(update.values["bias"].numpy(), b, rtol=0, atol=1e-6)
     assert update.train_loss == pytest.approx(float(np.mean(losses)), rel=1e-6)
     assert (update.num_steps, update.num_examples, update.weight) == (2, 2, 2.0)  # sample-weighted, as FedAvg
-    plain = FedProx(FedProxConfig(mu=0.0), algo.train).local_train(_linear(W, B), X.astype(np.float32), Y, task, SPEC)
+    plain = FedProx(FedProxConfig(mu=0.0), algo.train).local_train(
+        ClientContext.of(task, _linear(W, B), SPEC), X.astype(np.float32), Y
+    )
     assert np.abs(plain.values["weight"].numpy() - w).max() > 1e-3  # the second step's pull shows
 
 
 def test_local_loss_outside_local_train_says_where_it_runs() -> None:
     algo = _fedprox()
-    with pytest.raises(RuntimeError, match=r"inside FedProx\.local_train"):
-        algo.local_loss(_linear(W, B), torch.tensor(X, dtype=torch.float32), torch.tensor(Y), _task())
+    ctx = ClientContext.of(_task(), _linear(W, B), SPEC)
+    with pytest.raises(RuntimeError, match=r"no Anchor in the client context .*outside the local_train"):
+        algo.local_loss(ctx, torch.tensor(X, dtype=torch.float32), torch.tensor(Y))
 
 
 def test_a_config_names_fedprox_and_its_mu(tmp_path: Path) -> None:
@@ -164,6 +168,6 @@ def test_a_larger_mu_keeps_the_client_closer_to_the_global_weights() -> None:
     y = (x @ np.array([1.0, -2.0, 0.5]) > 0).astype(np.int64)
     distance = {}
     for mu in (0.0, 0.1, 1.0):
-        update = _fedprox(mu, batch_size=4).local_train(_linear(W, B), x, y, _task(), SPEC)
+        update = _fedprox(mu, batch_size=4).local_train(ClientContext.of(_task(), _linear(W, B), SPEC), x, y)
         distance[mu] = _prox(update.values["weight"].double().numpy(), update.values["bias"].double().numpy(), W, B)
     assert distance[0.0] > distance[0.1] > distance[1.0] > 0.0

@@ -14,13 +14,14 @@ import torch
 
 from rayfl.config.model import CNNConfig
 from rayfl.config.sections import LinkConfig, ResourceConfig
-from rayfl.core.messages import ClientUpdate, TensorSlice
+from rayfl.core.messages import Assignment, ClientUpdate, TensorSlice, TrainTask
 from rayfl.core.reducers import MaskedWeightedMean
 from rayfl.core.rng import derive_rng
 from rayfl.engine.build import Setup, bind_algorithm, build_clock, build_setup
 from rayfl.engine.driver import RunResult, run_experiment
 from rayfl.experiment.schema import ExperimentConfig
-from rayfl.fl.common.nested import _Client
+from rayfl.fl.api.client import ClientContext
+from rayfl.fl.common.nested import NestedClient
 from rayfl.fl.methods.fedavg.config import FedAvgConfig
 from rayfl.fl.methods.fedrescue.algorithm import FedResCuE
 from rayfl.fl.methods.fedrescue.config import FedResCuEConfig, FedRushConfig, FedSeqConfig
@@ -61,6 +62,15 @@ def _bound(alpha: float = 1.0) -> tuple[FedResCuE, Setup]:
     return cast(FedResCuE, setup.algorithm), setup
 
 
+def _context(model: torch.nn.Module, own: tuple[int, ...], setup: Setup, rng_key: str = "test") -> ClientContext:
+    """A full-width client's context on ``model``, its ratio generator drawn from ``rng_key`` (what
+    ``NestedWidthAlgorithm.local_train`` puts there before the batch hooks run)."""
+    task = TrainTask(client_id=0, round_idx=0, seed=0, lr=0.05, assignment=Assignment())
+    ctx = ClientContext.of(task, model, setup.input_spec)
+    ctx.put(NestedClient(own, 1.0, derive_rng(0, rng_key)))
+    return ctx
+
+
 def _block(shape: torch.Size, sub: tuple[int, ...]) -> torch.Tensor:
     mask = torch.zeros(shape, dtype=torch.bool)
     mask[tuple(slice(0, n) for n in sub)] = True
@@ -98,14 +108,14 @@ def test_each_progressive_step_moves_only_the_columns_its_ratio_adds(kind: str) 
     opt.zero_grad()
     torch.nn.functional.cross_entropy(model(inputs), labels).backward()  # type: ignore[no-untyped-call]
     opt.step()  # every element now carries optimizer state
-    alg._client = _Client(own, 1.0, derive_rng(0, "test"))
+    ctx = _context(model, own, setup)
     with torch.no_grad():
         teacher = alg.logits(model, inputs)
     quarter, half = alg.uniform_units(0.25), alg.uniform_units(0.5)
     previous: tuple[int, ...] | None = None
     for units in (quarter, half):
         before = [(p.detach().clone(), _state_of(opt, i, p)) for i, p in enumerate(params)]
-        alg._progressive_step(model, inputs, labels, units, previous, teacher, 1.0, opt, params)
+        alg._progressive_step(ctx, inputs, labels, units, previous, teacher, 1.0, opt, params)
         moved_any = False
         for i, (name, p) in enumerate(model.named_parameters()):
             new = _block(p.shape, family.space.sub_shape(name, units))
@@ -121,7 +131,6 @@ def test_each_progressive_step_moves_only_the_columns_its_ratio_adds(kind: str) 
             moved_any |= not torch.equal(p.detach()[new], old[new])
         assert moved_any, units
         previous = units
-    alg._client = None
 
 
 def test_a_progressive_step_clips_the_norm_of_the_new_columns_gradient() -> None:
@@ -136,7 +145,7 @@ def test_a_progressive_step_clips_the_norm_of_the_new_columns_gradient() -> None
     x, y = setup.dataset.client_train(0)
     inputs, labels = to_input(x[:8], setup.input_spec, torch.device("cpu")), torch.as_tensor(y[:8])
     quarter, half = alg.uniform_units(0.25), alg.uniform_units(0.5)
-    alg._client = _Client(own, 1.0, derive_rng(0, "test"))
+    ctx = _context(model, own, setup)
     with torch.no_grad():
         teacher = alg.logits(model, inputs)
     oracle = family.extract(setup.params, first_k(own))
@@ -156,8 +165,7 @@ def test_a_progressive_step_clips_the_norm_of_the_new_columns_gradient() -> None
     assert norm > 0.05  # the clip binds
     before = {k: v.detach().clone() for k, v in model.named_parameters()}
     params = list(model.parameters())
-    alg._progressive_step(model, inputs, labels, half, quarter, teacher, 1.0, alg.make_optimizer(params, 1.0), params)
-    alg._client = None
+    alg._progressive_step(ctx, inputs, labels, half, quarter, teacher, 1.0, alg.make_optimizer(params, 1.0), params)
     for name, p in model.named_parameters():
         expected = before[name] - g[name] * (0.05 / (norm + 1e-6))  # clip_grad_norm_'s scale
         assert torch.allclose(p.detach(), expected, rtol=1e-5, atol=1e-7), name
@@ -170,7 +178,7 @@ def test_ratio_lists_are_ordered_distinct_and_end_at_one() -> None:
     lists = [alg.ratio_list(rng) for _ in range(200)]
     assert all(len(r) == 4 and r[-1] == 1.0 and r == sorted(set(r)) for r in lists)
     assert len({tuple(r) for r in lists}) > 10  # S - 1 = 3 of the 7 ratios below 1, drawn afresh per batch
-    client = _Client(alg.uniform_units(0.5), 0.5, derive_rng(0, "units"))
+    client = NestedClient(alg.uniform_units(0.5), 0.5, derive_rng(0, "units"))
     units = alg.unit_list(client)
     assert units[-1] == client.own and all(a != b for a, b in itertools.pairwise(units))
 
@@ -241,12 +249,11 @@ def test_fedslim_sums_the_gradients_of_the_sampled_widths_into_one_step(distill:
     model = family.extract(setup.params, first_k(own))
     x, y = setup.dataset.client_train(1)
     inputs, labels = to_input(x[:8], setup.input_spec, torch.device("cpu")), torch.as_tensor(y[:8])
-    widths = alg.unit_list(_Client(own, 1.0, derive_rng(0, "slim")))
+    widths = alg.unit_list(NestedClient(own, 1.0, derive_rng(0, "slim")))
     assert len(widths) == 4 and widths[-1] == own
-    alg._client = _Client(own, 1.0, derive_rng(0, "slim"))
+    ctx = _context(model, own, setup, rng_key="slim")
     model.zero_grad()
-    alg.backward_step(model, inputs, labels, None)  # type: ignore[arg-type]
-    alg._client = None
+    alg.backward_step(ctx, inputs, labels)
     expected = {k: torch.zeros_like(v) for k, v in model.named_parameters()}
     teacher = family.extract(setup.params, first_k(own))(inputs).detach()
     for units in widths:

@@ -236,7 +236,16 @@ def test_compatible_models_and_the_client_model_from_the_cost_oracle_and_hand_bu
 # ------------------------------------------------------------------------------------ DoC fires (Algorithm 1)
 def _outcome(client: int, model: int, loss: float, act: dict[str, float]) -> ClientOutcome:
     metrics = {f"{ACTIVENESS_PREFIX}{name}": value for name, value in act.items()}
-    return ClientOutcome(client, 10, loss, 2, 0, 0, model_id=model, metrics=metrics)
+    return ClientOutcome(
+        client_id=client,
+        num_examples=10,
+        train_loss=loss,
+        num_steps=2,
+        bytes_down=0,
+        bytes_up=0,
+        model_id=model,
+        metrics=metrics,
+    )
 
 
 def test_a_transformation_fires_when_the_newest_models_doc_reaches_beta() -> None:
@@ -330,9 +339,9 @@ def test_fedtrans_rescales_cropped_columns_unless_told_not_to() -> None:
         (False, {}),
     ):
         algo = _bound(FedTransConfig(rescale_cropped=rescale), TrainConfig())
-        models = tuple(dataclasses.replace(_BASE, transforms=t) for t in logs)
-        assert algo._input_scales(models, [0, 1]) == expected
-        assert algo._input_scales(models, [1]) == {}
+        state = ServerState(params={}, models=tuple(dataclasses.replace(_BASE, transforms=t) for t in logs))
+        assert algo._input_scales(state, [0, 1]) == expected
+        assert algo._input_scales(state, [1]) == {}
 
 
 # ------------------------------------------------------------------------------------ one model = FedAvg

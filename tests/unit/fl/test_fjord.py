@@ -16,6 +16,7 @@ from rayfl.core.rng import derive_rng, derive_torch_generator
 from rayfl.engine.build import Setup, bind_algorithm, build_backend, build_clock, build_setup
 from rayfl.engine.driver import run_experiment
 from rayfl.experiment.schema import ExperimentConfig
+from rayfl.fl.api.client import ClientContext
 from rayfl.fl.methods.fedavg.config import FedAvgConfig
 from rayfl.fl.methods.fjord.algorithm import FjORD
 from rayfl.fl.methods.fjord.config import FjORDConfig
@@ -52,7 +53,7 @@ def _family(alg: FjORD) -> ElasticFamily:
 def _task(alg: FjORD, client: int, p_max: float, round_idx: int = 0) -> TrainTask:
     units = alg.uniform_units(p_max)
     assignment = Assignment() if p_max == 1.0 else alg.assignment_for(first_k(units))
-    return TrainTask(client, round_idx, 0, LR, assignment)
+    return TrainTask(client_id=client, round_idx=round_idx, seed=0, lr=LR, assignment=assignment)
 
 
 def _client_model(alg: FjORD, setup: Setup, task: TrainTask) -> nn.Module:
@@ -63,7 +64,7 @@ def _client_model(alg: FjORD, setup: Setup, task: TrainTask) -> nn.Module:
 
 def _train(alg: FjORD, setup: Setup, task: TrainTask) -> Params:
     x, y = setup.dataset.client_train(task.client_id)
-    return alg.local_train(_client_model(alg, setup, task), x, y, task, setup.input_spec).values
+    return alg.local_train(ClientContext.of(task, _client_model(alg, setup, task), setup.input_spec), x, y).values
 
 
 def _block(tslice: TensorSlice) -> tuple[slice, ...]:

@@ -18,8 +18,9 @@ from rayfl.core.rng import derive_rng
 from rayfl.engine.build import Setup, bind_algorithm, build_clock, build_setup
 from rayfl.engine.driver import run_experiment
 from rayfl.experiment.schema import ExperimentConfig
+from rayfl.fl.api.client import ClientContext
 from rayfl.fl.api.optim import SGD, ClientOptimizer
-from rayfl.fl.common.nested import _Client
+from rayfl.fl.common.nested import NestedClient
 from rayfl.fl.methods.fedavg.algorithm import FedAvg
 from rayfl.fl.methods.fedavg.config import FedAvgConfig
 from rayfl.fl.methods.fedrescue.algorithm import FedResCuE
@@ -66,15 +67,15 @@ def test_one_batch_is_ce_plus_kl_per_sampled_width_and_the_full_models_ce() -> N
     x, y = setup.dataset.client_train(0)
     inputs, labels = to_input(x[:8], setup.input_spec, torch.device("cpu")), torch.as_tensor(y[:8])
     batch = len(labels)
-    subs = alg.sampled_units(_Client(own, 1.0, derive_rng(0, "batch")))
+    subs = alg.sampled_units(NestedClient(own, 1.0, derive_rng(0, "batch")))
     assert len(subs) == 2 and all(u != own for u in subs)
 
     # the method's gradient
-    alg._client = _Client(own, 1.0, derive_rng(0, "batch"))
+    task = TrainTask(client_id=0, round_idx=0, seed=0, lr=0.05, assignment=Assignment())
+    ctx = ClientContext.of(task, model, setup.input_spec)
+    ctx.put(NestedClient(own, 1.0, derive_rng(0, "batch")))
     model.zero_grad(set_to_none=True)
-    task = cast(TrainTask, None)  # backward_step reads nothing of the task
-    alg.backward_step(model, inputs, labels, task)
-    alg._client = None
+    alg.backward_step(ctx, inputs, labels)
     got = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
 
     # (a) by hand: the classifier's gradient from the logits and the pooled features of each model
@@ -180,7 +181,8 @@ def test_steps_per_batch_multiplies_the_optimizer_updates_of_every_batch(
     family = alg.require_family()
     x, y = setup.dataset.client_train(0)
     model = family.extract(setup.params, first_k(family.full_units))
-    update = alg.local_train(model, x, y, TrainTask(0, 0, 0, 0.05, Assignment()), setup.input_spec)
+    task = TrainTask(client_id=0, round_idx=0, seed=0, lr=0.05, assignment=Assignment())
+    update = alg.local_train(ClientContext.of(task, model, setup.input_spec), x, y)
     batches = -(-len(y) // 4)
     assert update.num_steps == batches > 1
     assert len(counts) == per_batch * batches

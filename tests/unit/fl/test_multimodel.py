@@ -45,7 +45,10 @@ def test_a_model_added_between_rounds_is_trained_and_the_other_kept() -> None:
     )
     state = add_model(ServerState(params=zero, models=(small,)), large, initial_model_params(large, spec, 0, 1))
     assert len(state.models) == 2 and len(backend.shard_of) == len(zero)
-    tasks = [TrainTask(c, 0, 0, 0.05, Assignment(model_id=1), model_config=large) for c in (0, 1, 2)]
+    tasks = [
+        TrainTask(client_id=c, round_idx=0, seed=0, lr=0.05, assignment=Assignment(model_id=1), model_config=large)
+        for c in (0, 1, 2)
+    ]
     aggregate, outcomes = backend.train_and_reduce(tasks, state.params)
     assert [o.model_id for o in outcomes] == [1, 1, 1] and len(backend.shard_of) == len(state.params)
     for name, value in zero.items():  # model 0 had no clients: unchanged

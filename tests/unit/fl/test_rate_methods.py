@@ -22,6 +22,7 @@ from rayfl.engine.build import Setup, bind_algorithm, build_backend, build_clock
 from rayfl.engine.driver import run_experiment
 from rayfl.experiment.schema import ExperimentConfig
 from rayfl.fl.api.algorithm import ServerContext
+from rayfl.fl.api.client import ClientContext
 from rayfl.fl.common.rates import UniformRateAlgorithm, client_label_set
 from rayfl.fl.methods.anycostfl.algorithm import AnyCostFL
 from rayfl.fl.methods.anycostfl.config import AnyCostFLConfig
@@ -237,9 +238,9 @@ def _train_client(
     selection = alg.selection(alg.init_state(setup.params), rate, alg.selector(0, client))
     model = alg.family.extract(setup.params, selection)
     start = {k: v.clone() for k, v in model.state_dict().items()}
-    task = TrainTask(client, 0, 0, 0.1, alg.family.assignment(selection))
+    task = TrainTask(client_id=client, round_idx=0, seed=0, lr=0.1, assignment=alg.family.assignment(selection))
     x, y = setup.dataset.client_train(client)
-    return alg.local_train(model, x, y, task, setup.input_spec), model, start
+    return alg.local_train(ClientContext.of(task, model, setup.input_spec), x, y), model, start
 
 
 def test_label_mask_uploads_only_the_clients_classifier_rows_and_masks_absent_logits() -> None:

@@ -19,6 +19,7 @@ from rayfl.engine.build import build_backend, build_setup
 from rayfl.engine.driver import RunResult, run_experiment
 from rayfl.experiment.loader import load_config
 from rayfl.experiment.schema import ExperimentConfig
+from rayfl.fl.api.client import ClientContext
 from rayfl.models.elastic import SubModelSpec
 from rayfl.models.elastic.family import gather
 from rayfl.models.families import build_family
@@ -135,11 +136,11 @@ def test_host_sends_received_plus_dequantised_delta_of_a_sub_model() -> None:
     setup = build_setup(cfg, tiny_image_dataset())
     family = build_family(cfg.model, setup.input_spec)
     sel = family.select(SubModelSpec.uniform(family.space, 0.5))
-    task = TrainTask(4, 1, cfg.seed, 0.05, family.assignment(sel))
+    task = TrainTask(client_id=4, round_idx=1, seed=cfg.seed, lr=0.05, assignment=family.assignment(sel))
     aggregate, (outcome,) = build_backend(cfg, setup).train_and_reduce([task], setup.params)
     model = family.extract(setup.params, sel)
     x, y = setup.dataset.client_train(4)
-    update = setup.algorithm.local_train(model, x, y, task, setup.input_spec)
+    update = setup.algorithm.local_train(ClientContext.of(task, model, setup.input_spec), x, y)
     expected = compress_update(update, setup.params, QSGD, seed=cfg.seed, round_idx=1)
     for name, tslice in task.assignment.slices.items():
         torch.testing.assert_close(gather(aggregate.params[name], tslice), expected.values[name], rtol=0, atol=1e-6)

@@ -59,8 +59,9 @@ import torch
 from torch import nn
 
 from rayfl.config.model import ModelConfig, ResNetConfig
-from rayfl.core.messages import Assignment, ClientView, Params, ServerState, TrainTask
+from rayfl.core.messages import Assignment, ClientView, Params, ServerState
 from rayfl.fl.api.algorithm import MAIN_EVAL
+from rayfl.fl.api.client import ClientContext
 from rayfl.fl.common.multimodel import add_model, initial_model_params
 from rayfl.fl.common.submodel import SubModelAlgorithm
 from rayfl.models.elastic.family import MultiExit
@@ -110,7 +111,8 @@ class FedHeN(SubModelAlgorithm):
         complex_fits = self.fit_mask(np.array([self.complex_units()]), views)[:, 0]
         return [MAIN_EVAL if fits else SIMPLE for fits in complex_fits]
 
-    def local_loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, task: TrainTask) -> torch.Tensor:
+    def local_loss(self, ctx: ClientContext, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        model = ctx.model
         if not self.side_objective:
             return nn.functional.cross_entropy(model(x), y)
         # a simple model has one exit (its side head); a complex one both: its loss plus the side objective

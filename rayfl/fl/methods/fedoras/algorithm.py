@@ -40,6 +40,7 @@ from rayfl.config.sections import TrainConfig
 from rayfl.core.messages import Assignment, ClientUpdate, ClientView, ServerState, TrainTask
 from rayfl.core.rng import derive_rng
 from rayfl.fl.api.algorithm import Algorithm, ServerContext
+from rayfl.fl.api.client import ClientContext
 from rayfl.fl.api.optim import ClientOptimizer
 from rayfl.fl.methods.fedoras.config import FedorASConfig, FedorASTiersConfig
 from rayfl.fl.methods.fedoras.sampling import (
@@ -217,7 +218,13 @@ class FedorAS(Algorithm):
         _, tables, _ = self._ready()
         out = np.zeros(len(views))
         for i, view in enumerate(views):
-            task = TrainTask(view.client_id, round_idx, self.server.seed, 0.0, assignments[view.client_id])
+            task = TrainTask(
+                client_id=view.client_id,
+                round_idx=round_idx,
+                seed=self.server.seed,
+                lr=0.0,
+                assignment=assignments[view.client_id],
+            )
             sizes = np.asarray(self.batch_sizes(view.num_examples), dtype=np.float64)
             if len(sizes):
                 paths = np.array([self.path_for_batch(task, b) for b in range(len(sizes))])
@@ -236,28 +243,25 @@ class FedorAS(Algorithm):
 
     def train_batch(
         self,
-        model: nn.Module,
+        ctx: ClientContext,
         x: torch.Tensor,
         y: torch.Tensor,
-        task: TrainTask,
         optimizer: ClientOptimizer,
         params: Sequence[nn.Parameter],
         batch_idx: int,
     ) -> torch.Tensor:
         """One batch on one path of the subspace (Eq. 3-4): the base step with the supernet running that path."""
-        _supernet_model(model).path = tuple(int(p) for p in self.path_for_batch(task, batch_idx))
-        return super().train_batch(model, x, y, task, optimizer, params, batch_idx)
+        _supernet_model(ctx.model).path = tuple(int(p) for p in self.path_for_batch(ctx.task, batch_idx))
+        return super().train_batch(ctx, x, y, optimizer, params, batch_idx)
 
-    def local_train(
-        self, model: nn.Module, x: np.ndarray, y: np.ndarray, task: TrainTask, input_spec: InputSpec
-    ) -> ClientUpdate:
+    def local_train(self, ctx: ClientContext, x: np.ndarray, y: np.ndarray) -> ClientUpdate:
         """The base loop (a path per batch in ``train_batch``), then OPA's per-op weights from the same paths."""
         family, _, _ = self._ready()
         try:
-            update = super().local_train(model, x, y, task, input_spec)
+            update = super().local_train(ctx, x, y)
         finally:
-            _supernet_model(model).path = None  # the host reuses the module; evaluation runs no stale path
-        return opa_update(update, family, self.op_counts(task, len(y)))
+            _supernet_model(ctx.model).path = None  # the host reuses the module; evaluation runs no stale path
+        return opa_update(update, family, self.op_counts(ctx.task, len(y)))
 
 
 def _supernet_model(model: nn.Module) -> SupernetModel:

@@ -13,9 +13,10 @@ model (budgets enforced, as FedAvg's ``model: full``), the server adopts the sam
 
 The anchor ``w_global`` is a detached copy of the trainable parameters taken when ``local_train`` starts (the engine
 hands the model over already loaded with the client's global weights: under unstable links, what arrived, padded).
-It travels to ``local_loss`` inside the task (``AnchoredTask``), not on ``self``, so the hooks stay functions of their
-arguments. Buffers (batch-norm statistics) are not optimised, so the term covers only trainable parameters. The
-client's reported ``train_loss`` is the mean over its batches of this objective, term included.
+It travels to ``local_loss`` in the client's context (``Anchor``, ``ClientContext.put``), not on ``self``, so the hooks
+stay functions of their arguments. Buffers (batch-norm statistics) are not optimised, so the term covers only
+trainable parameters. The client's reported ``train_loss`` is the mean over its batches of this objective, term
+included.
 
 Where rayfl differs from the paper's experiments: the paper lets stragglers run fewer local epochs and keeps their
 partial work (its gamma-inexact solutions); here every client runs the configured ``train.epochs``/``max_steps`` and
@@ -24,27 +25,26 @@ the engine's budgets decide which clients fail, as for every method.
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import nn
 
-from rayfl.core.messages import ClientUpdate, Params, TrainTask
+from rayfl.core.messages import ClientUpdate, Params
 from rayfl.fl.api.algorithm import Algorithm
+from rayfl.fl.api.client import ClientContext
 from rayfl.fl.methods.fedprox.config import FedProxConfig
-from rayfl.models.inputs import InputSpec
 
-__all__ = ["AnchoredTask", "FedProx", "anchor_of", "proximal_term"]
+__all__ = ["Anchor", "FedProx", "anchor_of", "proximal_term"]
 
 
 @dataclass(frozen=True, slots=True)
-class AnchoredTask(TrainTask):
-    """A client's task together with the global weights its local objective is anchored to (``anchor``: trainable
-    parameter name → detached tensor, on the model's device)."""
+class Anchor:
+    """The global weights a client's local objective is anchored to (``params``: trainable parameter name → detached
+    tensor, on the model's device), kept in its ``ClientContext``."""
 
-    anchor: Params = field(default_factory=dict)
+    params: Params
 
 
 def anchor_of(model: nn.Module) -> Params:
@@ -64,23 +64,14 @@ class FedProx(Algorithm):
     name = "fedprox"
     config: FedProxConfig
 
-    def local_train(
-        self,
-        model: nn.Module,
-        x: np.ndarray,
-        y: np.ndarray,
-        task: TrainTask,
-        input_spec: InputSpec,
-    ) -> ClientUpdate:
-        """The base loop on the proximal objective, anchored to the weights ``model`` holds now."""
-        fields = {f.name: getattr(task, f.name) for f in dataclasses.fields(TrainTask)}
-        anchored = AnchoredTask(**fields, anchor=anchor_of(model))
-        return super().local_train(model, x, y, anchored, input_spec)
+    def local_train(self, ctx: ClientContext, x: np.ndarray, y: np.ndarray) -> ClientUpdate:
+        """The base loop on the proximal objective, anchored to the weights ``ctx.model`` holds now."""
+        ctx.put(Anchor(anchor_of(ctx.model)))
+        return super().local_train(ctx, x, y)
 
-    def local_loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, task: TrainTask) -> torch.Tensor:
+    def local_loss(self, ctx: ClientContext, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """The paper's ``h(w; w_global)`` on one batch: cross-entropy plus ``mu/2 ||w - w_global||^2``, whose
-        gradient adds ``mu (w - w_global)`` to the cross-entropy's."""
-        if not isinstance(task, AnchoredTask):
-            raise RuntimeError("FedProx.local_loss needs the global weights: it runs inside FedProx.local_train")
-        loss = super().local_loss(model, x, y, task)
-        return loss + 0.5 * self.config.mu * proximal_term(model, task.anchor)
+        gradient adds ``mu (w - w_global)`` to the cross-entropy's (the anchor from ``local_train``, in ``ctx``)."""
+        anchor = ctx.get(Anchor)
+        loss = super().local_loss(ctx, x, y)
+        return loss + 0.5 * self.config.mu * proximal_term(ctx.model, anchor.params)

@@ -54,9 +54,9 @@ import torch
 from torch import nn
 
 from rayfl.config.sections import TrainConfig
-from rayfl.core.messages import TrainTask
+from rayfl.fl.api.client import ClientContext
 from rayfl.fl.api.optim import ClientOptimizer, masked_step
-from rayfl.fl.common.nested import NestedWidthAlgorithm
+from rayfl.fl.common.nested import NestedClient, NestedWidthAlgorithm
 
 __all__ = ["FedResCuE", "FedRush", "FedSeq"]
 
@@ -112,16 +112,16 @@ class FedResCuE(NestedWidthAlgorithm):
 
     def train_batch(
         self,
-        model: nn.Module,
+        ctx: ClientContext,
         x: torch.Tensor,
         y: torch.Tensor,
-        task: TrainTask,
         optimizer: ClientOptimizer,
         params: Sequence[nn.Parameter],
         batch_idx: int,
     ) -> torch.Tensor:
         """Algorithm 1 on one batch: a step per sampled ratio on its new columns, then one step on the whole model."""
-        client = self.current_client()
+        model = ctx.model
+        client = ctx.get(NestedClient)
         units_list = self.unit_list(client)
         alpha = float(self.config.alpha)
         if units_list != [client.own]:
@@ -133,13 +133,13 @@ class FedResCuE(NestedWidthAlgorithm):
             by_id = {id(p): n for n, p in model.named_parameters()}
             names = [by_id[id(p)] for p in params]
             for units in units_list:
-                self._progressive_step(model, x, y, units, previous, teacher, alpha, optimizer, params, names)
+                self._progressive_step(ctx, x, y, units, previous, teacher, alpha, optimizer, params, names)
                 previous = units if self.config.freeze else None
-        return super().train_batch(model, x, y, task, optimizer, params, batch_idx)
+        return super().train_batch(ctx, x, y, optimizer, params, batch_idx)
 
     def _progressive_step(
         self,
-        model: nn.Module,
+        ctx: ClientContext,
         x: torch.Tensor,
         y: torch.Tensor,
         units: tuple[int, ...],
@@ -152,11 +152,11 @@ class FedResCuE(NestedWidthAlgorithm):
     ) -> None:
         """One step of ``J_i`` (Eq. 3) that moves only the columns ``units`` adds to ``previous`` (``names``: those of
         ``params`` in the model, which ``train_batch`` looks up once for the batch's steps)."""
+        model = ctx.model
         if names is None:
             by_id = {id(p): n for n, p in model.named_parameters()}
             names = [by_id[id(p)] for p in params]
-        client = self.current_client()
-        whole = units == client.own
+        whole = units == ctx.get(NestedClient).own
         optimizer.zero_grad(set_to_none=True)
         logits = self.logits(model, x) if whole else self.sub_forward(model, units)(x)
         loss = self.cross_entropy(logits, x, y)

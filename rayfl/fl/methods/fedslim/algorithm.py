@@ -29,10 +29,9 @@ FedSlim is FedAvg bit for bit.
 from __future__ import annotations
 
 import torch
-from torch import nn
 
-from rayfl.core.messages import TrainTask
-from rayfl.fl.common.nested import NestedWidthAlgorithm
+from rayfl.fl.api.client import ClientContext
+from rayfl.fl.common.nested import NestedClient, NestedWidthAlgorithm
 
 __all__ = ["FedSlim"]
 
@@ -46,10 +45,10 @@ class FedSlim(NestedWidthAlgorithm):
     def client_weight(self, num_examples: int) -> float:
         return float(num_examples)  # FedAvg aggregation
 
-    def backward_step(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, task: TrainTask) -> torch.Tensor:
+    def backward_step(self, ctx: ClientContext, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Back-propagate the whole model's cross-entropy, then each smaller listed width's loss (gradients add
         up); returns the whole model's loss."""
-        client = self.current_client()
+        model, client = ctx.model, ctx.get(NestedClient)
         widths = self.unit_list(client)
         if widths[-1] != client.own:
             raise RuntimeError("fedslim: a ratio list must end at the client's own model")

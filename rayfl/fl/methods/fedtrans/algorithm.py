@@ -70,7 +70,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rayfl.config.model import CellNetConfig, ModelConfig
+from rayfl.config.model import CellNetConfig, ModelConfig, as_model_config, as_model_configs
 from rayfl.core.messages import (
     Aggregate,
     Assignment,
@@ -79,10 +79,10 @@ from rayfl.core.messages import (
     ClientView,
     Params,
     ServerState,
-    TrainTask,
 )
 from rayfl.core.rng import derive_rng, derive_seed
 from rayfl.fl.api.algorithm import Algorithm
+from rayfl.fl.api.client import ClientContext
 from rayfl.fl.common.multimodel import add_model, initial_model_params, model_key, model_params
 from rayfl.fl.methods.fedtrans.config import FedTransConfig
 from rayfl.fl.methods.fedtrans.equations import (
@@ -97,7 +97,6 @@ from rayfl.fl.methods.fedtrans.equations import (
 from rayfl.models.cellnet.graph import CLASSES, Graph
 from rayfl.models.cellnet.module import CellNet
 from rayfl.models.cellnet.transform import RESET, build_graph, deepen_step, transform_params, widen_step
-from rayfl.models.inputs import InputSpec
 from rayfl.system.work import samples_per_round
 
 __all__ = ["ACTIVENESS_PREFIX", "FedTrans", "FedTransState", "Transformation"]
@@ -185,7 +184,7 @@ class FedTrans(Algorithm):
 
     def compatible(self, state: ServerState, view: ClientView) -> np.ndarray:
         """Ids of the models whose training FLOPs for the client's round fit its compute budget (model 0 if none)."""
-        per_sample = np.array([self._flops_per_sample(c) for c in state.models])
+        per_sample = np.array([self._flops_per_sample(c) for c in as_model_configs(state.models)])
         need = per_sample * samples_per_round(self.train, view.num_examples)
         fits = np.flatnonzero(need <= view.compute_budget)
         return fits if len(fits) else np.zeros(1, dtype=np.int64)
@@ -205,18 +204,17 @@ class FedTrans(Algorithm):
         return int(candidates[int(np.argmax(self._state(state).utilities[view.client_id, candidates]))])
 
     # ------------------------------------------------------------------------------------------ client side
-    def local_train(
-        self, model: nn.Module, x: np.ndarray, y: np.ndarray, task: TrainTask, input_spec: InputSpec
-    ) -> ClientUpdate:
+    def local_train(self, ctx: ClientContext, x: np.ndarray, y: np.ndarray) -> ClientUpdate:
         """The default local training, reporting each cell's ``|mean gradient| / |weight|`` (the weight as received)."""
+        model = ctx.model
         if not isinstance(model, CellNet):
-            return super().local_train(model, x, y, task, input_spec)
+            return super().local_train(ctx, x, y)
         weights = {op.name: cast(nn.Parameter, model.layers[op.name].weight) for op in model.graph.cells}
         start = {name: w.detach().clone() for name, w in weights.items()}
         grads = {name: torch.zeros_like(w) for name, w in start.items()}
         hooks = [w.register_hook(_accumulate_into(grads[name])) for name, w in weights.items()]  # type: ignore[no-untyped-call]
         try:
-            update = super().local_train(model, x, y, task, input_spec)
+            update = super().local_train(ctx, x, y)
         finally:
             for hook in hooks:
                 hook.remove()
@@ -232,7 +230,7 @@ class FedTrans(Algorithm):
         cfg, fs = self.config, self._state(state)
         ok = [o for o in aggregate.outcomes if o.failure is None]
         trained = sorted({o.model_id for o in ok})
-        params = self._aggregate(aggregate.params, trained, fs, self._input_scales(state.models, trained))
+        params = self._aggregate(aggregate.params, trained, fs, self._input_scales(state, trained))
         ids = np.array([o.client_id for o in ok], dtype=np.int64)
         utilities = update_utilities(
             fs.utilities,
@@ -269,13 +267,11 @@ class FedTrans(Algorithm):
             return new
         return self._transform(new, round_idx, forced)
 
-    def _input_scales(
-        self, models: Sequence[ModelConfig], trained: Sequence[int]
-    ) -> dict[tuple[int, int], dict[str, float]]:
-        """``input_scales`` of every pair of models trained this round (none without ``rescale_cropped``)."""
+    def _input_scales(self, state: ServerState, trained: Sequence[int]) -> dict[tuple[int, int], dict[str, float]]:
+        """``input_scales`` of each pair of ``state``'s models trained this round (none without ``rescale_cropped``)."""
         if not self.config.rescale_cropped:
             return {}
-        graphs = {k: self._graph(models[k]) for k in trained}
+        graphs = {k: self._graph(as_model_config(state.models[k])) for k in trained}
         return {(i, j): input_scales(graphs[i], graphs[j]) for i in trained for j in trained if i != j}
 
     def _aggregate(
@@ -370,7 +366,7 @@ class FedTrans(Algorithm):
         fs = self._state(state)
         return {
             "models": [list(cast(CellNetConfig, c).transforms) for c in state.models],
-            "train_flops_per_sample": [self._flops_per_sample(c) for c in state.models],
+            "train_flops_per_sample": [self._flops_per_sample(c) for c in as_model_configs(state.models)],
             "transformations": [
                 {**dataclasses.asdict(t), "doc": t.doc if math.isfinite(t.doc) else None} for t in fs.log
             ],  # a forced transformation may come before the DoC is known (JSON has no NaN)

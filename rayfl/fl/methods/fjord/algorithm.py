@@ -64,9 +64,10 @@ from torch.func import functional_call
 from rayfl.config.sections import TrainConfig
 from rayfl.core.messages import Assignment, ClientUpdate, ClientView, ServerState, TensorSlice, TrainTask
 from rayfl.core.rng import derive_rng
+from rayfl.fl.api.client import ClientContext
 from rayfl.fl.common.submodel import SubModelAlgorithm, WidthModels, sorted_ratios
 from rayfl.fl.methods.fjord.config import FjORDConfig
-from rayfl.models.inputs import InputSpec, module_device
+from rayfl.models.inputs import module_device
 
 __all__ = ["FjORD"]
 
@@ -76,7 +77,7 @@ _Forward = Callable[[torch.Tensor], torch.Tensor]
 @dataclass(frozen=True)
 class _ClientWidths:
     """The widths one client trains at this round: its own ``p_max`` units, the allowed widths and their units, and
-    the generator that draws one width per batch."""
+    the generator that draws one width per batch (kept in the client's context by ``FjORD.local_train``)."""
 
     own: tuple[int, ...]
     allowed: tuple[float, ...]
@@ -93,7 +94,6 @@ class FjORD(SubModelAlgorithm):
     def __init__(self, config: FjORDConfig, train: TrainConfig) -> None:
         super().__init__(config, train)
         self._width_models = WidthModels()
-        self._client_widths: _ClientWidths | None = None  # set while local_train runs
 
     @property
     def widths(self) -> tuple[float, ...]:
@@ -176,40 +176,29 @@ class FjORD(SubModelAlgorithm):
         soft = torch.softmax(teacher.detach(), dim=-1)
         return nn.functional.cross_entropy(logits.flatten(0, -2), soft.flatten(0, -2))
 
-    def local_train(
-        self,
-        model: nn.Module,
-        x: np.ndarray,
-        y: np.ndarray,
-        task: TrainTask,
-        input_spec: InputSpec,
-    ) -> ClientUpdate:
+    def local_train(self, ctx: ClientContext, x: np.ndarray, y: np.ndarray) -> ClientUpdate:
         """Ordered-dropout training of the client's ``p_max`` model (see module docstring): the base loop's batches,
         each trained at a width drawn from ``derive_rng(seed, "fjord", round, client)`` (``width_sequence``) in
-        ``backward_step``. A host trains its clients one after another, so the client's widths live on ``self``
-        for the duration of this call."""
+        ``backward_step``, which reads the client's widths from its context."""
         family = self.require_family()
+        task = ctx.task
         allowed = self.allowed_widths(task.assignment.units)
-        self._client_widths = _ClientWidths(
+        widths = _ClientWidths(
             own=family.full_units if task.assignment.units is None else tuple(task.assignment.units),
             allowed=allowed,
             units={w: self.uniform_units(w) for w in allowed},
             rng=derive_rng(task.seed, "fjord", task.round_idx, task.client_id),
         )
-        try:
-            return super().local_train(model, x, y, task, input_spec)
-        finally:
-            self._client_widths = None
+        ctx.put(widths)
+        return super().local_train(ctx, x, y)
 
-    def backward_step(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, task: TrainTask) -> torch.Tensor:
+    def backward_step(self, ctx: ClientContext, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """One batch at one width: ``p_max`` trains on the labels; a smaller width trains its leading block on the
         labels, or (``kd``) ``p_max`` on the labels plus the smaller width on ``p_max``'s soft targets."""
-        widths = self._client_widths
-        if widths is None:
-            raise RuntimeError("FjORD.backward_step runs only inside FjORD.local_train")
+        model, widths = ctx.model, ctx.get(_ClientWidths)
         units = widths.units[widths.allowed[int(widths.rng.integers(len(widths.allowed)))]]
         if units == widths.own:
-            return super().backward_step(model, x, y, task)
+            return super().backward_step(ctx, x, y)
         forward = self._sub_forward(model, units)  # fresh views of the client's current tensors
         if self.config.kd:
             teacher = self._logits(model, x)

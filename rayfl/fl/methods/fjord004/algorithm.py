@@ -33,10 +33,9 @@ Choices where the paper leaves room:
 from __future__ import annotations
 
 import torch
-from torch import nn
 
-from rayfl.core.messages import TrainTask
-from rayfl.fl.common.nested import NestedWidthAlgorithm, _Client
+from rayfl.fl.api.client import ClientContext
+from rayfl.fl.common.nested import NestedClient, NestedWidthAlgorithm
 
 __all__ = ["FjORD004"]
 
@@ -49,7 +48,7 @@ class FjORD004(NestedWidthAlgorithm):
     def client_weight(self, num_examples: int) -> float:
         return float(num_examples)  # fjord_average weights by examples
 
-    def sampled_units(self, client: _Client) -> list[tuple[int, ...]]:
+    def sampled_units(self, client: NestedClient) -> list[tuple[int, ...]]:
         """The batch's S sub-models below the client's own (distinct unit tuples, in increasing width)."""
         below = [r for r in self.ratios if r < 1.0]
         k = min(len(below), int(self.config.num_ratios))
@@ -65,9 +64,9 @@ class FjORD004(NestedWidthAlgorithm):
                 out.append(units)
         return out
 
-    def backward_step(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, task: TrainTask) -> torch.Tensor:
+    def backward_step(self, ctx: ClientContext, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Algorithm 4 lines 4-9: each sampled width's CE + alpha KL, then the client model's CE; gradients add up."""
-        client = self.current_client()
+        model, client = ctx.model, ctx.get(NestedClient)
         subs = self.sampled_units(client)
         alpha = float(self.config.alpha)
         logits = self.logits(model, x)

@@ -45,7 +45,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from torch import nn
 
 from rayfl.core.messages import (
     Aggregate,
@@ -55,14 +54,13 @@ from rayfl.core.messages import (
     ClientView,
     Params,
     ServerState,
-    TrainTask,
 )
 from rayfl.core.rng import derive_rng
+from rayfl.fl.api.client import ClientContext
 from rayfl.fl.common.submodel import SubModelAlgorithm
 from rayfl.fl.methods.fluid.config import FLuIDConfig
 from rayfl.fl.methods.fluid.invariant import invariant_units, unit_changes, units_to_drop
 from rayfl.models.elastic.spec import Selection
-from rayfl.models.inputs import InputSpec
 
 __all__ = ["CHANGE_PREFIX", "FLuID", "FLuIDState"]
 
@@ -137,14 +135,12 @@ class FLuID(SubModelAlgorithm):
         return out, dataclasses.replace(state, algo_state=fs)
 
     # ------------------------------------------------------------------------------------------ client side
-    def local_train(
-        self, model: nn.Module, x: np.ndarray, y: np.ndarray, task: TrainTask, input_spec: InputSpec
-    ) -> ClientUpdate:
+    def local_train(self, ctx: ClientContext, x: np.ndarray, y: np.ndarray) -> ClientUpdate:
         """The default local training; a client that trained the whole model also reports every unit's largest
         relative weight change (``CHANGE_PREFIX``)."""
-        whole = not task.assignment.slices
-        before = {n: p.detach().clone() for n, p in model.named_parameters()} if whole else {}
-        update = super().local_train(model, x, y, task, input_spec)
+        whole = not ctx.task.assignment.slices
+        before = {n: p.detach().clone() for n, p in ctx.model.named_parameters()} if whole else {}
+        update = super().local_train(ctx, x, y)
         if not whole:
             return update
         changes = unit_changes(self.require_family().space, before, update.values)

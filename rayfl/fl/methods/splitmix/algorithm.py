@@ -44,9 +44,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from rayfl.core.messages import Assignment, ClientView, Params, ServerState, TrainTask
+from rayfl.core.messages import Assignment, ClientView, Params, ServerState
 from rayfl.core.rng import derive_rng
 from rayfl.fl.api.algorithm import MAIN_EVAL
+from rayfl.fl.api.client import ClientContext
 from rayfl.fl.common.submodel import SubModelAlgorithm
 from rayfl.fl.methods.splitmix.config import SplitMixConfig
 from rayfl.models.elastic.spec import Selection
@@ -143,10 +144,11 @@ class SplitMix(SubModelAlgorithm):
         return names
 
     # ------------------------------------------------------------------------------------------ client side
-    def backward_step(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, task: TrainTask) -> torch.Tensor:
+    def backward_step(self, ctx: ClientContext, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Each base's own cross-entropy, back-propagated as their sum; returns their mean (module docstring)."""
+        model = ctx.model
         if not isinstance(model, Ensemble):
-            return super().backward_step(model, x, y, task)
+            return super().backward_step(ctx, x, y)
         losses = [nn.functional.cross_entropy(logits, y) for logits in model.member_logits(x)]
         total = losses[0]
         for loss in losses[1:]:
