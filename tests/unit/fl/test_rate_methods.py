@@ -14,12 +14,13 @@ import torch
 from torch import nn
 
 from rayfl.config.model import CNNConfig, ResNetConfig
-from rayfl.config.sections import ResourceConfig, SystemConfig
+from rayfl.config.sections import ExportConfig, ResourceConfig, SystemConfig
 from rayfl.core.messages import ClientUpdate, ClientView, Params, ServerState, TensorSlice, TrainTask
 from rayfl.core.rng import derive_rng
 from rayfl.data.federated import FederatedDataset, from_client_arrays
 from rayfl.engine.build import Setup, bind_algorithm, build_backend, build_clock, build_setup
 from rayfl.engine.driver import run_experiment
+from rayfl.engine.persist.export import exported_models
 from rayfl.experiment.schema import ExperimentConfig
 from rayfl.fl.api.algorithm import ServerContext
 from rayfl.fl.api.client import ClientContext
@@ -32,7 +33,10 @@ from rayfl.fl.methods.feddropout.config import FedDropoutConfig
 from rayfl.fl.methods.fedrolex.algorithm import FedRolex
 from rayfl.fl.methods.fedrolex.config import FedRolexConfig
 from rayfl.fl.methods.heterofl.algorithm import (
+    STATIC_BN_CHUNK,
     HeteroFL,
+    _PerBatchNorm,
+    _same_size_runs,
     static_bn_batches,
     static_bn_statistics,
     static_bn_statistics_sequential,
@@ -429,6 +433,67 @@ def test_static_bn_in_chunks_gives_the_batch_by_batch_statistics(n: int, batch: 
     # not simply the statistics of the whole set: the per-batch variances differ from the pooled one
     pooled = stats(static_bn_statistics, n, None, n)
     assert any(not torch.allclose(pooled[k], reference[k], rtol=1e-3) for k in reference if k.endswith("var"))
+
+
+def test_per_batch_norm_reads_a_sample_major_chunk_in_place() -> None:
+    """Issue 41: the chunk's rows are sample-major (row ``s * k + g``: sample ``s`` of batch ``g``), so each batch
+    norm of the pass hands the native kernel its input itself, not a reordered copy, and still normalises every
+    batch with that batch's own statistics, as the norm does the batch alone."""
+    k, b = 3, 4
+    norm = nn.BatchNorm2d(5)
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5)
+        norm.bias.uniform_(-1.0, 1.0)
+    x = torch.randn(b * k, 5, 3, 3, generator=torch.Generator().manual_seed(0))
+    per_batch = _PerBatchNorm(norm)
+    per_batch.batch = b
+    read: list[int] = []
+    kernel = nn.functional.batch_norm
+
+    def batch_norm(input: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        read.append(input.data_ptr())
+        return kernel(input, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch, torch.inference_mode():
+        patch.setattr(nn.functional, "batch_norm", batch_norm)
+        y = per_batch(x)
+    assert read == [x.data_ptr()]  # one call, on the chunk's own memory
+    for g in range(k):
+        batch = x[g::k].contiguous()  # batch g alone, as the batch-by-batch pass gives it to the norm
+        alone = kernel(batch, None, None, norm.weight, norm.bias, training=True, eps=norm.eps)
+        assert torch.equal(y[g::k], alone), g
+    means = torch.stack([x[g::k].double().mean(dim=(0, 2, 3)) for g in range(k)])
+    torch.testing.assert_close(per_batch.mean_sum, means.sum(0) * b, rtol=1e-6, atol=1e-6)
+
+
+def test_static_bn_pass_runs_once_per_evaluated_state(tmp_path: Any) -> None:
+    """One static-BN pass per evaluated round, on one tracked copy built once, one forward per chunk: the end-of-run
+    export of the last evaluated state (``export.final``, which asks ``eval_params`` again) reuses that round's
+    statistics instead of a second pass over the training set. Counted with a forward pre-hook on every module."""
+    cfg = dataclasses.replace(
+        _cfg(HeteroFLConfig(), CNN_BN, rounds=2, eval_every=1, output_dir=str(tmp_path)),
+        export=ExportConfig(final=True),
+    )
+    ds = tiny_image_dataset()
+    calls: list[nn.Module] = []
+
+    def hook(module: nn.Module, args: Any) -> None:
+        if isinstance(module, _PerBatchNorm):
+            calls.append(module.norm)
+
+    handle = nn.modules.module.register_module_forward_pre_hook(hook)
+    try:
+        result = run_experiment(cfg, write=True, dataset=ds)
+    finally:
+        handle.remove()
+    assert result.run_dir is not None
+    assert [(m.name, m.round_idx, m.track_stats) for m in exported_models(result.run_dir)] == [("main", 1, True)]
+    norms = len({id(m) for m in calls})
+    assert norms == 2  # the CNN's two batch norms, of one tracked copy for every pass
+    evaluated = [r for r in result.records if r.test_acc == r.test_acc]
+    batches = static_bn_batches(len(ds.x), HeteroFLConfig().static_bn_batch_size, None)  # sizes do not depend on order
+    forwards = len(_same_size_runs(batches, STATIC_BN_CHUNK))  # of the tracked copy, per pass
+    assert len(evaluated) == 2 and len(calls) == norms * forwards * 2  # two passes: none more for the export
 
 
 def test_static_bn_is_a_no_op_without_batch_norm() -> None:

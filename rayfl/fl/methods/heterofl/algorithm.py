@@ -17,7 +17,9 @@ test set is normalised with the training-set statistics. Models without batch no
 evaluated as they are. The server seconds spent go to ``RoundStats.server_train_s``. The pass is computed in chunks
 of many batches per forward, each batch still normalised with its own statistics (``static_bn_statistics``; issue
 41): the statistics equal the batch-by-batch pass's to float rounding (largest gap 6.6e-07 on the CPU settings 1
-and 3) in about half its time (``python benchmarks/static_bn.py``).
+and 3) in about half its time (``python benchmarks/static_bn.py``). It runs once per evaluated state: the tracked
+copy is built once, and the statistics of the last evaluated state are kept, so the end-of-run export of that state
+(``engine/persist/export.py``, which asks ``eval_params`` again) reuses them instead of a second pass.
 
 Choices where the paper and the code leave room:
 
@@ -57,12 +59,16 @@ from rayfl.models.elastic.spec import FirstK, Selector
 from rayfl.models.inputs import InputSpec, has_dropout, to_input
 
 if TYPE_CHECKING:
+    from rayfl.config.sections import TrainConfig
     from rayfl.models.elastic.family import ElasticFamily
 
 __all__ = ["HeteroFL", "static_bn_statistics", "static_bn_statistics_sequential", "tracked_global_model"]
 
 _BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
 _STAT_SUFFIXES = (".running_mean", ".running_var")
+# samples per forward of the static-BN pass (at least one batch): on the CPU settings 1 and 3, one thread, smaller
+# chunks (128-256) took as much CPU time and 2,000-4,000 samples per forward were slower
+STATIC_BN_CHUNK = 512
 
 
 def tracked_global_model(family: ElasticFamily) -> nn.Module | None:
@@ -96,7 +102,7 @@ def static_bn_statistics(
     input_spec: InputSpec,
     batch_size: int,
     rng: np.random.Generator | None = None,
-    chunk: int = 512,
+    chunk: int = STATIC_BN_CHUNK,
 ) -> Params:
     """Running means and variances of every batch norm of ``model`` over the samples ``x`` (see module docstring),
     in the batches of ``static_bn_batches``; ``model`` must hold the weights and track statistics. Returns the
@@ -108,7 +114,12 @@ def static_bn_statistics(
     chunk with that batch's statistics and adds them, weighted by its sample count, to the running statistics. The
     result is the one-batch-at-a-time pass's (``static_bn_statistics_sequential``) to float rounding (a sum instead
     of a running update), at a fraction of its calls (issue 41). Exact for models whose only operation across samples
-    is batch norm (rayfl's families; dropout would draw other masks); a model with dropout runs batch by batch."""
+    is batch norm (rayfl's families; dropout would draw other masks); a model with dropout runs batch by batch.
+
+    A chunk's rows are sample-major (row ``s * k + g`` is sample ``s`` of the chunk's batch ``g``, of ``k``), an order
+    no operation but batch norm can tell from batch-major, so that each batch norm reads its input as one batch of
+    ``b`` samples with the ``k`` batches' channels side by side without copying it (``_PerBatchNorm``); the pass runs
+    under ``torch.inference_mode``."""
     norms = [(name, m) for name, m in model.named_modules() if isinstance(m, _BATCH_NORMS)]
     n = len(x)
     if n == 0:
@@ -120,11 +131,11 @@ def static_bn_statistics(
     grouped = {name: _PerBatchNorm(m) for name, m in norms}
     _swap(model, grouped)
     try:
-        with torch.no_grad():
+        with torch.inference_mode():
             for size, run in _same_size_runs(batches, max(1, chunk)):
                 for g in grouped.values():
                     g.batch = size
-                rows = np.concatenate([np.sort(b) for b in run])
+                rows = np.stack([np.sort(b) for b in run], axis=1).reshape(-1)  # sample-major (see above)
                 model(to_input(x[rows], input_spec))
     finally:
         _swap(model, {name: m for name, m in norms})
@@ -178,9 +189,10 @@ def _swap(model: nn.Module, modules: Mapping[str, nn.Module]) -> None:
 
 
 class _PerBatchNorm(nn.Module):
-    """Training-mode batch norm of a chunk of equal batches of ``batch`` samples, each normalised with its own
-    statistics (as the wrapped norm would normalise it alone); sums each batch's mean and unbiased variance, times
-    its sample count, in float64 (``mean_sum``, ``var_sum``)."""
+    """Training-mode batch norm of a chunk of equal batches of ``batch`` samples in sample-major order (row
+    ``s * k + g``: sample ``s`` of batch ``g``), each batch normalised with its own statistics (as the wrapped norm
+    would normalise it alone); sums each batch's mean and unbiased variance, times its sample count, in float64
+    (``mean_sum``, ``var_sum``)."""
 
     def __init__(self, norm: nn.modules.batchnorm._BatchNorm) -> None:
         super().__init__()
@@ -193,13 +205,12 @@ class _PerBatchNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, norm = self.batch, self.norm
         groups = x.shape[0] // b
-        xg = x.reshape(groups, b, x.shape[1], -1)  # (batches, samples, channels, positions)
-        count = b * xg.shape[3]
-        if count < 2:
+        # the batches side by side as channels of one batch, (samples, batches x channels, positions): a view of the
+        # sample-major rows; the native kernel normalises each (batch, channel) over its own samples and positions,
+        # exactly as it would the batch alone
+        folded = x.reshape(b, groups * x.shape[1], -1)
+        if b * folded.shape[2] < 2:
             raise ValueError(f"static BN: a batch of {b} gives one value per channel (static_bn_batch_size too small)")
-        # the batches side by side as channels of one batch: the native kernel normalises each (batch, channel)
-        # over its own samples and positions, exactly as it would the batch alone
-        folded = xg.permute(1, 0, 2, 3).reshape(b, groups * x.shape[1], -1)
         mean = torch.zeros(folded.shape[1], dtype=x.dtype)
         var = torch.ones(folded.shape[1], dtype=x.dtype)
         weight = None if norm.weight is None else norm.weight.repeat(groups)
@@ -207,7 +218,6 @@ class _PerBatchNorm(nn.Module):
         y = nn.functional.batch_norm(folded, mean, var, weight, bias, training=True, momentum=1.0, eps=norm.eps)
         self.mean_sum += mean.double().view(groups, -1).sum(0) * b  # momentum 1: the batches' own statistics
         self.var_sum += var.double().view(groups, -1).sum(0) * b  # (the running variance: unbiased)
-        y = y.reshape(b, groups, x.shape[1], -1).permute(1, 0, 2, 3)
         return y.reshape(x.shape)
 
 
@@ -216,6 +226,22 @@ class HeteroFL(UniformRateAlgorithm):
 
     name = "heterofl"
     config: HeteroFLConfig
+
+    def __init__(self, config: HeteroFLConfig, train: TrainConfig) -> None:
+        super().__init__(config, train)
+        self._tracked: nn.Module | None = None  # the static-BN pass's tracked copy, built on first use
+        # the last pass: the parameters it ran on (held, so that ``is`` cannot match a newer dict at a reused
+        # address), their round and the statistics it gave
+        self._evaluated: tuple[Params, int, Params] | None = None
+
+    def bind_client(self, family: ElasticFamily | None, input_spec: InputSpec) -> None:
+        super().bind_client(family, input_spec)
+        self._tracked, self._evaluated = None, None  # another family: another tracked copy
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state["_tracked"], state["_evaluated"] = None, None  # driver-only, as the server context
+        return state
 
     def selector(self, round_idx: int, client_id: int) -> Selector:
         return FirstK()
@@ -235,7 +261,15 @@ class HeteroFL(UniformRateAlgorithm):
         return self._static_bn_model()
 
     def eval_params(self, state: ServerState) -> Params:
-        model = self._static_bn_model()
+        """The global parameters with the static-BN statistics of ``state``'s model. Computed once per state: asked
+        again for the state of the last pass (the same parameter dict, which a server update never changes in
+        place, and round), the statistics of that pass are returned."""
+        kept = self._evaluated
+        if kept is not None and kept[0] is state.params and kept[1] == state.round_idx:
+            return {**state.params, **kept[2]}
+        if self._tracked is None:
+            self._tracked = self._static_bn_model()
+        model = self._tracked
         if model is None:
             return state.params
         began = time.perf_counter()
@@ -253,4 +287,5 @@ class HeteroFL(UniformRateAlgorithm):
         spent = time.perf_counter() - began
         previous = self._server_train_s
         self._server_train_s = spent if math.isnan(previous) else previous + spent
+        self._evaluated = (state.params, state.round_idx, stats)
         return {**state.params, **stats}
