@@ -16,7 +16,11 @@
 # activation (`algorithm.act=model`) as every other method, not their code's plain ReLU. The width-sliced methods
 # (HeteroFL, FedRolex, FjORD) are also scored at their sub-widths (`eval_widths`), so the table can show each at the
 # largest width it trained. `core-distill-lr1e-4` is a control: the core method with the distillation's Adam at a
-# tenth of the paper's learning rate (how far the server's T_SKD steps move the model against the clients' steps).
+# tenth of the paper's learning rate (how far the server's T_SKD steps move the model against the clients' steps);
+# `core-distill-data` is the other control: the core method distilling at the paper's learning rate on samples of the
+# pooled training set instead of Gaussian noise (`distill.noise=data`; paper 000's server holds no data): whether the
+# noise or the steps themselves do the harm; `core-distill-follow` scales the distillation's learning rate by the
+# clients' schedule each round (`distill.lr_schedule=clients`), so the server's steps shrink when the clients' do.
 # Local work is the setting's (same epochs, batch, optimizer, schedule) for every method;
 # FjORD's own self-distillation (`kd`) and per-batch width draws are part of the method and stay.
 set -uo pipefail
@@ -68,6 +72,8 @@ declare -A METHOD=(
   [smallest]="algorithm.name=fedavg algorithm.model=smallest $SMALLEST"
   [largest]="algorithm.name=fedavg algorithm.budgets=ignore"
   [core-distill-lr1e-4]="algorithm.distill.lr=0.0001 $DW"
+  [core-distill-data]="algorithm.distill.noise=data $DW"
+  [core-distill-follow]="algorithm.distill.lr_schedule=clients $DW"
   [heterofl-static-bn]="algorithm.name=heterofl algorithm.static_bn=true algorithm.grad_clip_norm=0 algorithm.act=model"
   [heterofl-clip]="algorithm.name=heterofl algorithm.static_bn=false algorithm.grad_clip_norm=1 algorithm.act=model $WIDTHS"
 )

@@ -100,6 +100,12 @@ DEPARTURES = {
         "partition": "MNIST 5k, the offline stand-in for FEMNIST, records no writers: an IID split, not natural",
         "epochs": "2 local epochs, not 5: half the CPU of a run for the same calibration",
     },
+    6: {
+        "optimizer": "Adam, not SGD: with SGD 0.1 (and 0.02) the full model stayed at 25-30 % in every probe",
+        "lr": "Adam's 0.002, not SGD's 0.1",
+        "epochs": "2 local epochs on up to 1,000 windows a role, not 1 on 100: the full model needs the steps",
+        "lr_decay_rounds": "one decay at round 30 of 40, not at 1/3 and 2/3: earlier decays stop it near 30 %",
+    },
 }
 
 
@@ -123,8 +129,9 @@ def test_cpu_setting_has_the_structure_of_the_full_one(n: int) -> None:
     for key in ("epochs", "batch_size", "optimizer", "lr", "momentum", "weight_decay", "lr_schedule", "lr_decay"):
         if key not in allowed:
             assert getattr(full.train, key) == getattr(cpu.train, key), key
-    fractions = [r / full.rounds for r in full.train.lr_decay_rounds]
-    assert [round(f * cpu.rounds) for f in fractions] == pytest.approx(list(cpu.train.lr_decay_rounds), abs=1)
+    if "lr_decay_rounds" not in allowed:
+        fractions = [r / full.rounds for r in full.train.lr_decay_rounds]
+        assert [round(f * cpu.rounds) for f in fractions] == pytest.approx(list(cpu.train.lr_decay_rounds), abs=1)
     assert full.data.name != "synthetic"
 
 

@@ -30,7 +30,7 @@ from torch import nn
 
 from rayfl.config.sections import TrainConfig
 from rayfl.core.messages import Aggregate, Assignment, ClientView, ServerState, TensorSlice
-from rayfl.fl.api.algorithm import Algorithm, RoundStats
+from rayfl.fl.api.algorithm import Algorithm, RoundStats, round_lr
 from rayfl.fl.common.distill.server import OPT_KEYS, inplace_distill
 from rayfl.models.elastic.spec import Selection, SubModelSpec, first_k
 from rayfl.system.work import TRAIN_FLOPS_PER_FORWARD, samples_per_round
@@ -166,6 +166,9 @@ class SubModelAlgorithm(Algorithm):
             return new
         began = time.perf_counter()
         ctx = self.server
+        if distill.lr_schedule == "clients":  # the server's steps shrink with the clients' (an ablation)
+            factor = round_lr(self.train, round_idx, ctx.rounds) / self.train.lr
+            distill = dataclasses.replace(distill, lr=distill.lr * factor)
         result = inplace_distill(
             self.require_family(),
             new.params,
@@ -176,6 +179,7 @@ class SubModelAlgorithm(Algorithm):
             round_idx=round_idx,
             input_spec=ctx.input_spec,
             opt_state=new.opt_state,
+            pool=ctx.dataset.x if distill.noise == "data" else None,  # the control on real inputs only
         )
         self._server_train_s = time.perf_counter() - began
         # the distillation's optimizer state (optimizer_state: run) lives in ServerState so checkpoints carry it

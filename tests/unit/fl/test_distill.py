@@ -485,6 +485,34 @@ def test_the_token_noise_ablations_distil(bert: CharBertFamily, noise: str) -> N
     assert not torch.equal(new["decoder.weight"], params["decoder.weight"])
 
 
+def test_the_data_control_feeds_training_samples_as_the_clients_see_them(resnet: ResNetFamily) -> None:
+    """``distill.noise: data`` (issue 40's control on real inputs): each batch is ``K`` rows of the pool, drawn from
+    the copy's generator and converted by ``to_input`` as a client converts them; without a pool it is refused, and
+    the copies it trains differ from the noise-trained ones (the inputs reach the update)."""
+    rng = np.random.default_rng(0)
+    pool = rng.integers(0, 256, size=(50, 3, 8, 8), dtype=np.uint8)
+    spec = dataclasses.replace(IMAGES, mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25))
+    params = global_params(resnet)
+    model = load_sub_model(resnet, params, resnet.full_units)
+    source = noise_source(model, spec, 6, "data", pool)
+    batch = source.draw(derive_torch_generator(3, "data"))
+    rows = np.sort(torch.randint(0, 50, (6,), generator=derive_torch_generator(3, "data")).numpy())
+    expected = (torch.from_numpy(pool[rows]).float() / 255.0 - 0.5) / 0.25
+    torch.testing.assert_close(batch, expected)
+    tokens = np.arange(40, dtype=np.int64).reshape(5, 8) % 12
+    ids = noise_source(model, TOKENS, 4, "data", tokens).draw(derive_torch_generator(0, "t"))
+    assert ids.dtype == torch.int64 and ids.shape == (4, 8)
+    with pytest.raises(ValueError, match=r"distill\.noise: data"):
+        noise_source(model, spec, 6, "data")
+    cfg = DistillConfig(enabled=True, iterations=2, batch_size=4, update="copies")
+    kw = {"num_subnets": 2, "seed": 0, "round_idx": 0, "input_spec": spec}
+    on_data = inplace_distill(resnet, params, dataclasses.replace(cfg, noise="data"), S, pool=pool, **kw).params
+    on_noise = inplace_distill(resnet, params, cfg, S, **kw).params
+    again = inplace_distill(resnet, params, dataclasses.replace(cfg, noise="data"), S, pool=pool, **kw).params
+    assert all(torch.equal(on_data[k], again[k]) for k in params)
+    assert any(not torch.equal(on_data[k], on_noise[k]) for k in params)
+
+
 @pytest.mark.parametrize("norm", ["bn", "gn"])
 def test_copies_give_the_same_weights_bit_for_bit_whatever_the_number_of_workers(norm: str) -> None:
     """Issue 40 item 3: the copies train at the same time on ``distill.workers`` threads; each copy reads only its own

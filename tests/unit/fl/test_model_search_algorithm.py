@@ -187,3 +187,21 @@ def test_a_named_smallest_that_the_model_cannot_hold_is_refused_naming_the_key(d
     algo = ModelSearchConfig(ratios=(0.0, 0.5, 1.0), smallest=SmallestConfig(blocks=(1, 1)), distill=DISTILL)
     with pytest.raises(ConfigError, match=r"algorithm\.smallest\.blocks: blocks needs one count per stage"):
         bound(config(algo, model=RESNET), data)
+
+
+def test_the_distillation_lr_can_follow_the_clients_schedule(data: FederatedDataset) -> None:
+    """``distill.lr_schedule: clients`` (issue 40's control): each round the distillation's lr is scaled by the
+    factor the clients' schedule applies that round. Clients halved from round 0 on (lr 0.5 -> 0.25, exact in
+    binary), the distillation at 2^-10 following them, give the records of a constant distillation at 2^-11, and
+    not those of a constant one at 2^-10."""
+
+    def run(lr: float, schedule: str) -> list[tuple[float, float]]:
+        distill = dataclasses.replace(DISTILL, lr=lr, lr_schedule=schedule)  # type: ignore[arg-type]
+        cfg = config(ModelSearchConfig(ratios=(0.0, 0.5, 1.0), distill=distill), model=RESNET, rounds=2)
+        train = dataclasses.replace(cfg.train, lr=0.5, lr_schedule="step", lr_decay_rounds=(0,), lr_decay=0.5)
+        records = run_experiment(dataclasses.replace(cfg, train=train), write=False, dataset=data).records
+        return [(r.train_loss, r.test_acc) for r in records]
+
+    following = run(2.0**-10, "clients")
+    assert following == run(2.0**-11, "constant")
+    assert following != run(2.0**-10, "constant")

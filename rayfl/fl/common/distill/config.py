@@ -10,7 +10,7 @@ from rayfl.config.fields import bounded
 
 __all__ = ["DistillConfig", "NoiseMode"]
 
-NoiseMode = Literal["embedding", "tokens", "unit"]  # distill.noise: what token models are fed (see DistillConfig)
+NoiseMode = Literal["embedding", "tokens", "unit", "data"]  # distill.noise: what the sub-nets are fed (DistillConfig)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,6 +37,12 @@ class DistillConfig:
     and standard deviation of the global model's embedding output over uniformly random tokens, measured each
     round; ``tokens`` feeds uniformly random token sequences through the model's own embedding (an ablation);
     ``unit`` is ``N(0, 1)`` at the embedding output (rayfl's earlier choice, about 30 times the real scale).
+    ``data`` (any model; a control, not paper 000's method, whose server holds no data) feeds samples of the pooled
+    training set instead of noise, drawn from each copy's own generator: it separates what the noise does from what
+    the distillation's steps do.
+    ``lr_schedule``: ``constant`` (the paper's Adam at ``lr`` every round; the paper gives the distillation no
+    schedule) or ``clients`` (an ablation: ``lr`` times the factor by which the clients' schedule,
+    ``train.lr_schedule``, has lowered their learning rate that round, so the server's steps shrink as theirs do).
     ``workers`` (``copies``): how many copies train at once on the CPU, each on one thread (0 = every core the
     driver may use); the result is the same for every value. ``device`` (``copies``): where the copies
     train, ``cpu``, ``cuda`` (the driver's GPU) or ``auto`` (CUDA when the driver sees one); see
@@ -55,5 +61,6 @@ class DistillConfig:
     teacher: Literal["step", "round"] = "step"
     optimizer: Literal["adam", "sgd"] = "adam"
     noise: NoiseMode = "embedding"
+    lr_schedule: Literal["constant", "clients"] = "constant"
     workers: int = bounded(0, ge=0)
     device: Literal["cpu", "cuda", "auto"] = "cpu"

@@ -48,6 +48,7 @@ from torch import nn
 from rayfl.core.messages import ClientUpdate, Params
 from rayfl.core.reducers import MaskedWeightedMean, Partial
 from rayfl.core.rng import derive_seed
+from rayfl.data.federated import Rows
 from rayfl.fl.common.distill.config import DistillConfig
 from rayfl.fl.common.distill.kd import (
     NoiseSource,
@@ -101,12 +102,14 @@ def train_copies(
     seed: int,
     round_idx: int,
     input_spec: InputSpec,
+    pool: Rows | None = None,
 ) -> Params:
-    """The global parameters after the ``copies`` update (see the module docstring)."""
+    """The global parameters after the ``copies`` update (see the module docstring); ``pool``: the training samples
+    ``distill.noise: data`` draws from."""
     device = distill_device(cfg.device)
     cpu_teacher = teacher_model(family, params)
     # the noise's statistics (token models) are read from the global model on the CPU, where the noise is drawn
-    source = noise_source(cpu_teacher, input_spec, cfg.batch_size, cfg.noise)
+    source = noise_source(cpu_teacher, input_spec, cfg.batch_size, cfg.noise, pool)
     teacher = cpu_teacher.to(device)
     dropout = has_dropout(cpu_teacher)  # the global model: every module a sub-net can have
     workers = distill_workers(cfg.workers, device, len(structures), dropout)
@@ -124,8 +127,8 @@ def train_copies(
         if workers == 1:
             students = [train(i) for i in range(len(structures))]
         else:
-            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rayfl-distill") as pool:
-                students = list(pool.map(train, range(len(structures))))
+            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rayfl-distill") as executor:
+                students = list(executor.map(train, range(len(structures))))
     finally:
         torch.set_num_threads(threads)
     return merge_copies(family, params, structures, [s.to("cpu") for s in students])

@@ -12,12 +12,13 @@ import torch
 from torch import nn
 
 from rayfl.core.rng import derive_torch_generator
+from rayfl.data.federated import Rows
 from rayfl.fl.common.distill.config import NoiseMode
 from rayfl.models.elastic.cost import units_from_ratios
 from rayfl.models.elastic.family import ElasticFamily, gather
 from rayfl.models.elastic.space import SearchSpace
 from rayfl.models.elastic.spec import first_k
-from rayfl.models.inputs import InputSpec
+from rayfl.models.inputs import InputSpec, to_input
 
 __all__ = [
     "HiddenStateModel",
@@ -108,30 +109,47 @@ def kd_loss(student: torch.Tensor, teacher: torch.Tensor, temperature: float) ->
 
 @dataclass(frozen=True)
 class NoiseSource:
-    """Where the distillation's data-free inputs come from (``distill.noise``; see ``DistillConfig``).
+    """Where the distillation's inputs come from (``distill.noise``; see ``DistillConfig``).
 
     ``kind``: ``images`` (``N(0, 1)`` in the model's normalised input space, as clients normalise theirs), ``hidden``
-    (Gaussian hidden states at a token model's embedding output, ``mean + std * N(0, 1)`` per position and dimension)
-    or ``tokens`` (uniformly random token ids of ``vocab`` symbols, fed through the model's own embedding)."""
+    (Gaussian hidden states at a token model's embedding output, ``mean + std * N(0, 1)`` per position and dimension),
+    ``tokens`` (uniformly random token ids of ``vocab`` symbols, fed through the model's own embedding) or ``data``
+    (``shape[0]`` samples of the pooled training set ``pool``, drawn uniformly with replacement and converted as the
+    clients convert theirs: the control ``distill.noise: data``, not paper 000's data-free method)."""
 
-    kind: Literal["images", "hidden", "tokens"]
+    kind: Literal["images", "hidden", "tokens", "data"]
     shape: tuple[int, ...]
     mean: torch.Tensor | None = None
     std: torch.Tensor | None = None
     vocab: int = 0
+    pool: Rows | None = None
+    spec: InputSpec | None = None
 
     def draw(self, generator: torch.Generator) -> torch.Tensor:
         """One batch, read from ``generator`` (the same number of draws per batch whatever the model's weights)."""
         if self.kind == "tokens":
             return torch.randint(0, self.vocab, self.shape, generator=generator)
+        if self.kind == "data":
+            assert self.pool is not None and self.spec is not None  # noise_source sets both for this kind
+            rows = torch.randint(0, len(self.pool), (self.shape[0],), generator=generator).numpy()
+            return to_input(self.pool[np.sort(rows)], self.spec)
         x = torch.randn(self.shape, generator=generator)
         if self.mean is not None and self.std is not None:
             x = x * self.std + self.mean
         return x
 
 
-def noise_source(model: nn.Module, input_spec: InputSpec, batch: int, mode: NoiseMode = "embedding") -> NoiseSource:
-    """The noise for ``model`` (the round's global model, whose embedding statistics ``embedding`` mode reads)."""
+def noise_source(
+    model: nn.Module, input_spec: InputSpec, batch: int, mode: NoiseMode = "embedding", pool: Rows | None = None
+) -> NoiseSource:
+    """The noise for ``model`` (the round's global model, whose embedding statistics ``embedding`` mode reads);
+    ``mode`` ``data`` draws from ``pool``, the pooled training samples (the engine's ``ServerContext.dataset.x``)."""
+    if mode == "data":
+        if pool is None or len(pool) == 0:
+            raise ValueError(
+                "distill.noise: data draws the distillation's inputs from the training set, and none was given"
+            )
+        return NoiseSource("data", (batch,), pool=pool, spec=input_spec)
     shape = noise_shape(model, input_spec, batch)
     if input_spec.input_kind != "tokens":
         return NoiseSource("images", shape)

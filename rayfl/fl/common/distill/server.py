@@ -72,6 +72,7 @@ import torch
 
 from rayfl.core.messages import Params
 from rayfl.core.rng import derive_rng, derive_seed, derive_torch_generator
+from rayfl.data.federated import Rows
 from rayfl.fl.common.distill.config import DistillConfig, NoiseMode
 from rayfl.fl.common.distill.copies import merge_copies, train_copies
 from rayfl.fl.common.distill.kd import (
@@ -124,6 +125,7 @@ def inplace_distill(
     round_idx: int,
     input_spec: InputSpec,
     opt_state: Mapping[str, torch.Tensor] | None = None,
+    pool: Rows | None = None,
 ) -> DistillResult:
     """Algorithm 1 on the global ``params`` (see module docstring).
 
@@ -136,10 +138,20 @@ def inplace_distill(
     structures = sample_structures(family.space, ratios, num_subnets, derive_rng(seed, "distill", round_idx))
     if cfg.update == "copies":
         return DistillResult(
-            train_copies(family, params, cfg, structures, seed=seed, round_idx=round_idx, input_spec=input_spec)
+            train_copies(
+                family, params, cfg, structures, seed=seed, round_idx=round_idx, input_spec=input_spec, pool=pool
+            )
         )
     new, state = shared_distill(
-        family, params, cfg, structures, seed=seed, round_idx=round_idx, input_spec=input_spec, opt_state=kept
+        family,
+        params,
+        cfg,
+        structures,
+        seed=seed,
+        round_idx=round_idx,
+        input_spec=input_spec,
+        opt_state=kept,
+        pool=pool,
     )
     return DistillResult(new, state)
 

@@ -50,6 +50,7 @@ from torch.func import functional_call
 
 from rayfl.core.messages import Params, TensorSlice
 from rayfl.core.rng import derive_seed
+from rayfl.data.federated import Rows
 from rayfl.fl.common.distill.config import DistillConfig
 from rayfl.fl.common.distill.kd import (
     copy_noise_generator,
@@ -191,6 +192,7 @@ class SharedDistillation:
         *,
         input_spec: InputSpec,
         opt_state: Mapping[str, torch.Tensor],
+        pool: Rows | None = None,
     ) -> None:
         self.cfg = cfg
         self.params = params
@@ -210,7 +212,7 @@ class SharedDistillation:
         self.teacher.module.eval()
         # the embedding statistics (token models, distill.noise: embedding) are the aggregated model's
         self.noise_source = noise_source(
-            teacher_model(family, params) if tokens else full, input_spec, cfg.batch_size, cfg.noise
+            teacher_model(family, params) if tokens else full, input_spec, cfg.batch_size, cfg.noise, pool
         )
         count = torch.zeros_like(self.flat)
         counts = self.layout.views(count)
@@ -277,10 +279,11 @@ def shared_distill(
     round_idx: int,
     input_spec: InputSpec,
     opt_state: Mapping[str, torch.Tensor],
+    pool: Rows | None = None,
 ) -> tuple[Params, Params]:
     """``cfg.iterations`` Eq. (2) steps on ``params`` with the sub-nets ``structures``; returns the new parameters and
     the optimizer state to keep (empty unless ``cfg.optimizer_state`` is ``run``)."""
-    run = SharedDistillation(family, params, cfg, structures, input_spec=input_spec, opt_state=opt_state)
+    run = SharedDistillation(family, params, cfg, structures, input_spec=input_spec, opt_state=opt_state, pool=pool)
     # sub-net i reads its batches from its own generator, as the copies do, so both rules see the same inputs
     noise = [copy_noise_generator(seed, round_idx, i) for i in range(len(run.students))]
     skipped = 0
