@@ -1,7 +1,8 @@
 """The method registry: what a config's ``algorithm.name`` means.
 
 One row per method name: its config dataclass (imported here: config modules import no torch), where its algorithm
-class lives (``"module:Class"``, imported only when a run builds it), and where its own validation rules live, if it has
+class lives (``"module:Class"``, imported only when a run builds it; a paper's ablations and baselines that differ only
+in their config share their method's class), and where its own validation rules live, if it has
 any (``"module:function"``, a function of the ``ExperimentConfig`` and the section's key path returning problems).
 Adding a method is one folder under ``rayfl/fl/methods/`` and one row here. The engine and the experiment config reach
 methods only through this table; importing it imports neither torch nor Ray.
@@ -89,8 +90,8 @@ METHODS: dict[str, Method] = {
         f"{_M}.fedoras.rules:problems",
     ),
     "fedrescue": Method(FedResCuEConfig, f"{_M}.fedrescue.algorithm:FedResCuE", "Zhu et al., ICML 2022 (paper 004)"),
-    "fedseq": Method(FedSeqConfig, f"{_M}.fedrescue.algorithm:FedSeq", "paper 004's ablation (no distillation)"),
-    "fedrush": Method(FedRushConfig, f"{_M}.fedrescue.algorithm:FedRush", "paper 004's baseline (no freezing)"),
+    "fedseq": Method(FedSeqConfig, f"{_M}.fedrescue.algorithm:FedResCuE", "paper 004's ablation (no distillation)"),
+    "fedrush": Method(FedRushConfig, f"{_M}.fedrescue.algorithm:FedResCuE", "paper 004's baseline (no freezing)"),
     "fedslim": Method(FedSlimConfig, f"{_M}.fedslim.algorithm:FedSlim", "paper 004's baseline (Algorithm 3)"),
     "fjord004": Method(FjORD004Config, f"{_M}.fjord004.algorithm:FjORD004", "paper 004's FjORD (Algorithm 4)"),
     "fedhen": Method(
@@ -100,10 +101,10 @@ METHODS: dict[str, Method] = {
         f"{_M}.fedhen.rules:problems",
     ),
     "noside": Method(
-        NoSideConfig, f"{_M}.fedhen.algorithm:NoSide", "paper 001, Algorithm 4", f"{_M}.fedhen.rules:problems"
+        NoSideConfig, f"{_M}.fedhen.algorithm:FedHeN", "paper 001, Algorithm 4", f"{_M}.fedhen.rules:problems"
     ),
     "decouple": Method(
-        DecoupleConfig, f"{_M}.fedhen.algorithm:Decouple", "paper 001, Algorithm 3", f"{_M}.fedhen.rules:problems"
+        DecoupleConfig, f"{_M}.fedhen.algorithm:FedHeN", "paper 001, Algorithm 3", f"{_M}.fedhen.rules:problems"
     ),
     "independent": Method(
         IndependentConfig, f"{_M}.independent.algorithm:IndependentFedAvg", "several independent FedAvg models"

@@ -122,7 +122,9 @@ def round_lr(train: TrainConfig, round_idx: int, num_rounds: int) -> float:
 class Algorithm:
     """Base class with FedAvg behaviour in every hook; subclasses override the hooks their paper changes."""
 
-    name: ClassVar[str] = "base"
+    # the method's registry name (``algorithm.name``); a class that serves several names (FedResCuE's ablations,
+    # FedHeN's baselines) sets its instance's from its config
+    name: str = "base"
     # True: the engine keeps a state per client across rounds (``engine/exec/client_state.py``), handed to
     # ``local_train`` as ``ctx.memory`` (``task.client_state``) and replaced by the ``ClientUpdate.client_state`` it
     # returns

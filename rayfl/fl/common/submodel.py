@@ -12,8 +12,13 @@ client gets and *which* global units it covers; they share everything else, whic
   which is recorded, rather than the method silently breaking a budget).
 * **Aggregation.** The count-normalised element-wise mean (``MaskedWeightedMean``) with every client weighing 1, as
   HeteroFL's ``combine`` (ALGORITHMS.md section 1); subclasses that weight by samples override ``client_weight``.
-* **In-place distillation** (paper 000, Algorithm 1) after aggregation when ``config.distill.enabled``: any
-  sub-model method can add it, as the paper adds it to HeteroFL.
+* **In-place distillation** (paper 000, Algorithm 1) after aggregation when the method hands its ``distill`` section
+  to the constructor and it is enabled: any sub-model method can add it, as the paper adds it to HeteroFL.
+
+A method is one subclass of ``SubModelAlgorithm`` (two levels below ``Algorithm`` at most); what several methods share
+beyond this lives in objects they hold (``rates.UniformRates``, ``nested.NestedWidths``), not in further base
+classes. The constructor takes what this shared code needs from the method's config as typed arguments (its
+distillation section and search space), so nothing here reads a method's config by key.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from torch import nn
 from rayfl.config.sections import TrainConfig
 from rayfl.core.messages import Aggregate, Assignment, ClientView, ServerState, TensorSlice
 from rayfl.fl.api.algorithm import Algorithm, RoundStats, round_lr
+from rayfl.fl.common.distill.config import DistillConfig
 from rayfl.fl.common.distill.server import OPT_KEYS, inplace_distill
 from rayfl.models.elastic.spec import Selection, SubModelSpec, first_k
 from rayfl.system.work import TRAIN_FLOPS_PER_FORWARD, samples_per_round
@@ -39,9 +45,14 @@ if TYPE_CHECKING:
     from rayfl.models.elastic.cost import CostModel
     from rayfl.models.elastic.family import ElasticFamily
 
-__all__ = ["SubModelAlgorithm", "WidthModels", "sorted_ratios"]
+__all__ = ["SubModelAlgorithm", "WidthModels", "sorted_ratios", "uniform_units"]
 
 
+def uniform_units(family: ElasticFamily, rate: float) -> tuple[int, ...]:
+    """Unit counts of ``family``'s sub-model with every dimension at ``rate`` (skippable ones too: they keep >= 1
+    unit)."""
+    space = family.space
+    return space.units(SubModelSpec.uniform(space, rate).ratios)
 
 
 def sorted_ratios(method: str, key: str, values: Sequence[float]) -> tuple[float, ...]:
@@ -78,10 +89,23 @@ class WidthModels:
 
 
 class SubModelAlgorithm(Algorithm):
-    """Base class: budgets, uniform-rate choice, count-normalised aggregation and optional in-place distillation."""
+    """Base class: budgets, uniform-rate choice, count-normalised aggregation and optional in-place distillation.
 
-    def __init__(self, config: Any, train: TrainConfig) -> None:
+    ``distill``: the method's in-place distillation section (``None``: a method without one); ``distill_space``: the
+    search space S it distils into when ``distill.ratios`` is empty (the method's ratios, rates or widths; empty:
+    the whole model alone)."""
+
+    def __init__(
+        self,
+        config: Any,
+        train: TrainConfig,
+        *,
+        distill: DistillConfig | None = None,
+        distill_space: Sequence[float] = (),
+    ) -> None:
         super().__init__(config, train)
+        self.distill = distill
+        self._distill_space = tuple(float(v) for v in distill_space)
         self._server_train_s = math.nan
 
     def needs_family(self) -> bool:
@@ -111,8 +135,7 @@ class SubModelAlgorithm(Algorithm):
 
     def uniform_units(self, rate: float) -> tuple[int, ...]:
         """Unit counts of the sub-model with every dimension at ``rate`` (skippable ones too: they keep >= 1 unit)."""
-        space = self.require_family().space
-        return space.units(SubModelSpec.uniform(space, rate).ratios)
+        return uniform_units(self.require_family(), rate)
 
     def largest_fitting_rate(self, views: Sequence[ClientView], rates: Sequence[float]) -> dict[int, float]:
         """Per client, the largest rate of ``rates`` whose uniform sub-model fits; the smallest rate when none does."""
@@ -148,19 +171,14 @@ class SubModelAlgorithm(Algorithm):
 
     def distill_ratios(self) -> tuple[float, ...]:
         """The search space's S for in-place distillation when ``distill.ratios`` is empty: the method's ratios,
-        rates or widths. Algorithm 1 draws every dimension from S independently, so a uniform-rate method (HeteroFL
-        "w/ distillation") distils into mixed-width sub-nets its clients never train; paper 000 applies its module
-        unchanged to HeteroFL (Sec. 4.5), and so does rayfl."""
-        cfg = self.config
-        for key in ("ratios", "rates", "widths"):
-            values = getattr(cfg, key, None)
-            if values:
-                return tuple(float(v) for v in values)
-        return (1.0,)
+        rates or widths (``distill_space``). Algorithm 1 draws every dimension from S independently, so a uniform-rate
+        method (HeteroFL "w/ distillation") distils into mixed-width sub-nets its clients never train; paper 000
+        applies its module unchanged to HeteroFL (Sec. 4.5), and so does rayfl."""
+        return self._distill_space or (1.0,)
 
     def server_update(self, state: ServerState, round_idx: int, aggregate: Aggregate) -> ServerState:
         new = super().server_update(state, round_idx, aggregate)
-        distill = getattr(self.config, "distill", None)
+        distill = self.distill
         if distill is None or not distill.enabled:
             self._server_train_s = math.nan
             return new

@@ -26,7 +26,7 @@ from rayfl.fl.api.client import ClientContext
 from rayfl.fl.common.multimodel import model_key, model_params
 from rayfl.fl.methods.fedavg.algorithm import FedAvg
 from rayfl.fl.methods.fedavg.config import FedAvgConfig
-from rayfl.fl.methods.fedhen.algorithm import Decouple
+from rayfl.fl.methods.fedhen.algorithm import FedHeN
 from rayfl.fl.methods.fedhen.config import DecoupleConfig, FedHeNConfig, NoSideConfig
 from rayfl.fl.methods.independent.algorithm import IndependentFedAvg
 from rayfl.fl.methods.independent.config import IndependentConfig
@@ -59,11 +59,11 @@ def test_exit_only_is_the_side_exit_sub_model_as_its_own_architecture() -> None:
         build_family(ResNetConfig(widths=(4, 8, 8, 8), exit_only=True), SPEC)
 
 
-def bound(cfg=None) -> Decouple:  # type: ignore[no-untyped-def]
+def bound(cfg=None) -> FedHeN:  # type: ignore[no-untyped-def]
     cfg = cfg or fedhen_config(DecoupleConfig())
     setup = build_setup(cfg, tiny_image_dataset(NUM_CLIENTS))
     bind_algorithm(cfg, setup, build_clock(cfg, setup))
-    assert isinstance(setup.algorithm, Decouple)
+    assert isinstance(setup.algorithm, FedHeN) and setup.algorithm.own_simple_model
     return setup.algorithm
 
 
@@ -221,7 +221,9 @@ def test_ray_equals_in_process() -> None:
 
 
 def test_build_algorithm_name() -> None:
-    assert isinstance(build_algorithm(DecoupleConfig(), TRAIN), Decouple)
+    decouple = build_algorithm(DecoupleConfig(), TRAIN)
+    assert isinstance(decouple, FedHeN) and decouple.name == "decouple"
+    assert decouple.own_simple_model and not decouple.side_objective
 
 
 # --------------------------------------------------------------------------- records: simple, complex, device average

@@ -24,7 +24,7 @@ from rayfl.experiment.schema import ExperimentConfig
 from rayfl.fl.api.algorithm import Algorithm
 from rayfl.fl.api.client import ClientContext
 from rayfl.fl.methods.fedavg.config import FedAvgConfig
-from rayfl.fl.methods.fedhen.algorithm import FedHeN, NoSide
+from rayfl.fl.methods.fedhen.algorithm import FedHeN
 from rayfl.fl.methods.fedhen.config import FedHeNConfig, NoSideConfig
 from rayfl.fl.methods.heterofl.algorithm import HeteroFL
 from rayfl.fl.methods.heterofl.config import HeteroFLConfig
@@ -142,7 +142,7 @@ def test_side_objective_gradient_is_the_sum_of_both_losses_gradients() -> None:
 def test_noside_trains_on_the_models_own_loss_only() -> None:
     """NoSide's complex devices never touch the side head; its simple devices train the side exit (their only one)."""
     x, y = batch()
-    noside = NoSide(NoSideConfig(), TRAIN)
+    noside = FedHeN(NoSideConfig(), TRAIN)
     model = complex_model()
     noside.backward_step(context(model), x, y)
     assert model.get_parameter("side.linear.weight").grad is None
@@ -333,7 +333,8 @@ def test_noside_is_heterofl_aggregation_without_the_side_loss() -> None:
 
 
 def test_build_algorithm_names() -> None:
-    assert isinstance(build_algorithm(FedHeNConfig(), TRAIN), FedHeN)
+    fedhen = build_algorithm(FedHeNConfig(), TRAIN)
+    assert isinstance(fedhen, FedHeN) and fedhen.side_objective and not fedhen.own_simple_model
     noside = build_algorithm(NoSideConfig(), TRAIN)
-    assert isinstance(noside, NoSide) and not noside.side_objective
+    assert isinstance(noside, FedHeN) and not noside.side_objective and not noside.own_simple_model
     assert copy.deepcopy(noside).name == "noside"

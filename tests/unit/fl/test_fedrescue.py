@@ -21,7 +21,7 @@ from rayfl.engine.build import Setup, bind_algorithm, build_clock, build_setup
 from rayfl.engine.driver import RunResult, run_experiment
 from rayfl.experiment.schema import ExperimentConfig
 from rayfl.fl.api.client import ClientContext
-from rayfl.fl.common.nested import NestedClient
+from rayfl.fl.common.nested import NestedClient, distill_loss
 from rayfl.fl.methods.fedavg.config import FedAvgConfig
 from rayfl.fl.methods.fedrescue.algorithm import FedResCuE
 from rayfl.fl.methods.fedrescue.config import FedResCuEConfig, FedRushConfig, FedSeqConfig
@@ -110,7 +110,7 @@ def test_each_progressive_step_moves_only_the_columns_its_ratio_adds(kind: str) 
     opt.step()  # every element now carries optimizer state
     ctx = _context(model, own, setup)
     with torch.no_grad():
-        teacher = alg.logits(model, inputs)
+        teacher = alg.nested.logits(model, inputs)
     quarter, half = alg.uniform_units(0.25), alg.uniform_units(0.5)
     previous: tuple[int, ...] | None = None
     for units in (quarter, half):
@@ -147,10 +147,10 @@ def test_a_progressive_step_clips_the_norm_of_the_new_columns_gradient() -> None
     quarter, half = alg.uniform_units(0.25), alg.uniform_units(0.5)
     ctx = _context(model, own, setup)
     with torch.no_grad():
-        teacher = alg.logits(model, inputs)
+        teacher = alg.nested.logits(model, inputs)
     oracle = family.extract(setup.params, first_k(own))
-    logits = alg.sub_forward(oracle, half)(inputs)
-    loss = alg.cross_entropy(logits, inputs, labels) + alg.distill_loss(logits, teacher)
+    logits = alg.nested.sub_forward(family, oracle, half)(inputs)
+    loss = alg.nested.cross_entropy(logits, inputs, labels) + distill_loss(logits, teacher)
     grads = torch.autograd.grad(loss, list(oracle.parameters()))
     new = {
         name: _block(p.shape, family.space.sub_shape(name, half))
@@ -175,11 +175,11 @@ def test_a_progressive_step_clips_the_norm_of_the_new_columns_gradient() -> None
 def test_ratio_lists_are_ordered_distinct_and_end_at_one() -> None:
     alg, _ = _bound()
     rng = derive_rng(0, "test")
-    lists = [alg.ratio_list(rng) for _ in range(200)]
+    lists = [alg.nested.ratio_list(rng) for _ in range(200)]
     assert all(len(r) == 4 and r[-1] == 1.0 and r == sorted(set(r)) for r in lists)
     assert len({tuple(r) for r in lists}) > 10  # S - 1 = 3 of the 7 ratios below 1, drawn afresh per batch
     client = NestedClient(alg.uniform_units(0.5), 0.5, derive_rng(0, "units"))
-    units = alg.unit_list(client)
+    units = alg.nested.unit_list(alg.require_family(), client)
     assert units[-1] == client.own and all(a != b for a, b in itertools.pairwise(units))
 
 
@@ -249,7 +249,7 @@ def test_fedslim_sums_the_gradients_of_the_sampled_widths_into_one_step(distill:
     model = family.extract(setup.params, first_k(own))
     x, y = setup.dataset.client_train(1)
     inputs, labels = to_input(x[:8], setup.input_spec, torch.device("cpu")), torch.as_tensor(y[:8])
-    widths = alg.unit_list(NestedClient(own, 1.0, derive_rng(0, "slim")))
+    widths = alg.nested.unit_list(family, NestedClient(own, 1.0, derive_rng(0, "slim")))
     assert len(widths) == 4 and widths[-1] == own
     ctx = _context(model, own, setup, rng_key="slim")
     model.zero_grad()

@@ -24,7 +24,7 @@ from rayfl.engine.persist.export import exported_models
 from rayfl.experiment.schema import ExperimentConfig
 from rayfl.fl.api.algorithm import ServerContext
 from rayfl.fl.api.client import ClientContext
-from rayfl.fl.common.rates import UniformRateAlgorithm, client_label_set
+from rayfl.fl.common.rates import UniformRates, client_label_set, uniform_selection
 from rayfl.fl.methods.anycostfl.algorithm import AnyCostFL
 from rayfl.fl.methods.anycostfl.config import AnyCostFLConfig
 from rayfl.fl.methods.fedavg.config import FedAvgConfig
@@ -47,6 +47,9 @@ from rayfl.models import InputSpec, to_input
 from rayfl.models.elastic import ResNetFamily
 from tests.helpers import tiny_config, tiny_image_dataset
 
+# the uniform-rate methods (each holds a ``UniformRates``)
+RateMethod = HeteroFL | FedRolex | FedDropout | AnyCostFL
+
 CNN = CNNConfig(channels=(8, 16))
 CNN_BN = CNNConfig(channels=(8, 16), norm="batch")
 INF = float("inf")
@@ -57,11 +60,11 @@ def _cfg(algorithm: Any, model: Any = CNN, **changes: Any) -> ExperimentConfig:
     return dataclasses.replace(tiny_config(kind="local"), algorithm=algorithm, model=model, **changes)
 
 
-def _bound(cfg: ExperimentConfig, dataset: FederatedDataset | None = None) -> tuple[UniformRateAlgorithm, Setup]:
+def _bound(cfg: ExperimentConfig, dataset: FederatedDataset | None = None) -> tuple[RateMethod, Setup]:
     """The run's algorithm bound to its real family, cost model (the clock's) and data, as the driver binds it."""
     setup = build_setup(cfg, dataset if dataset is not None else tiny_image_dataset())
     bind_algorithm(cfg, setup, build_clock(cfg, setup))
-    return cast(UniformRateAlgorithm, setup.algorithm), setup
+    return cast(RateMethod, setup.algorithm), setup
 
 
 def _views(client_ids: range | list[int], memory: float = INF, bandwidth: float = INF) -> list[ClientView]:
@@ -78,7 +81,7 @@ def _axis(tslice: TensorSlice, k: int) -> np.ndarray:
     return index
 
 
-def _rows_index(alg: UniformRateAlgorithm, state: ServerState, round_idx: int, views: list[ClientView]) -> Rows:
+def _rows_index(alg: RateMethod, state: ServerState, round_idx: int, views: list[ClientView]) -> Rows:
     """Per client, the global output channels its conv1 (features.0) and conv2 (features.4) keep."""
     out: Rows = {}
     for cid, a in alg.assign(state, round_idx, views).items():
@@ -235,11 +238,11 @@ def _three_label_dataset(num_clients: int = 6, per_client: int = 16) -> Federate
 
 
 def _train_client(
-    alg: UniformRateAlgorithm, setup: Setup, client: int, rate: float
+    alg: RateMethod, setup: Setup, client: int, rate: float
 ) -> tuple[ClientUpdate, nn.Module, Params]:
     """One client's local training on its extracted sub-model: the update, the trained model, its start weights."""
     assert alg.family is not None
-    selection = alg.selection(alg.init_state(setup.params), rate, alg.selector(0, client))
+    selection = uniform_selection(alg.family, alg.init_state(setup.params), rate, alg.selector(0, client))
     model = alg.family.extract(setup.params, selection)
     start = {k: v.clone() for k, v in model.state_dict().items()}
     task = TrainTask(client_id=client, round_idx=0, seed=0, lr=0.1, assignment=alg.family.assignment(selection))
@@ -327,7 +330,7 @@ def test_anycostfl_keeps_the_channels_with_the_largest_norm() -> None:
 def test_identity_blocks_write_the_residual_streams_channels(method: str) -> None:
     family = ResNetFamily(ResNetConfig(depth=18, widths=(4, 8, 8, 8)), in_channels=3, num_classes=4, image_size=8)
     spec = InputSpec("image", 4, (3, 8, 8))
-    alg: UniformRateAlgorithm
+    alg: RateMethod
     if method == "feddropout":
         alg = FedDropout(FedDropoutConfig(rates=(0.5,)), tiny_config().train)
     else:
@@ -336,7 +339,7 @@ def test_identity_blocks_write_the_residual_streams_channels(method: str) -> Non
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         params = {k: v.detach().clone() for k, v in family.global_model().state_dict().items()}
-    selection = alg.selection(ServerState(params=params), 0.5, alg.selector(2, 5))
+    selection = uniform_selection(family, ServerState(params=params), 0.5, alg.selector(2, 5))
     slices = family.slices(selection)
     streams: list[np.ndarray] = []
     for plan in family.plans:
@@ -503,7 +506,7 @@ def test_static_bn_is_a_no_op_without_batch_norm() -> None:
     off, setup_bn = _bound(_cfg(HeteroFLConfig(static_bn=False), CNN_BN))
     state_bn = off.init_state(setup_bn.params)
     assert off.eval_params(state_bn) is state_bn.params and off.eval_model() is None
-    assert isinstance(FedRolex(FedRolexConfig(), tiny_config().train), UniformRateAlgorithm)
+    assert isinstance(FedRolex(FedRolexConfig(), tiny_config().train).uniform, UniformRates)
     assert HeteroFL.name == "heterofl"
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from rayfl.config.fields import width_ratios
 from rayfl.fl.common.distill.config import DistillConfig
 from rayfl.fl.common.widths import HETEROFL_RATES
 
@@ -18,6 +19,6 @@ class AnyCostFLConfig:
     ordering per residual stream, so residual adds stay aligned)."""
 
     name: Literal["anycostfl"] = "anycostfl"
-    rates: tuple[float, ...] = HETEROFL_RATES
+    rates: tuple[float, ...] = width_ratios(HETEROFL_RATES)
     label_mask: bool = False
     distill: DistillConfig = field(default_factory=DistillConfig)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from rayfl.config.fields import bounded
+from rayfl.config.fields import bounded, width_ratios
 
 __all__ = ["FedAvgConfig"]
 
@@ -29,7 +29,7 @@ class FedAvgConfig:
     server_lr: float = bounded(1.0, gt=0.0)
     server_momentum: float = bounded(0.0, ge=0.0, lt=1.0)  # FedAvg's own name for server.optimizer.momentum (FedAvgM)
     model: Literal["full", "smallest"] = "full"
-    ratios: tuple[float, ...] = (0.0, 0.5, 1.0)
+    ratios: tuple[float, ...] = width_ratios((0.0, 0.5, 1.0), zero_ok=True)
     # 'smallest': keep only the first blocks[s] blocks of each stage, every width at the smallest positive ratio (a
     # named smallest model, as model_search's algorithm.smallest: [1] is ViT-tiny-tiny); [] = the smallest structure
     # of ratios (skippable blocks removed when 0 is in ratios)

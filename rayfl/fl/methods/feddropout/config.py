@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from rayfl.config.fields import width_ratios
 from rayfl.fl.common.distill.config import DistillConfig
 from rayfl.fl.common.widths import HETEROFL_RATES
 
@@ -18,7 +19,7 @@ class FedDropoutConfig:
     round with ``per_client``, else one draw per round shared by every client), residual streams kept aligned."""
 
     name: Literal["feddropout"] = "feddropout"
-    rates: tuple[float, ...] = HETEROFL_RATES
+    rates: tuple[float, ...] = width_ratios(HETEROFL_RATES)
     per_client: bool = True
     label_mask: bool = False
     distill: DistillConfig = field(default_factory=DistillConfig)

@@ -34,6 +34,9 @@ the family like any sub-model.
   read as averaging FedHeN's simple model over the simple devices alone; we keep each method's own rule, since what
   the paragraph changes is "all devices" for "only active devices".
 
+NoSide and Decouple are ``FedHeN`` run with their config sections (``NoSideConfig``, ``DecoupleConfig``), under their
+own names: the section's type sets the two switches (``side_objective``, ``own_simple_model``).
+
 * **Decouple** (Algorithm 3): two independent FedAvgs in one run, on the engine's several global models
   (``fl/common/multimodel.py``): model 0 is the complex model (the run's), model 1 the simple model as a stand-alone
   architecture (``model.exit_only``: stages 1..k and the side head, the same tensor names as the side-exit
@@ -59,15 +62,17 @@ import torch
 from torch import nn
 
 from rayfl.config.model import ModelConfig, ResNetConfig
+from rayfl.config.sections import TrainConfig
 from rayfl.core.messages import Assignment, ClientView, Params, ServerState
 from rayfl.fl.api.algorithm import MAIN_EVAL
 from rayfl.fl.api.client import ClientContext
 from rayfl.fl.common.multimodel import add_model, initial_model_params
 from rayfl.fl.common.submodel import SubModelAlgorithm
+from rayfl.fl.methods.fedhen.config import DecoupleConfig, FedHeNConfig, NoSideConfig
 from rayfl.models.elastic.family import MultiExit
 from rayfl.models.elastic.spec import first_k
 
-__all__ = ["Decouple", "FedHeN", "NoSide", "exits_loss"]
+__all__ = ["FedHeN", "exits_loss"]
 
 SIMPLE = "simple"  # the name the simple model's accuracy is recorded under (evals.csv), for all three methods
 
@@ -80,10 +85,18 @@ def exits_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tens
 
 
 class FedHeN(SubModelAlgorithm):
-    """Simple devices train the side-exit sub-model, complex devices the whole model plus the side objective."""
+    """Simple devices train the side-exit sub-model, complex devices the whole model plus the side objective; with
+    ``NoSideConfig`` without the side objective (``noside``), with ``DecoupleConfig`` two global models trained
+    apart (``decouple``, module docstring)."""
 
     name = "fedhen"
-    side_objective: ClassVar[bool] = True
+    SIMPLE_MODEL: ClassVar[int] = 1  # Decouple's model id of the simple model; the complex model is model 0 (the run's)
+
+    def __init__(self, config: FedHeNConfig | NoSideConfig | DecoupleConfig, train: TrainConfig) -> None:
+        super().__init__(config, train)
+        self.name = config.name  # fedhen, noside or decouple
+        self.side_objective = isinstance(config, FedHeNConfig)  # Algorithm 2's side objective: FedHeN's alone
+        self.own_simple_model = isinstance(config, DecoupleConfig)  # Decouple: the simple model is model 1
 
     def simple_units(self) -> tuple[int, ...]:
         return self.require_family().side_exit_units()
@@ -91,18 +104,45 @@ class FedHeN(SubModelAlgorithm):
     def complex_units(self) -> tuple[int, ...]:
         return self.require_family().full_units
 
+    def simple_model(self) -> ModelConfig:
+        """Decouple's simple model as an architecture of its own: the run's ResNet ending at its side exit."""
+        model = self.server.model
+        if not isinstance(model, ResNetConfig) or not model.side_exit:
+            raise ValueError(f"algorithm {self.name!r} needs a resnet model with a side exit (model.side_exit >= 1)")
+        return dataclasses.replace(model, exit_only=True)
+
+    def init_state(self, params: Params) -> ServerState:
+        if not self.own_simple_model:
+            return super().init_state(params)
+        ctx = self.server
+        assert ctx.model is not None  # simple_model checked it
+        simple = self.simple_model()
+        names = initial_model_params(simple, ctx.input_spec, ctx.seed, self.SIMPLE_MODEL)
+        start = {name: params[name].detach().clone() for name in names}  # the complex model's initial M part
+        state = ServerState(params=dict(params), models=(ctx.model,))
+        return add_model(state, simple, start)
+
     def assign(self, state: ServerState, round_idx: int, views: Sequence[ClientView]) -> dict[int, Assignment]:
         if not views:
             return {}
-        family = self.require_family()
         complex_fits = self.fit_mask(np.array([self.complex_units()]), views)[:, 0]
-        simple = family.assignment(first_k(self.simple_units()))
-        complex_ = family.assignment(first_k(self.complex_units()))
+        if self.own_simple_model:
+            simple, complex_ = Assignment(model_id=self.SIMPLE_MODEL), Assignment()
+        else:
+            family = self.require_family()
+            simple = family.assignment(first_k(self.simple_units()))
+            complex_ = family.assignment(first_k(self.complex_units()))
         return {v.client_id: complex_ if fits else simple for v, fits in zip(views, complex_fits, strict=True)}
 
     def eval_structures(self, state: ServerState) -> dict[str, tuple[int, ...] | None]:
-        """``capabilities.EvalStructures``: the side-exit sub-model, evaluated every round as ``simple``."""
-        return {SIMPLE: self.simple_units()}
+        """``capabilities.EvalStructures``: the side-exit sub-model, evaluated every round as ``simple`` (none for
+        Decouple, whose simple model is a global model of its own, ``model_names``)."""
+        return {} if self.own_simple_model else {SIMPLE: self.simple_units()}
+
+    def model_names(self, state: ServerState) -> tuple[str, ...]:
+        if self.own_simple_model:
+            return (MAIN_EVAL, SIMPLE)  # recorded as FedHeN's and NoSide's simple model is
+        return super().model_names(state)
 
     def device_evals(self, state: ServerState, views: Sequence[ClientView]) -> list[str]:
         """A device uses the complex model (the main evaluation) when it fits its budgets, else the simple one."""
@@ -117,50 +157,3 @@ class FedHeN(SubModelAlgorithm):
             return nn.functional.cross_entropy(model(x), y)
         # a simple model has one exit (its side head); a complex one both: its loss plus the side objective
         return exits_loss(model, x, y)
-
-
-class NoSide(FedHeN):
-    """Paper 001's NoSide baseline: FedHeN without the side objective."""
-
-    name = "noside"
-    side_objective = False
-
-
-class Decouple(FedHeN):
-    """Paper 001's Decouple baseline (Algorithm 3): a FedAvg of the simple model over the simple devices and a FedAvg
-    of the complex model over the complex devices, as two global models of one run (module docstring)."""
-
-    name = "decouple"
-    side_objective = False
-    SIMPLE_MODEL: ClassVar[int] = 1  # model id of the simple model; the complex model is model 0 (the run's)
-
-    def simple_model(self) -> ModelConfig:
-        """The simple model's own architecture: the run's ResNet ending at its side exit."""
-        model = self.server.model
-        if not isinstance(model, ResNetConfig) or not model.side_exit:
-            raise ValueError("algorithm 'decouple' needs a resnet model with a side exit (model.side_exit >= 1)")
-        return dataclasses.replace(model, exit_only=True)
-
-    def init_state(self, params: Params) -> ServerState:
-        ctx = self.server
-        assert ctx.model is not None  # simple_model checked it
-        simple = self.simple_model()
-        names = initial_model_params(simple, ctx.input_spec, ctx.seed, self.SIMPLE_MODEL)
-        start = {name: params[name].detach().clone() for name in names}  # the complex model's initial M part
-        state = ServerState(params=dict(params), models=(ctx.model,))
-        return add_model(state, simple, start)
-
-    def assign(self, state: ServerState, round_idx: int, views: Sequence[ClientView]) -> dict[int, Assignment]:
-        if not views:
-            return {}
-        complex_fits = self.fit_mask(np.array([self.complex_units()]), views)[:, 0]
-        return {
-            v.client_id: Assignment() if fits else Assignment(model_id=self.SIMPLE_MODEL)
-            for v, fits in zip(views, complex_fits, strict=True)
-        }
-
-    def eval_structures(self, state: ServerState) -> dict[str, tuple[int, ...] | None]:
-        return {}  # the simple model is a global model of its own (``model_names``)
-
-    def model_names(self, state: ServerState) -> tuple[str, ...]:
-        return (MAIN_EVAL, SIMPLE)  # recorded as FedHeN's and NoSide's simple model is

@@ -24,7 +24,8 @@
   (``system/links.py``, ``engine/exec/client_state.py``); FedResCuE needs nothing of its own for them.
 
 Ablations: **FedSeq** (``fedseq``) sets ``alpha = 0`` (no teacher pass); **FedRush** (``fedrush``) does not freeze:
-each ratio's step updates its whole sub-model.
+each ratio's step updates its whole sub-model. Both are ``FedResCuE`` itself, run with their config sections
+(``FedSeqConfig``, ``FedRushConfig``: the same keys, other defaults), under their own names.
 
 Choices where the paper leaves room:
 
@@ -50,20 +51,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
 from rayfl.config.sections import TrainConfig
+from rayfl.core.messages import Assignment, ClientUpdate, ClientView, ServerState
 from rayfl.fl.api.client import ClientContext
 from rayfl.fl.api.optim import ClientOptimizer, masked_step
-from rayfl.fl.common.nested import NestedClient, NestedWidthAlgorithm
+from rayfl.fl.common.nested import NestedClient, NestedWidths, distill_loss
+from rayfl.fl.common.submodel import SubModelAlgorithm
+from rayfl.fl.methods.fedrescue.config import FedResCuEConfig
 
-__all__ = ["FedResCuE", "FedRush", "FedSeq"]
-
-
-
-
-
+__all__ = ["FedResCuE", "block_mask"]
 
 
 def block_mask(shape: Sequence[int], sub_shape: Sequence[int] | None) -> torch.Tensor:
@@ -74,13 +74,17 @@ def block_mask(shape: Sequence[int], sub_shape: Sequence[int] | None) -> torch.T
     return mask
 
 
-class FedResCuE(NestedWidthAlgorithm):
-    """Progressive self-distillation inside each client's capacity (see module docstring)."""
+class FedResCuE(SubModelAlgorithm):
+    """Progressive self-distillation inside each client's capacity (see module docstring); FedSeq and FedRush with
+    their config sections."""
 
     name = "fedrescue"
+    config: FedResCuEConfig
 
-    def __init__(self, config: Any, train: TrainConfig) -> None:
+    def __init__(self, config: FedResCuEConfig, train: TrainConfig) -> None:
         super().__init__(config, train)
+        self.name = config.name  # fedrescue, fedseq or fedrush
+        self.nested = NestedWidths(self.name, config.capacities, config.ratios, config.num_ratios, train.sequence_loss)
         self._masks: dict[
             tuple[str, tuple[int, ...], tuple[int, ...], tuple[int, ...] | None], torch.Tensor | bool | None
         ] = {}
@@ -89,6 +93,15 @@ class FedResCuE(NestedWidthAlgorithm):
         state = super().__getstate__()
         state["_masks"] = {}
         return state
+
+    def assign(self, state: ServerState, round_idx: int, views: Sequence[ClientView]) -> dict[int, Assignment]:
+        return self.assign_nested_widths(views, self.nested.capacities)
+
+    def local_train(self, ctx: ClientContext, x: np.ndarray, y: np.ndarray) -> ClientUpdate:
+        """The base loop, with the client's units and ratio generator in its context (``NestedClient``) for the batch
+        hooks."""
+        ctx.put(self.nested.client(self.require_family(), ctx.task))
+        return super().local_train(ctx, x, y)
 
     def new_columns(
         self, name: str, tensor: torch.Tensor, units: tuple[int, ...], previous: tuple[int, ...] | None
@@ -122,13 +135,13 @@ class FedResCuE(NestedWidthAlgorithm):
         """Algorithm 1 on one batch: a step per sampled ratio on its new columns, then one step on the whole model."""
         model = ctx.model
         client = ctx.get(NestedClient)
-        units_list = self.unit_list(client)
+        units_list = self.nested.unit_list(self.require_family(), client)
         alpha = float(self.config.alpha)
         if units_list != [client.own]:
             teacher = None
             if alpha > 0.0:
                 with torch.no_grad():
-                    teacher = self.logits(model, x).detach()
+                    teacher = self.nested.logits(model, x).detach()
             previous: tuple[int, ...] | None = None
             by_id = {id(p): n for n, p in model.named_parameters()}
             names = [by_id[id(p)] for p in params]
@@ -158,10 +171,11 @@ class FedResCuE(NestedWidthAlgorithm):
             names = [by_id[id(p)] for p in params]
         whole = units == ctx.get(NestedClient).own
         optimizer.zero_grad(set_to_none=True)
-        logits = self.logits(model, x) if whole else self.sub_forward(model, units)(x)
-        loss = self.cross_entropy(logits, x, y)
+        nested = self.nested
+        logits = nested.logits(model, x) if whole else nested.sub_forward(self.require_family(), model, units)(x)
+        loss = nested.cross_entropy(logits, x, y)
         if teacher is not None and not whole:
-            loss = loss + alpha * self.distill_loss(logits, teacher)
+            loss = loss + alpha * distill_loss(logits, teacher)
         loss.backward()  # type: ignore[no-untyped-call]  # torch stubs leave backward untyped
         masks: list[torch.Tensor | bool | None] = []
         with torch.no_grad():
@@ -178,15 +192,3 @@ class FedResCuE(NestedWidthAlgorithm):
                 [p for p, m in zip(params, masks, strict=True) if m is not None], self.train.grad_clip_norm
             )
         masked_step(optimizer, params, masks)
-
-
-class FedSeq(FedResCuE):
-    """FedResCuE without distillation (``alpha = 0``), paper 004's ablation."""
-
-    name = "fedseq"
-
-
-class FedRush(FedResCuE):
-    """FedResCuE without freezing earlier columns (``freeze = False``), paper 004's baseline."""
-
-    name = "fedrush"

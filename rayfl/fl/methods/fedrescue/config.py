@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from rayfl.config.fields import bounded
+from rayfl.config.fields import bounded, width_ratios
 from rayfl.fl.common.widths import CAPACITIES, COLUMN_RATIOS
 
 __all__ = ["FedResCuEConfig", "FedRushConfig", "FedSeqConfig"]
@@ -23,7 +23,7 @@ class FedResCuEConfig:
 
     name: Literal["fedrescue"] = "fedrescue"
     capacities: tuple[float, ...] = CAPACITIES
-    ratios: tuple[float, ...] = COLUMN_RATIOS
+    ratios: tuple[float, ...] = width_ratios(COLUMN_RATIOS, zero_ok=True)
     num_ratios: int = bounded(4, ge=1)
     alpha: float = bounded(1.0, ge=0.0)
     freeze: bool = True

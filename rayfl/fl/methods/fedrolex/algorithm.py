@@ -11,7 +11,7 @@ of different rates are nested. Count-normalised element-wise mean; label masking
 
 **Initial model** (``official_init``): the official code builds its models with HeteroFL's ``init_param`` (norm
 weight 1 and bias 0, linear biases 0; ``heterofl.official_init``). **Training set-up**: gradients clipped at norm 1
-and the family's plain activation, as HeteroFL (``FedRolexConfig``; ``rates.UniformRateAlgorithm``).
+and the family's plain activation, as HeteroFL (``FedRolexConfig``; ``rates.UniformRates``).
 
 Choice: the official code's ``tmp_counts`` weighting of BN/bias/linear entries (a historical per-element update count
 mutated inside its key loop) is not reproduced; every element is averaged with weight 1 per client, as the paper says.
@@ -19,20 +19,33 @@ mutated inside its key loop) is not reproduced; every element is averaged with w
 
 from __future__ import annotations
 
-from rayfl.core.messages import Params, ServerState
+from collections.abc import Sequence
+
+import numpy as np
+
+from rayfl.config.sections import TrainConfig
+from rayfl.core.messages import Assignment, ClientUpdate, ClientView, Params, ServerState
+from rayfl.fl.api.client import ClientContext
 from rayfl.fl.common.init import official_init
-from rayfl.fl.common.rates import UniformRateAlgorithm
+from rayfl.fl.common.rates import UniformRates, with_clip
+from rayfl.fl.common.submodel import SubModelAlgorithm
 from rayfl.fl.methods.fedrolex.config import FedRolexConfig
 from rayfl.models.elastic.spec import Rolling, Selector
 
 __all__ = ["FedRolex"]
 
 
-class FedRolex(UniformRateAlgorithm):
+class FedRolex(SubModelAlgorithm):
     """Largest fitting rate; a rolling window whose start moves by one unit per round."""
 
     name = "fedrolex"
     config: FedRolexConfig
+
+    def __init__(self, config: FedRolexConfig, train: TrainConfig) -> None:
+        super().__init__(
+            config, with_clip(train, config.grad_clip_norm), distill=config.distill, distill_space=config.rates
+        )
+        self.uniform = UniformRates(self.name, config.rates, config.label_mask)
 
     def selector(self, round_idx: int, client_id: int) -> Selector:
         return Rolling(round_idx)
@@ -41,3 +54,13 @@ class FedRolex(UniformRateAlgorithm):
         if not self.config.official_init or self.family is None:
             return ServerState(params=params)
         return ServerState(params=official_init(self.family, params))
+
+    def assign(self, state: ServerState, round_idx: int, views: Sequence[ClientView]) -> dict[int, Assignment]:
+        return self.uniform.assign(self, state, round_idx, views, self.selector)
+
+    def device_evals(self, state: ServerState, views: Sequence[ClientView]) -> list[str]:
+        evals = self.uniform.device_evals(self, views)
+        return super().device_evals(state, views) if evals is None else evals
+
+    def local_train(self, ctx: ClientContext, x: np.ndarray, y: np.ndarray) -> ClientUpdate:
+        return self.uniform.local_train(self, ctx, x, y, super().local_train)

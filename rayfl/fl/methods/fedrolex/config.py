@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from rayfl.config.fields import bounded
+from rayfl.config.fields import bounded, width_ratios
 from rayfl.fl.common.distill.config import DistillConfig
 from rayfl.fl.common.widths import HETEROFL_RATES
 
@@ -21,7 +21,7 @@ class FedRolexConfig:
     set-up as defaults: ``grad_clip_norm`` and ``act`` as HeteroFL's (``HeteroFLConfig``)."""
 
     name: Literal["fedrolex"] = "fedrolex"
-    rates: tuple[float, ...] = HETEROFL_RATES
+    rates: tuple[float, ...] = width_ratios(HETEROFL_RATES)
     label_mask: bool = True
     official_init: bool = True
     grad_clip_norm: float | None = bounded(1.0, ge=0.0)

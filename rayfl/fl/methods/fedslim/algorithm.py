@@ -3,7 +3,7 @@ Algorithm 3; ALGORITHMS.md section 11).
 
 Each sampled client gets the largest capacity of ``config.capacities`` that fits its budgets (nested first-k widths,
 as FedResCuE). Per batch the same ordered ratio list as FedResCuE is drawn (``num_ratios`` ratios of ``ratios``,
-relative to the client's capacity, ending at 1; ``NestedWidthAlgorithm.unit_list``), and the gradients of every
+relative to the client's capacity, ending at 1; ``NestedWidths.unit_list``), and the gradients of every
 listed sub-model are summed into **one** optimizer step, the sub-models sharing the leading slices of the client's
 tensors. The server takes the sample-weighted element-wise mean over the clients covering each element (FedAvg's
 weights; uncovered elements keep their value).
@@ -28,19 +28,40 @@ FedSlim is FedAvg bit for bit.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import numpy as np
 import torch
 
+from rayfl.config.sections import TrainConfig
+from rayfl.core.messages import Assignment, ClientUpdate, ClientView, ServerState
 from rayfl.fl.api.client import ClientContext
-from rayfl.fl.common.nested import NestedClient, NestedWidthAlgorithm
+from rayfl.fl.common.nested import NestedClient, NestedWidths, distill_loss
+from rayfl.fl.common.submodel import SubModelAlgorithm
+from rayfl.fl.methods.fedslim.config import FedSlimConfig
 
 __all__ = ["FedSlim"]
 
 
-class FedSlim(NestedWidthAlgorithm):
+class FedSlim(SubModelAlgorithm):
     """The batch's sampled widths' gradients (the whole model's cross-entropy, the others' distillation or
     cross-entropy) summed into one step; sample-weighted mean."""
 
     name = "fedslim"
+    config: FedSlimConfig
+
+    def __init__(self, config: FedSlimConfig, train: TrainConfig) -> None:
+        super().__init__(config, train)
+        self.nested = NestedWidths(self.name, config.capacities, config.ratios, config.num_ratios, train.sequence_loss)
+
+    def assign(self, state: ServerState, round_idx: int, views: Sequence[ClientView]) -> dict[int, Assignment]:
+        return self.assign_nested_widths(views, self.nested.capacities)
+
+    def local_train(self, ctx: ClientContext, x: np.ndarray, y: np.ndarray) -> ClientUpdate:
+        """The base loop, with the client's units and ratio generator in its context (``NestedClient``) for
+        ``backward_step``."""
+        ctx.put(self.nested.client(self.require_family(), ctx.task))
+        return super().local_train(ctx, x, y)
 
     def client_weight(self, num_examples: int) -> float:
         return float(num_examples)  # FedAvg aggregation
@@ -48,16 +69,16 @@ class FedSlim(NestedWidthAlgorithm):
     def backward_step(self, ctx: ClientContext, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Back-propagate the whole model's cross-entropy, then each smaller listed width's loss (gradients add
         up); returns the whole model's loss."""
-        model, client = ctx.model, ctx.get(NestedClient)
-        widths = self.unit_list(client)
+        model, client, nested, family = ctx.model, ctx.get(NestedClient), self.nested, self.require_family()
+        widths = nested.unit_list(family, client)
         if widths[-1] != client.own:
             raise RuntimeError("fedslim: a ratio list must end at the client's own model")
-        logits = self.logits(model, x)
-        loss = self.cross_entropy(logits, x, y)
+        logits = nested.logits(model, x)
+        loss = nested.cross_entropy(logits, x, y)
         loss.backward()  # type: ignore[no-untyped-call]  # torch stubs leave backward untyped
         teacher = logits.detach()
         for units in widths[:-1]:
-            student = self.sub_forward(model, units)(x)
-            sub_loss = self.distill_loss(student, teacher) if self.config.kd else self.cross_entropy(student, x, y)
+            student = nested.sub_forward(family, model, units)(x)
+            sub_loss = distill_loss(student, teacher) if self.config.kd else nested.cross_entropy(student, x, y)
             sub_loss.backward()  # type: ignore[no-untyped-call]
         return loss

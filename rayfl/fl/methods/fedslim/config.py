@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from rayfl.config.fields import bounded
+from rayfl.config.fields import bounded, width_ratios
 from rayfl.fl.common.widths import CAPACITIES, COLUMN_RATIOS
 
 __all__ = ["FedSlimConfig"]
@@ -22,6 +22,6 @@ class FedSlimConfig:
 
     name: Literal["fedslim"] = "fedslim"
     capacities: tuple[float, ...] = CAPACITIES
-    ratios: tuple[float, ...] = COLUMN_RATIOS
+    ratios: tuple[float, ...] = width_ratios(COLUMN_RATIOS, zero_ok=True)
     num_ratios: int = bounded(4, ge=1)
     kd: bool = True

@@ -92,7 +92,7 @@ class FjORD(SubModelAlgorithm):
     config: FjORDConfig
 
     def __init__(self, config: FjORDConfig, train: TrainConfig) -> None:
-        super().__init__(config, train)
+        super().__init__(config, train, distill=config.distill, distill_space=config.widths)
         self._width_models = WidthModels()
 
     @property

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from rayfl.config.fields import width_ratios
 from rayfl.fl.common.distill.config import DistillConfig
 
 __all__ = ["FjORDConfig"]
@@ -18,6 +19,6 @@ class FjORDConfig:
     ``kd``: self-distillation from the maximum width; sample-weighted element-wise mean."""
 
     name: Literal["fjord"] = "fjord"
-    widths: tuple[float, ...] = (0.2, 0.4, 0.6, 0.8, 1.0)
+    widths: tuple[float, ...] = width_ratios((0.2, 0.4, 0.6, 0.8, 1.0))
     kd: bool = True
     distill: DistillConfig = field(default_factory=DistillConfig)

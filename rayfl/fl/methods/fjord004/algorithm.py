@@ -1,7 +1,7 @@
 """FjORD as paper 004 compares against it (Zhu et al., ICML 2022, Appendix A.2, Algorithm 4; ALGORITHMS.md sections
 4 and 11), beside rayfl's Flower-style ``fjord``.
 
-* **Capacities.** As FedResCuE and FedSlim (``NestedWidthAlgorithm``): each sampled client trains the largest of
+* **Capacities.** As FedResCuE and FedSlim (``nested.NestedWidths``): each sampled client trains the largest of
   ``capacities`` whose nested first-k sub-model fits its budgets; widths inside it are relative to its capacity.
 * **One batch** (``backward_step``), Algorithm 4: S = ``num_ratios`` widths ``p_i`` are drawn from ``ratios``; the
   teacher ``theta_bar = stop_gradient(theta)`` is the client model's output on the batch (detached); for each
@@ -32,51 +32,71 @@ Choices where the paper leaves room:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import numpy as np
 import torch
 
+from rayfl.config.sections import TrainConfig
+from rayfl.core.messages import Assignment, ClientUpdate, ClientView, ServerState
 from rayfl.fl.api.client import ClientContext
-from rayfl.fl.common.nested import NestedClient, NestedWidthAlgorithm
+from rayfl.fl.common.nested import NestedClient, NestedWidths, distill_loss
+from rayfl.fl.common.submodel import SubModelAlgorithm
+from rayfl.fl.methods.fjord004.config import FjORD004Config
 
 __all__ = ["FjORD004"]
 
 
-class FjORD004(NestedWidthAlgorithm):
+class FjORD004(SubModelAlgorithm):
     """S sampled widths per batch, each CE + KL to the detached client model, plus the client model's CE, one step."""
 
     name = "fjord004"
+    config: FjORD004Config
+
+    def __init__(self, config: FjORD004Config, train: TrainConfig) -> None:
+        super().__init__(config, train)
+        self.nested = NestedWidths(self.name, config.capacities, config.ratios, config.num_ratios, train.sequence_loss)
+
+    def assign(self, state: ServerState, round_idx: int, views: Sequence[ClientView]) -> dict[int, Assignment]:
+        return self.assign_nested_widths(views, self.nested.capacities)
+
+    def local_train(self, ctx: ClientContext, x: np.ndarray, y: np.ndarray) -> ClientUpdate:
+        """The base loop, with the client's units and width generator in its context (``NestedClient``) for
+        ``backward_step``."""
+        ctx.put(self.nested.client(self.require_family(), ctx.task))
+        return super().local_train(ctx, x, y)
 
     def client_weight(self, num_examples: int) -> float:
         return float(num_examples)  # fjord_average weights by examples
 
     def sampled_units(self, client: NestedClient) -> list[tuple[int, ...]]:
         """The batch's S sub-models below the client's own (distinct unit tuples, in increasing width)."""
-        below = [r for r in self.ratios if r < 1.0]
+        below = [r for r in self.nested.ratios if r < 1.0]
         k = min(len(below), int(self.config.num_ratios))
         if k == 0:
             return []
         picked = sorted(below[int(i)] for i in client.rng.choice(len(below), size=k, replace=False))
+        family = self.require_family()
         out: list[tuple[int, ...]] = []
         for r in picked:
-            units = tuple(
-                min(o, u) for o, u in zip(client.own, self.uniform_units(min(1.0, r * client.capacity)), strict=True)
-            )
+            units = self.nested.units_at(family, client, r)
             if units != client.own and units not in out:
                 out.append(units)
         return out
 
     def backward_step(self, ctx: ClientContext, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Algorithm 4 lines 4-9: each sampled width's CE + alpha KL, then the client model's CE; gradients add up."""
-        model, client = ctx.model, ctx.get(NestedClient)
+        model, client, nested = ctx.model, ctx.get(NestedClient), self.nested
         subs = self.sampled_units(client)
         alpha = float(self.config.alpha)
-        logits = self.logits(model, x)
+        logits = nested.logits(model, x)
         teacher = logits.detach()  # theta_bar = stop_gradient(theta): the same weights, so the same output
         for units in subs:
-            student = self.sub_forward(model, units)(x)
-            sub_loss = self.cross_entropy(student, x, y)
+            student = nested.sub_forward(self.require_family(), model, units)(x)
+            sub_loss = nested.cross_entropy(student, x, y)
             if alpha > 0.0:
-                sub_loss = sub_loss + alpha * self.distill_loss(student, teacher)
+                sub_loss = sub_loss + alpha * distill_loss(student, teacher)
             sub_loss.backward()  # type: ignore[no-untyped-call]  # torch stubs leave backward untyped
-        loss = self.cross_entropy(logits, x, y)
+        loss = nested.cross_entropy(logits, x, y)
         loss.backward()  # type: ignore[no-untyped-call]
         return loss

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from rayfl.config.fields import bounded
+from rayfl.config.fields import bounded, width_ratios
 from rayfl.fl.common.widths import CAPACITIES, COLUMN_RATIOS
 
 __all__ = ["FjORD004Config"]
@@ -22,6 +22,6 @@ class FjORD004Config:
 
     name: Literal["fjord004"] = "fjord004"
     capacities: tuple[float, ...] = CAPACITIES
-    ratios: tuple[float, ...] = COLUMN_RATIOS
+    ratios: tuple[float, ...] = width_ratios(COLUMN_RATIOS, zero_ok=True)
     num_ratios: int = bounded(3, ge=0)
     alpha: float = bounded(1.0, ge=0.0)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from rayfl.config.fields import bounded
+from rayfl.config.fields import bounded, width_ratios
 
 __all__ = ["FLUID_RATES", "FLuIDConfig"]
 
@@ -29,7 +29,7 @@ class FLuIDConfig:
     """
 
     name: Literal["fluid"] = "fluid"
-    rates: tuple[float, ...] = FLUID_RATES
+    rates: tuple[float, ...] = width_ratios(FLUID_RATES)
     threshold: float = bounded(0.0, ge=0.0)
     agreement: float = bounded(0.75, gt=0.0, le=1.0)
     increment: float = bounded(0.01, ge=0.0)

@@ -5,7 +5,7 @@ Diao, Ding, Tarokh, ICLR 2021 (arXiv:2010.01264).
 Each client trains the leading ``ceil(rate x width)`` units of every dimension (first-k), at the largest rate of
 ``rates`` whose uniform sub-model fits its memory and bandwidth budgets; the server takes the count-normalised
 element-wise mean (uncovered elements keep their value). ``label_mask``: absent classes' logits are 0 in the local loss
-and the classifier rows of a client's labels only are aggregated (``rates.UniformRateAlgorithm``).
+and the classifier rows of a client's labels only are aggregated (``rates.UniformRates``).
 
 **Static batch norm** (``static_bn``; official ``train_classifier_fed.py`` ``stats``). Clients' batch norms use batch
 statistics only (the families build them with ``track_running_stats=False``), so no running statistics are trained,
@@ -42,18 +42,20 @@ from __future__ import annotations
 import inspect
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
 from torch import nn
 
-from rayfl.core.messages import Params, ServerState
+from rayfl.core.messages import Assignment, ClientUpdate, ClientView, Params, ServerState
 from rayfl.core.rng import derive_rng
 from rayfl.data.federated import Rows
+from rayfl.fl.api.client import ClientContext
 from rayfl.fl.common.init import official_init
-from rayfl.fl.common.rates import UniformRateAlgorithm
+from rayfl.fl.common.rates import UniformRates, with_clip
+from rayfl.fl.common.submodel import SubModelAlgorithm
 from rayfl.fl.methods.heterofl.config import HeteroFLConfig
 from rayfl.models.elastic.spec import FirstK, Selector
 from rayfl.models.inputs import InputSpec, has_dropout, to_input
@@ -221,14 +223,17 @@ class _PerBatchNorm(nn.Module):
         return y.reshape(x.shape)
 
 
-class HeteroFL(UniformRateAlgorithm):
+class HeteroFL(SubModelAlgorithm):
     """First-k sub-models at the largest fitting rate, label masking and static BN (see module docstring)."""
 
     name = "heterofl"
     config: HeteroFLConfig
 
     def __init__(self, config: HeteroFLConfig, train: TrainConfig) -> None:
-        super().__init__(config, train)
+        super().__init__(
+            config, with_clip(train, config.grad_clip_norm), distill=config.distill, distill_space=config.rates
+        )
+        self.uniform = UniformRates(self.name, config.rates, config.label_mask)
         self._tracked: nn.Module | None = None  # the static-BN pass's tracked copy, built on first use
         # the last pass: the parameters it ran on (held, so that ``is`` cannot match a newer dict at a reused
         # address), their round and the statistics it gave
@@ -245,6 +250,16 @@ class HeteroFL(UniformRateAlgorithm):
 
     def selector(self, round_idx: int, client_id: int) -> Selector:
         return FirstK()
+
+    def assign(self, state: ServerState, round_idx: int, views: Sequence[ClientView]) -> dict[int, Assignment]:
+        return self.uniform.assign(self, state, round_idx, views, self.selector)
+
+    def device_evals(self, state: ServerState, views: Sequence[ClientView]) -> list[str]:
+        evals = self.uniform.device_evals(self, views)
+        return super().device_evals(state, views) if evals is None else evals
+
+    def local_train(self, ctx: ClientContext, x: np.ndarray, y: np.ndarray) -> ClientUpdate:
+        return self.uniform.local_train(self, ctx, x, y, super().local_train)
 
     def init_state(self, params: Params) -> ServerState:
         if not self.config.official_init or self.family is None:

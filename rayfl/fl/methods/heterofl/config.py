@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from rayfl.config.fields import bounded
+from rayfl.config.fields import bounded, width_ratios
 from rayfl.fl.common.distill.config import DistillConfig
 from rayfl.fl.common.widths import HETEROFL_RATES
 
@@ -32,7 +32,7 @@ class HeteroFLConfig:
     activation choice keep theirs; in a run with phases, the phases must agree on the activation."""
 
     name: Literal["heterofl"] = "heterofl"
-    rates: tuple[float, ...] = HETEROFL_RATES
+    rates: tuple[float, ...] = width_ratios(HETEROFL_RATES)
     label_mask: bool = True
     static_bn: bool = True
     official_init: bool = True

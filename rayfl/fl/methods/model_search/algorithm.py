@@ -62,7 +62,7 @@ class ModelSearchAlgorithm(SubModelAlgorithm):
     config: ModelSearchConfig
 
     def __init__(self, config: ModelSearchConfig, train: TrainConfig) -> None:
-        super().__init__(config, train)
+        super().__init__(config, train, distill=config.distill, distill_space=config.ratios)
         self._search: ModelSearch | None = None  # a cache of ``ServerState.algo_state`` (a ``SearchPool``)
         self._pool: SearchPool | None = None  # the pool ``_search`` holds, as last put into a state
         self._last: SearchResult | None = None
@@ -123,9 +123,6 @@ class ModelSearchAlgorithm(SubModelAlgorithm):
         if self._search is None:
             raise RuntimeError("model_search: assign called before bind_server")
         return self._search
-
-    def distill_ratios(self) -> tuple[float, ...]:
-        return tuple(float(r) for r in self.config.ratios)
 
     def assign(self, state: ServerState, round_idx: int, views: Sequence[ClientView]) -> dict[int, Assignment]:
         return self.assign_with_state(state, round_idx, views)[0]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from rayfl.config.fields import bounded
+from rayfl.config.fields import bounded, width_ratios
 from rayfl.fl.common.distill.config import DistillConfig
 
 __all__ = ["EXPLORE_PROBABILITY_DEFAULT", "ModelSearchConfig", "SmallestConfig"]
@@ -49,7 +49,7 @@ class ModelSearchConfig:
     ``epsilon: e`` is ``explore_probability: 1 - e``; setting both is an error."""
 
     name: Literal["model_search"] = "model_search"
-    ratios: tuple[float, ...] = (0.0, 0.5, 1.0)
+    ratios: tuple[float, ...] = width_ratios((0.0, 0.5, 1.0), zero_ok=True)
     # probability that each test of the search draws another structure (at most t_max draws per client); null = 0.2
     # (or 1 - epsilon when the deprecated epsilon is set). Paper's epsilon 0.8: 0.2 by Algorithm 2 / Sec. 3.2 (epsilon
     # = probability of adopting the pool's pick), 0.8 by App. E.1 / Fig. 10 (epsilon = probability of exploring)
