@@ -128,7 +128,7 @@ def _cmd_run(ns: argparse.Namespace) -> int:
     # from the first moment, SIGINT/SIGTERM stop the start-up at once (it has written nothing), even where the process
     # inherited SIGINT ignored (a job put in the background by a script); the run's own handlers take over from it
     with StopRequests(setup=True) as startup:
-        resume = Path(ns.resume) if ns.resume else None
+        resume = _local_run_dir(ns.resume) if ns.resume else None
         cfg = _load_resumed(resume, ns.args) if resume is not None else _load(*_split(ns.args))
         path, overrides = _split(ns.args)
         with _located(str(resume / "config.yaml") if resume is not None else path, overrides):
@@ -172,11 +172,13 @@ def _run_loaded(cfg: ExperimentConfig, resume: Path | None, startup: StopRequest
         startup.release()  # the report below: Python's own Ctrl-C (its files are written whole, report/atomic.py)
     except RunInterrupted as stop:
         print(f"rayfl: {stop}", file=sys.stderr)
-        print(f"results: {stop.run_dir} (records complete through round {stop.rounds_done - 1})")
+        pngs: list[Path] = []
         if stop.run_dir is not None:  # the report of the rounds done (a resumed run's end rewrites it)
             _, pngs = report([stop.run_dir], stop.run_dir)
-            for png in pngs:
-                print(f"plot: {png}")
+        where = _published(stop.run_dir)
+        print(f"results: {where} (records complete through round {stop.rounds_done - 1})")
+        for png in pngs:
+            print(f"plot: {where}/{png.name}")
         return 128 + stop.signum
     except NonFiniteError as err:
         print(f"rayfl: error: {err}", file=sys.stderr)
@@ -195,13 +197,47 @@ def _run_loaded(cfg: ExperimentConfig, resume: Path | None, startup: StopRequest
         )
     if result.run_dir is not None:
         _, pngs = report([result.run_dir], result.run_dir)
-        print(f"results: {result.run_dir}")
+        where = _published(result.run_dir)
+        print(f"results: {where}")
         for png in pngs:
-            print(f"plot: {png}")
+            print(f"plot: {where}/{png.name}")
     if not result.model_finite or not math.isfinite(acc):
         print("rayfl: error: the final model is not finite (or scores NaN)", file=sys.stderr)
         return EXIT_NOT_FINITE
     return 0
+
+
+def _local_run_dir(given: str, key: str = "--resume") -> Path:
+    """The run directory ``given`` (``--resume``'s, ``export``'s); a storage URI's run directory read back into a
+    staging folder first (``engine/persist/storage.py``), where the command writes and from which it is copied
+    back."""
+    from rayfl.core.files import is_storage_uri
+
+    if not is_storage_uri(given):
+        return Path(given)
+    from rayfl.core.errors import ConfigError
+    from rayfl.engine.persist.storage import RunMirror, check_storage
+
+    mirror = RunMirror.staging(given, key=key)
+    check_storage(mirror.remote, key)  # the command writes there: a read-only copy is refused now
+    if mirror.pull() == 0:
+        raise ConfigError("holds no run (nothing found there): give the URI of the run directory", file=given)
+    return mirror.local
+
+
+def _published(run_dir: Path | None) -> str:
+    """Where a run's results are: a run on a storage URI gets its last files (the report) copied there and its
+    staging folder removed, and is named by its URI; a local run by its directory."""
+    from rayfl.engine.persist.storage import RunMirror
+
+    if run_dir is None:
+        return "None"
+    mirror = RunMirror.of(run_dir)
+    if mirror is None:
+        return str(run_dir)
+    mirror.push()
+    mirror.discard()
+    return mirror.remote.shown
 
 
 def _nothing_to_resume(cfg: ExperimentConfig, run_dir: Path) -> bool:
@@ -318,7 +354,7 @@ def _cmd_sweep(ns: argparse.Namespace) -> int:
     from rayfl.core.errors import ConfigError
     from rayfl.tune import load_sweep, run_sweep
 
-    resume = Path(ns.resume) if ns.resume else None
+    resume = _sweep_folder(ns.resume) if ns.resume else None
     if resume is not None:
         from rayfl.tune.sweep import load_resumed_sweep
 
@@ -339,17 +375,25 @@ def _cmd_sweep(ns: argparse.Namespace) -> int:
         return 0
     result = run_sweep(sweep, overrides=overrides, verbose=1 if ns.verbose else 0, resume=resume)
     print(result.markdown)
-    print(f"results: {result.sweep_dir} ({result.wall_s:.1f} s)")
+    where = result.location or str(result.sweep_dir)  # a sweep on storage by URI: its URI, not the staging folder
+    print(f"results: {where} ({result.wall_s:.1f} s)")
     for path in result.files:
-        print(f"wrote: {path}")
+        print(f"wrote: {where.partition('?')[0]}/{path.name}" if result.location else f"wrote: {path}")
     if result.unfinished:
         print(
             f"rayfl: sweep interrupted with {result.unfinished} trial(s) unfinished; resume with: rayfl sweep --resume "
-            f"{result.sweep_dir}",
+            f"{where}",
             file=sys.stderr,
         )
         return 128 + signal.SIGINT
     return 0 if not (result.table["status"] == "error").any() else 1
+
+
+def _sweep_folder(given: str) -> Path | str:
+    """``--resume``'s sweep folder: a storage URI as given (``tune/sweep.py`` reads it back), else a path."""
+    from rayfl.core.files import is_storage_uri
+
+    return given if is_storage_uri(given) else Path(given)
 
 
 def _sweep_outliving_job(sweep: Sweep) -> Sweep:
@@ -395,14 +439,19 @@ def _cmd_export(ns: argparse.Namespace) -> int:
     from rayfl.engine.persist.export import exported_models
 
     out = Path(ns.out) if ns.out else None
-    written = export_checkpoint(Path(ns.run_dir), out)
-    for model in exported_models(out if out is not None else Path(ns.run_dir)):
+    run_dir = _local_run_dir(ns.run_dir, "RUN_DIR")  # a run on a storage URI: read back into a staging folder
+    written = export_checkpoint(run_dir, out)
+    lines: list[tuple[Path, str]] = []
+    for model in exported_models(out if out is not None else run_dir):
         if model.path in written:
-            print(f"{model.path}: model {model.model_id} ({model.name}), round {model.round_idx}, "
-                  f"test accuracy {model.accuracy:.4f}")  # fmt: skip
-    for path in written:
-        if path.is_dir():
-            print(f"{path}: save_pretrained directory")
+            lines.append((model.path, f"model {model.model_id} ({model.name}), round {model.round_idx}, "
+                                      f"test accuracy {model.accuracy:.4f}"))  # fmt: skip
+    lines += [(path, "save_pretrained directory") for path in written if path.is_dir()]
+    # into the run's own models/: a run on a storage URI gets them copied there, and is named by its URI
+    where = _published(run_dir) if out is None else str(run_dir)
+    for path, text in lines:
+        shown = path if where == str(run_dir) else f"{where.partition('?')[0]}/{path.relative_to(run_dir).as_posix()}"
+        print(f"{shown}: {text}")
     return 0
 
 

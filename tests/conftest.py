@@ -4,8 +4,12 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from tests.s3_emulator import S3Emulator
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -56,3 +60,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         )
         print(f"ERROR: {message}", file=sys.__stderr__)  # a worker's own error reaches the run only as a crash
         raise pytest.UsageError(message)
+
+
+@pytest.fixture
+def s3() -> Iterator[S3Emulator]:
+    """An S3 emulator (moto's server) on 127.0.0.1 for the test, with a bucket ``runs-bucket``
+    (``tests/s3_emulator.py``)."""
+    from tests.s3_emulator import s3_emulator
+
+    with s3_emulator() as emulator:
+        emulator.make_bucket("runs-bucket")
+        yield emulator

@@ -321,6 +321,15 @@ class BackendConfig:
     # (notebooks, scripts running several experiments); they keep their CPU reservations meanwhile
     # (``engine/ray/pool.py``; released by ``rayfl.engine.ray.backend.release_warm_pool`` or ``shutdown_ray``)
     keep_warm: bool = False
+    # how a round's clients reach the hosts (``engine/exec/dispatch.py``): ``pull`` hands small batches to whichever
+    # host is free (work-conserving: a slow host takes fewer clients); ``static`` deals every host its share up front,
+    # balanced by samples. Either way the shards reduce in a fixed order, so the records are the same bits
+    dispatch: Literal["pull", "static"] = "pull"
+    # pull: clients per host call; 0 = about four calls per host and round (ceil(clients / (4 * num_hosts)))
+    clients_per_call: int = bounded(0, ge=0)
+    # a test and benchmark hook, not a tuning knob: host h trains each client slow_hosts[h] times as slowly as it
+    # can (it sleeps after the client for the extra time; hosts past the end, or with 1, run at full speed)
+    slow_hosts: tuple[float, ...] = ()
 
 
 # --------------------------------------------------------------------------------------------- round policy

@@ -33,7 +33,9 @@ from rayfl.engine.persist.checkpoint import CLIENT_BATCH, CheckpointStore
 from rayfl.engine.persist.export import ModelExporter
 from rayfl.engine.persist.records import ClientRecord, EvalRecord, RoundRecord, RunWriter, make_run_dir
 from rayfl.engine.persist.resume import RunProgress, load_resume_point, resume_progress, take_snapshot
+from rayfl.engine.persist.storage import check_storage, is_storage_uri, open_storage
 from rayfl.engine.persist.tracking import check_tracking, open_trackers
+from rayfl.engine.persist.write_errors import RunWriteError
 from rayfl.engine.phases import PhaseSchedule
 from rayfl.engine.policies import build_policy
 from rayfl.engine.preflight import check_someone_can_train
@@ -175,11 +177,15 @@ def _run(
                     writer.finish(summary, failing=status.startswith("error"))
                 if trackers is not None:
                     trackers.close(summary)
+                _push_at_end(writer, failing=status != "finished" and status != "interrupted")
     if exporter is not None and status in ("finished", "interrupted"):
         exporter.write()
+        if writer is not None:
+            writer.push()  # the exported models (a run on a storage URI)
     if stop.signum is not None and status == "interrupted":
         saved = run.store.manifests()[-1] if run.store is not None and run.store.manifests() else None
-        raise RunInterrupted(stop.signum, run.next_round, writer.run_dir if writer else None, saved)
+        shown = writer.mirror.remote.shown if writer is not None and writer.mirror is not None else ""
+        raise RunInterrupted(stop.signum, run.next_round, writer.run_dir if writer else None, saved, shown)
     run_dir = writer.run_dir if writer else None
     return RunResult(records, run.state, run_dir, run.last_eval, baseline, run.eval_records, parts.startup_s, commit_s)
 
@@ -198,6 +204,8 @@ def _start(
     point = load_resume_point(cfg, resume) if resume is not None else None  # refused before anything starts
     if write and point is None:
         check_output_dir(cfg.output_dir)  # its run directory is made later, once data and backend are ready
+        if is_storage_uri(cfg.output_dir):  # a bucket that is missing, unreachable or read-only: refused now
+            check_storage(open_storage(cfg.output_dir))
     if write:
         check_tracking(cfg)  # a tracker asked for by name has its package
     # on Ray the run keeps the object store's view (setup.dataset), not a reference to the data set given
@@ -265,6 +273,7 @@ def _keep_round(
     if pending is not None and run.store is not None and run.writer is not None:
         began = time.perf_counter()
         run.store.commit(pending, run.writer.sizes(sync=True))
+        run.writer.push()  # a run on a storage URI: the checkpoint and the records so far copied there
         commit_s[record.round_idx] = time.perf_counter() - began
     return record
 
@@ -277,7 +286,7 @@ def _resume_hint(run: RunProgress) -> str:
     rounds_done = int(manifests[-1].stem.rsplit("-", 1)[1])
     return (
         f"; resume from its checkpoint after round {rounds_done - 1} on a cluster that can hold the run: "
-        f"rayfl run --resume {run.writer.run_dir}"
+        f"rayfl run --resume {run.writer.mirror.remote.shown if run.writer.mirror else run.writer.run_dir}"
     )
 
 
@@ -304,7 +313,22 @@ def open_run_writer(cfg: ExperimentConfig) -> RunWriter:
     """A writer on a fresh run directory ``output_dir/name`` holding the resolved config."""
     from rayfl.experiment.loader import config_to_dict
 
-    return RunWriter(make_run_dir(cfg.output_dir, cfg.name), config_to_dict(cfg))
+    writer = RunWriter(make_run_dir(cfg.output_dir, cfg.name), config_to_dict(cfg))
+    writer.push()  # on a storage URI, the run's name is taken there by its config.yaml
+    return writer
+
+
+def _push_at_end(writer: RunWriter | None, failing: bool) -> None:
+    """The run's last copy to its storage (a run on a storage URI); while the run ends on an error already, a copy
+    that fails too is logged (the staging folder keeps the files) rather than hiding that error."""
+    if writer is None:
+        return
+    try:
+        writer.push()
+    except RunWriteError as err:
+        if not failing:
+            raise
+        log.warning("while ending on an error: %s", err)
 
 
 def _summary(

@@ -141,6 +141,7 @@ def run_search_only(
     result = SearchOnlyResult(records, writer.run_dir if writer is not None else None)
     if writer is not None:
         writer.finish(_summary(cfg, result))
+        writer.push()  # a run on a storage URI: its files copied there
     log.info("search-only %s: %d rounds in %.1f s", cfg.name, len(records), time.perf_counter() - start)
     return result
 

@@ -35,9 +35,12 @@ _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 class RunInterrupted(Exception):
     """The run stopped after a round because of a signal; its records are complete up to ``rounds_done``."""
 
-    def __init__(self, signum: int, rounds_done: int, run_dir: Path | None, checkpoint: Path | None) -> None:
+    def __init__(
+        self, signum: int, rounds_done: int, run_dir: Path | None, checkpoint: Path | None, resume_from: str = ""
+    ) -> None:
         name = signal.Signals(signum).name
-        where = f"; resume with: rayfl run --resume {run_dir}" if checkpoint is not None else ""
+        # ``resume_from``: the run's storage URI when ``run_dir`` is its staging folder (engine/persist/storage.py)
+        where = f"; resume with: rayfl run --resume {resume_from or run_dir}" if checkpoint is not None else ""
         # rounds are numbered from 0, as in the records: the last round done is rounds_done - 1
         super().__init__(f"{name}: stopped after round {rounds_done - 1} ({rounds_done} rounds done){where}")
         self.signum = signum

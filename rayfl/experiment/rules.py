@@ -14,19 +14,22 @@ only for configs that use them.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rayfl.config.fields import FLOAT32_MAX
+from rayfl.config.fields import FLOAT32_MAX, WIDTH_RATIOS
 from rayfl.config.model import CellNetConfig
 from rayfl.config.model_rules import mlp_problems, supernet_problems
 from rayfl.config.sections import ServerOptimizerConfig
 from rayfl.core.errors import KeyPath, Problem
+from rayfl.core.files import is_storage_uri
 from rayfl.experiment.schema import ExperimentConfig, method_activations
 from rayfl.fl.api.rules import MethodRules
+from rayfl.fl.common.distill.config import DistillConfig
 from rayfl.fl.registry import METHODS, import_object
 
 __all__ = [
@@ -56,6 +59,10 @@ def semantic_problems(cfg: ExperimentConfig) -> list[Problem]:
         # a host that reserved no GPU share still sees every GPU (current Ray leaves CUDA_VISIBLE_DEVICES unset
         # at zero), so all hosts would crowd the first GPU behind the scheduler's back
         problems.append((("backend", "device"), "'cuda' on Ray needs backend.gpus_per_host > 0 (a reserved GPU share)"))
+    if any(not 1.0 <= factor < float("inf") for factor in cfg.backend.slow_hosts):  # NaN fails too
+        problems.append(
+            (("backend", "slow_hosts"), f"every factor must be finite and >= 1, got {list(cfg.backend.slow_hosts)}")
+        )
     if cfg.train.lr_schedule == "step":
         rounds = cfg.train.lr_decay_rounds
         if not rounds:
@@ -321,7 +328,11 @@ def run_name_problem(name: str) -> str:
 
 def output_dir_problem(output_dir: str | Path) -> str:
     """Why no run directory can be made under ``output_dir`` ("" when one can), looking at the file system without
-    creating anything: the path or its nearest existing ancestor is a file, or that ancestor is not writable."""
+    creating anything: the path or its nearest existing ancestor is a file, or that ancestor is not writable. A
+    storage URI (``s3://``, ``gs://``) is checked where the run starts, by writing to it
+    (``engine/persist/storage.py``): looking at it here would need the network."""
+    if is_storage_uri(output_dir):
+        return ""
     path = Path(output_dir)
     probe = path
     try:
@@ -354,9 +365,8 @@ def _learning_rate_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:
     sections: list[tuple[KeyPath, Any]] = [(("algorithm",), cfg.algorithm)]
     sections.extend((("phases", i, "algorithm"), p.algorithm) for i, p in enumerate(cfg.phases))
     for at, algorithm in sections:
-        distill = getattr(algorithm, "distill", None)
-        if distill is not None:
-            rates.append(((*at, "distill", "lr"), distill.lr))
+        for key, distill in _distill_sections(algorithm):
+            rates.append(((*at, key, "lr"), distill.lr))
     return [
         (at, f"must be at most {FLOAT32_MAX:.4g} (float32's largest value), got {value!r}")
         for at, value in rates
@@ -368,17 +378,22 @@ def _algorithm_problems(cfg: ExperimentConfig) -> list[tuple[KeyPath, str]]:
     """Width ratios lie in [0, 1] and include a positive value; rates and widths are positive."""
     problems: list[tuple[KeyPath, str]] = []
     algo = cfg.algorithm
-    for key, zero_ok in (("ratios", True), ("rates", False), ("widths", False)):
-        values = getattr(algo, key, None)
-        if values is None:
-            continue
-        problems.extend(_ratio_problems(("algorithm", key), values, zero_ok, allow_empty=False))
+    for f in dataclasses.fields(algo):  # the method's width ratio lists, marked in its config (``width_ratios``)
+        if WIDTH_RATIOS in f.metadata:
+            values = getattr(algo, f.name)
+            problems.extend(_ratio_problems(("algorithm", f.name), values, f.metadata[WIDTH_RATIOS], allow_empty=False))
     if cfg.eval_widths:
         problems.extend(_ratio_problems(("eval_widths",), cfg.eval_widths, False, allow_empty=True))
-    distill = getattr(algo, "distill", None)
-    if distill is not None and distill.ratios:
-        problems.extend(_ratio_problems(("algorithm", "distill", "ratios"), distill.ratios, True, allow_empty=True))
+    for key, distill in _distill_sections(algo):
+        if distill.ratios:
+            problems.extend(_ratio_problems(("algorithm", key, "ratios"), distill.ratios, True, allow_empty=True))
     return problems
+
+
+def _distill_sections(algorithm: Any) -> list[tuple[str, DistillConfig]]:
+    """The in-place distillation sections of a method's config (a field of type ``DistillConfig``), with their keys."""
+    sections = ((f.name, getattr(algorithm, f.name)) for f in dataclasses.fields(algorithm))
+    return [(key, value) for key, value in sections if isinstance(value, DistillConfig)]
 
 
 def _ratio_problems(

@@ -63,6 +63,8 @@ class ExperimentConfig:
     # models so. Recorded as ``all_devices_acc``/``all_devices_loss`` (the main evaluation), ``all_devices_device_acc``
     # (the device average on it) and ``all_devices/<name>`` in evals.csv. Costs every client's last upload in memory
     eval_all_devices: bool = False
+    # where run directories go: a local folder, or a storage URI (s3://bucket/prefix, gs://bucket/prefix; credentials
+    # and endpoint from the AWS variables or the URI's query) the run is copied to at each checkpoint and at its end
     output_dir: str = "runs"
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=CharLSTMConfig, metadata={"tagged": MODEL_CONFIGS})

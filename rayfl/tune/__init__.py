@@ -30,10 +30,10 @@ __all__ = [
 
 
 def run_sweep(
-    sweep: Sweep, *, overrides: Sequence[str] = (), verbose: int = 0, resume: Path | None = None
+    sweep: Sweep, *, overrides: Sequence[str] = (), verbose: int = 0, resume: Path | str | None = None
 ) -> SweepResult:
-    """Run a checked sweep, or resume it in its folder (``rayfl.tune.sweep.run_sweep``, imported on call: it loads
-    Ray and pandas)."""
+    """Run a checked sweep, or resume it in its folder, a path or a storage URI (``rayfl.tune.sweep.run_sweep``,
+    imported on call: it loads Ray and pandas)."""
     from rayfl.tune.sweep import run_sweep as run
 
     return run(sweep, overrides=overrides, verbose=verbose, resume=resume)

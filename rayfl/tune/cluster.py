@@ -13,7 +13,10 @@ that node's own disk, where the table never finds them. So when more than one no
 marker file with a random token into its folder and asks every other alive node (a zero-CPU task pinned to it) to
 read it back at the same path; a node that cannot is named in a one-line refusal. The probe is what the nodes see,
 not a guess from the path: an NFS or EFS mount at the same path on every node passes, ``/tmp`` or a home folder on
-the head does not. Nodes an autoscaler launches later are not probed (mount the storage in their setup commands).
+the head does not. For storage by URI (``s3://``, ``gs://``) the marker goes to the bucket and every node reads it
+with its own network and credentials. Nodes that join later (an autoscaler's, or every worker of a sweep started while
+the head was alone) are checked where the trials run: each trial checks its node before writing anything
+(``check_trial_node``), and a node that cannot reach the storage fails the trial with one line.
 """
 
 from __future__ import annotations
@@ -24,18 +27,24 @@ from pathlib import Path
 from typing import Any
 
 from rayfl.core.errors import ConfigError
+from rayfl.core.files import is_storage_uri
+from rayfl.engine.persist.storage import Storage, check_storage, open_storage
 from rayfl.tune.fit import NodeType
 
 __all__ = [
     "BOOTSTRAP_CONFIG",
     "PROBE_TIMEOUT_S",
+    "SWEEP_MARKER",
     "blind_nodes",
     "check_shared_storage",
+    "check_trial_node",
     "launcher_node_types",
     "node_types",
 ]
 
 PROBE_TIMEOUT_S = 60.0
+# a file of the sweep's folder, written before Tune starts: a trial whose node does not see it is not on shared storage
+SWEEP_MARKER = "resume.json"
 # where `ray up` puts the autoscaler's config on the head (``--autoscaling-config`` in cluster.yaml's start commands)
 BOOTSTRAP_CONFIG = Path("~/ray_bootstrap_config.yaml")
 _IGNORED = ("memory", "object_store_memory")  # not reserved by bundles; node:<ip> labels are dropped too
@@ -96,16 +105,20 @@ def launcher_node_types(text: str) -> list[NodeType]:
     return types
 
 
-def _can_read(path: str, token: str) -> bool:
+def _can_read(where: str, token: str) -> bool:
+    """Whether the marker at ``where`` (a path, or a storage URI opened on this node) holds ``token``."""
     try:
-        return Path(path).read_text(encoding="utf-8") == token
-    except OSError:
+        if is_storage_uri(where):
+            return open_storage(where).read_text() == token
+        return Path(where).read_text(encoding="utf-8") == token
+    except (OSError, ValueError):  # ValueError: a ConfigError, storage this node cannot open
         return False
 
 
-def blind_nodes(folder: Path, timeout_s: float = PROBE_TIMEOUT_S) -> list[str]:
-    """The addresses of the alive nodes (other than this one) that do not see ``folder`` at the same path, or did
-    not answer within ``timeout_s``; empty on a one-node cluster."""
+def blind_nodes(folder: Path | Storage, timeout_s: float = PROBE_TIMEOUT_S) -> list[str]:
+    """The addresses of the alive nodes (other than this one) that do not see ``folder`` at the same path (or, for
+    storage by URI, cannot read it with their own credentials and network), or did not answer within ``timeout_s``;
+    empty on a one-node cluster."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -114,13 +127,19 @@ def blind_nodes(folder: Path, timeout_s: float = PROBE_TIMEOUT_S) -> list[str]:
     if not others:
         return []
     token = secrets.token_hex(16)
-    marker = folder / f".rayfl-shared-probe-{token[:12]}"
-    marker.write_text(token, encoding="utf-8")
+    name = f".rayfl-shared-probe-{token[:12]}"
+    if isinstance(folder, Storage):
+        marker = folder.child(name)
+        marker.write_bytes(token.encode())
+        where = marker.uri
+    else:
+        (folder / name).write_text(token, encoding="utf-8")
+        where = str(folder / name)
     probe = ray.remote(num_cpus=0, max_retries=0)(_can_read)
     try:
         refs = {
             probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(
-                str(marker), token
+                where, token
             ): n["NodeManagerAddress"]
             for n in others
         }
@@ -134,18 +153,55 @@ def blind_nodes(folder: Path, timeout_s: float = PROBE_TIMEOUT_S) -> list[str]:
             if not seen:
                 blind.append(refs[ref])
     finally:
-        marker.unlink(missing_ok=True)
+        if isinstance(folder, Storage):
+            folder.fs.delete_file(folder.child(name).path)
+        else:
+            (folder / name).unlink(missing_ok=True)
     return sorted(blind)
 
 
-def check_shared_storage(folder: Path, sweep_file: str) -> None:
+def check_shared_storage(folder: Path | Storage, sweep_file: str) -> None:
     """Refuse, in one line, a multi-node sweep whose ``folder`` some alive node does not see (module docstring)."""
     blind = blind_nodes(folder)
-    if blind:
+    if not blind:
+        return
+    if isinstance(folder, Storage):
         raise ConfigError(
-            f"the sweep's folder {folder} is on this node's own disk: Ray node(s) {', '.join(blind)} do not see it, "
-            "so trials there could not write checkpoints or results; set output_dir to storage every node mounts at "
-            "the same path (NFS, EFS, ...), or run on a single node",
+            f"Ray node(s) {', '.join(blind)} cannot read the sweep's storage {folder.shown} (their network or "
+            "credentials), so trials there could not write checkpoints or results; give every node access to it",
             "output_dir",
             file=sweep_file,
+        )
+    raise ConfigError(
+        f"the sweep's folder {folder} is on this node's own disk: Ray node(s) {', '.join(blind)} do not see it, "
+        "so trials there could not write checkpoints or results; set output_dir to storage every node mounts at "
+        "the same path (NFS, EFS, ...) or to an s3:// or gs:// URI, or run on a single node",
+        "output_dir",
+        file=sweep_file,
+    )
+
+
+def check_trial_node(trials_dir: str, sweep_marker: str) -> None:
+    """In a trial, before it writes anything: the node it runs on reaches the sweep's storage. A node that joined
+    after the sweep's own check (an autoscaler's, or every worker of a sweep started while the head was alone) is
+    checked here, where the trial runs: a local ``trials_dir`` must show the sweep folder's ``sweep_marker`` file
+    (written there before Tune starts), storage by URI must take a write. A one-line ``ConfigError`` otherwise,
+    which Tune records as the trial's error."""
+    import ray
+
+    node = ray.util.get_node_ip_address() if ray.is_initialized() else "this node"
+    if is_storage_uri(trials_dir):
+        storage = open_storage(trials_dir)
+        try:
+            check_storage(storage)
+        except ConfigError as err:
+            raise ConfigError(f"on Ray node {node}: {err.reason}", "output_dir") from err
+        return
+    folder = Path(trials_dir).parent
+    if not (folder / sweep_marker).is_file():
+        raise ConfigError(
+            f"Ray node {node} does not see the sweep's folder {folder} (no {sweep_marker} there): it is on another "
+            "node's own disk; set output_dir to storage every node mounts at the same path (NFS, EFS, ...) or to an "
+            "s3:// or gs:// URI",
+            "output_dir",
         )

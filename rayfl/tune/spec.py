@@ -18,7 +18,8 @@ A sweep file is YAML, opening with a comment that gives the exact command (``# r
     metric_mode: max                  # ... and whether larger is better (``mode`` is the run mode below)
     mode: train                       # train | search_only
     output_dir: runs/sweeps           # relative to the working directory, like an experiment's; on a multi-node
-                                      # cluster, storage every node mounts at the same path (checked before Tune)
+                                      # cluster, storage every node mounts at the same path, or an s3:// or gs://
+                                      # URI (checked from every node, before Tune and as each trial starts)
     trial_resources: {driver_cpus: 0.25, cpus_per_host: 0.25}
     plot: {x: algorithm.epsilon, lines: algorithm.t_max, metrics: [memory_util, bandwidth_util, hit_rate]}
 
@@ -45,6 +46,7 @@ import yaml
 
 from rayfl.config.fields import bounded
 from rayfl.core.errors import ConfigError, KeyPath
+from rayfl.core.files import child_uri, is_storage_uri
 from rayfl.experiment.loader import YamlSource
 from rayfl.experiment.schema import ExperimentConfig
 from rayfl.tune.metrics import REPORTED_METRICS, TABLE_METRICS
@@ -101,7 +103,8 @@ class SweepConfig:
     metric: str = ""  # "" = test_acc for training sweeps, memory_util for search-only ones
     metric_mode: Literal["max", "min"] = "max"  # whether a larger metric is better (`mode` is the run mode)
     mode: Mode = "train"  # train | search_only (the assignment over the budgets alone, no training)
-    # relative to the working directory; on a multi-node cluster, storage every node mounts at the same path
+    # relative to the working directory; on a multi-node cluster, storage every node mounts at the same path, or a
+    # storage URI (s3://bucket/prefix, gs://bucket/prefix) every node can write
     output_dir: str = "runs/sweeps"
     trial_resources: TrialResources = field(default_factory=TrialResources)
     plot: PlotConfig | None = None  # none: no figure
@@ -119,8 +122,9 @@ class Sweep:
     checked: list[ExperimentConfig]  # one per validation point (the first is a representative trial)
 
     @property
-    def output_dir(self) -> Path:
-        return Path(self.config.output_dir)
+    def output_dir(self) -> str:
+        """Where the sweep's folder goes: a local path (relative to the working directory) or a storage URI."""
+        return self.config.output_dir
 
 
 def load_sweep(path: str | Path, overrides: Sequence[str] = ()) -> Sweep:
@@ -148,12 +152,19 @@ def load_sweep(path: str | Path, overrides: Sequence[str] = ()) -> Sweep:
         mode=cfg.mode,
         resources=cfg.trial_resources,
         # where the trials of a sweep run from here would write (``run_sweep`` picks the fresh folder it creates)
-        trials_dir=(Path(cfg.output_dir) / name / "trials").absolute(),
+        trials_dir=_trials_dir(cfg.output_dir, name),
     )
     checked = plan.validate(source, origin_of, given_as)
     for cfg_checked in checked:
         plan.bundles(cfg_checked)  # a bad resource combination fails here, not in Tune
     return Sweep(file=str(path), name=name, config=cfg, params=params, plan=plan, checked=checked)
+
+
+def _trials_dir(output_dir: str, name: str) -> str:
+    """``output_dir/name/trials``: an absolute path, or a URI below a storage URI."""
+    if is_storage_uri(output_dir):
+        return child_uri(output_dir, name, "trials")
+    return str((Path(output_dir) / name / "trials").absolute())
 
 
 def _apply_cli(source: YamlSource, overrides: Sequence[str]) -> dict[str, str]:

@@ -34,8 +34,12 @@ import pandas as pd
 import yaml
 
 from rayfl.core.errors import ConfigError
+from rayfl.core.files import is_storage_uri
+from rayfl.engine.persist.checkpoint import CHECKPOINT_DIR
 from rayfl.engine.persist.records import make_run_dir
-from rayfl.tune.cluster import check_shared_storage, node_types
+from rayfl.engine.persist.storage import RunMirror, check_storage, download, open_storage
+from rayfl.experiment.rules import output_dir_problem
+from rayfl.tune.cluster import SWEEP_MARKER, check_shared_storage, node_types
 from rayfl.tune.fit import fit_problem
 from rayfl.tune.plots import plot_sweep
 from rayfl.tune.results import (
@@ -53,7 +57,7 @@ from rayfl.tune.trials import TrialPlan
 
 __all__ = ["RESUME_FILE", "SweepResult", "load_resumed_sweep", "run_sweep"]
 
-RESUME_FILE = "resume.json"
+RESUME_FILE = SWEEP_MARKER  # written first: a trial whose node does not see it is not on the sweep's storage
 
 log = logging.getLogger(__name__)
 
@@ -69,10 +73,12 @@ class SweepResult:
     files: list[Path]
     wall_s: float
     unfinished: int = 0  # trials an interruption left unfinished or unstarted (``rayfl sweep --resume`` runs them)
+    # the sweep's URI when it is on storage by URI (``sweep_dir`` is then its local staging folder), else ""
+    location: str = ""
 
 
 def run_sweep(
-    sweep: Sweep, *, overrides: Sequence[str] = (), verbose: int = 0, resume: Path | None = None
+    sweep: Sweep, *, overrides: Sequence[str] = (), verbose: int = 0, resume: Path | str | None = None
 ) -> SweepResult:
     """Run every trial of ``sweep`` with Tune and tabulate them; ``verbose`` is Tune's console verbosity (0-2). With
     ``resume`` (the folder of an interrupted run of this sweep) Tune restores it (``Tuner.restore``): finished trials
@@ -84,33 +90,44 @@ def run_sweep(
 
     began = time.perf_counter()
     cfg = sweep.config
+    if resume is None:
+        _check_storage(sweep)  # a missing, unreachable or read-only location: one line, before Ray starts
     started = ensure_ray(sweep.checked[0].backend)
     release_warm_pool()  # a warm pool of an earlier run in this process would hold CPUs the trials need
     try:
         # before anything is written or any trial runs: every trial can be placed, and every node sees the folder
         _check_fits(sweep)
         if resume is None:
-            parent = sweep.output_dir.absolute()
-            parent.mkdir(parents=True, exist_ok=True)
-            check_shared_storage(parent, sweep.file)
-            sweep_dir = make_run_dir(sweep.output_dir, sweep.name).absolute()
+            sweep_dir, mirror = _new_sweep_dir(sweep)
             _write_copy(sweep, overrides, sweep_dir / "sweep.yaml")
             (sweep_dir / RESUME_FILE).write_text(
                 json.dumps({"file": str(Path(sweep.file).absolute()), "overrides": list(overrides)})
             )
+            if mirror is not None:
+                mirror.push(_TUNE_OWNED)
         else:
-            sweep_dir = resume.absolute()
-            check_shared_storage(sweep_dir, sweep.file)
+            sweep_dir, mirror = _resumed_sweep_dir(resume, sweep.file)
         log.info("sweep folder %s (trials' run directories and Tune's checkpoints)", sweep_dir)
-        plan = dataclasses.replace(sweep.plan, trials_dir=sweep_dir / "trials")
+        # on storage by URI, Tune writes there through the same pyarrow file system, and so does every trial
+        trials_dir = mirror.remote.child("trials").uri if mirror is not None else str(sweep_dir / "trials")
+        storage_path = mirror.remote.path if mirror is not None else str(sweep_dir)
+        filesystem = mirror.remote.fs if mirror is not None else None
+        plan = dataclasses.replace(sweep.plan, trials_dir=trials_dir)
         if resume is None:
-            tuner = _tuner(sweep, plan, sweep_dir, verbose)
+            tuner = _tuner(sweep, plan, storage_path, filesystem, verbose)
         else:
             tuner = tune.Tuner.restore(
-                str(sweep_dir / "tune"), _trainable(sweep, plan), resume_unfinished=True, resume_errored=True
+                f"{storage_path}/tune",
+                _trainable(sweep, plan),
+                resume_unfinished=True,
+                resume_errored=True,
+                storage_filesystem=filesystem,
             )
         grid = tuner.fit()
-        outcomes = [_outcome(result, plan) for result in grid]
+        local_trials = sweep_dir / "trials"
+        if mirror is not None:  # the trials' records, for the table (their checkpoints stay on the storage)
+            download(mirror.remote.child("trials"), local_trials, frozenset({CHECKPOINT_DIR}))
+        outcomes = [_outcome(result, plan, local_trials) for result in grid]
         unfinished = max(0, expected_trials(sweep) - grid.num_terminated - grid.num_errors)
     finally:
         if started:
@@ -127,7 +144,75 @@ def run_sweep(
         text += f"\n![{png.stem}]({png.name})\n"
     (sweep_dir / "results.md").write_text(text, encoding="utf-8")
     files.append(sweep_dir / "results.md")
-    return SweepResult(sweep_dir, table, text, best, files, time.perf_counter() - began, unfinished)
+    location = ""
+    if mirror is not None:
+        mirror.push(_TUNE_OWNED)
+        location = mirror.remote.shown
+    wall_s = time.perf_counter() - began
+    return SweepResult(sweep_dir, table, text, best, files, wall_s, unfinished, location)
+
+
+# the folders of a sweep on storage by URI that Tune and the trials write there themselves
+_TUNE_OWNED = frozenset({"trials", "tune"})
+
+
+def _check_storage(sweep: Sweep) -> None:
+    """The sweep's ``output_dir`` takes writes from here, each refusal one line on ``output_dir``: storage by URI
+    takes a probe file (a missing bucket, an endpoint that does not answer, a location that refuses writes), a local
+    folder is made (a read-only mount, a path under ``/proc``, a folder of another user)."""
+    if is_storage_uri(sweep.output_dir):
+        check_storage(open_storage(sweep.output_dir), "output_dir", file=sweep.file)
+        return
+    problem = output_dir_problem(sweep.output_dir)
+    if problem:
+        raise ConfigError(problem, "output_dir", file=sweep.file)
+    folder = Path(sweep.output_dir).absolute()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        reason = f"cannot make {folder} ({err.strerror or err}): give a directory you can write"
+        raise ConfigError(reason, "output_dir", file=sweep.file) from err
+
+
+def _new_sweep_dir(sweep: Sweep) -> tuple[Path, RunMirror | None]:
+    """The sweep's fresh folder ``<output_dir>/<name>`` (its storage checked by ``_check_storage``) once every alive
+    node sees the storage: a local folder, or on storage by URI a staging folder copied there (with its mirror)."""
+    if is_storage_uri(sweep.output_dir):
+        check_shared_storage(open_storage(sweep.output_dir), sweep.file)
+        sweep_dir = _in_file(sweep.file, make_run_dir, sweep.output_dir, sweep.name)
+        return sweep_dir, RunMirror.of(sweep_dir)
+    check_shared_storage(Path(sweep.output_dir).absolute(), sweep.file)
+    return _in_file(sweep.file, make_run_dir, sweep.output_dir, sweep.name).absolute(), None
+
+
+def _resumed_sweep_dir(resume: Path | str, sweep_file: str) -> tuple[Path, RunMirror | None]:
+    """An interrupted sweep's folder, checked as a new one is (every node sees it); on storage by URI its own files
+    read back into a staging folder (Tune reads ``tune/`` and the trials their records from the storage)."""
+    if isinstance(resume, str) and is_storage_uri(resume):
+        mirror = _pulled_sweep(resume)
+        check_shared_storage(mirror.remote, sweep_file)
+        return mirror.local, mirror
+    sweep_dir = Path(resume).absolute()
+    check_shared_storage(sweep_dir, sweep_file)
+    return sweep_dir, None
+
+
+def _pulled_sweep(uri: str) -> RunMirror:
+    """The sweep folder ``uri`` read back into a staging folder (its own files: not the trials' or Tune's)."""
+    mirror = RunMirror.staging(uri, key="--resume")
+    check_storage(mirror.remote, "--resume")  # the resumed sweep writes there
+    mirror.pull(_TUNE_OWNED)
+    return mirror
+
+
+def _in_file(file: str, make: Any, *args: Any) -> Any:
+    """``make(*args)``, its ``ConfigError`` located in the sweep file ``file``."""
+    try:
+        return make(*args)
+    except ConfigError as err:
+        if err.file is not None:
+            raise
+        raise ConfigError(err.reason, err.key_path, file=file) from err
 
 
 def expected_trials(sweep: Sweep) -> int:
@@ -153,7 +238,7 @@ def _trainable(sweep: Sweep, plan: TrialPlan) -> Any:
     return tune.with_resources(tune.with_parameters(run_trial, plan=plan), resources=resources)
 
 
-def _tuner(sweep: Sweep, plan: TrialPlan, sweep_dir: Path, verbose: int) -> Any:
+def _tuner(sweep: Sweep, plan: TrialPlan, storage_path: str, filesystem: Any, verbose: int) -> Any:
     from ray import tune
     from ray.tune.search.basic_variant import BasicVariantGenerator
 
@@ -190,7 +275,8 @@ def _tuner(sweep: Sweep, plan: TrialPlan, sweep_dir: Path, verbose: int) -> Any:
         ),
         run_config=tune.RunConfig(
             name="tune",
-            storage_path=str(sweep_dir),
+            storage_path=storage_path,
+            storage_filesystem=filesystem,  # None: a local path; else the sweep's storage (pyarrow, as Tune's own)
             verbose=verbose,
             # a trial that fails (its node lost, an actor gone) is retried from its last reported checkpoint
             failure_config=tune.FailureConfig(max_failures=cfg.max_failures),
@@ -200,7 +286,7 @@ def _tuner(sweep: Sweep, plan: TrialPlan, sweep_dir: Path, verbose: int) -> Any:
     )
 
 
-def _outcome(result: Any, plan: TrialPlan) -> TrialOutcome:
+def _outcome(result: Any, plan: TrialPlan, trials_dir: Path) -> TrialOutcome:
     name = Path(result.path).name
     point = {p.key: result.config[p.key] for p in plan.params}
     error = "" if result.error is None else f"{type(result.error).__name__}: {result.error}".splitlines()[0][:300]
@@ -211,7 +297,7 @@ def _outcome(result: Any, plan: TrialPlan) -> TrialOutcome:
     return TrialOutcome(
         name,
         point,
-        plan.trials_dir / name,
+        trials_dir / name,
         errored=result.error is not None,
         error=error,
         reported=dict(result.metrics or {}),  # the fallback when the run directory cannot be read here
@@ -219,22 +305,28 @@ def _outcome(result: Any, plan: TrialPlan) -> TrialOutcome:
     )
 
 
-def load_resumed_sweep(sweep_dir: Path) -> tuple[Sweep, list[str]]:
-    """The sweep an interrupted sweep folder was started from, with its command-line overrides; a ``ConfigError``
-    when the folder is not a sweep's or its sweep file changed since (a restore must run the same trials)."""
-    from rayfl.core.errors import ConfigError
+def load_resumed_sweep(where: Path | str) -> tuple[Sweep, list[str]]:
+    """The sweep an interrupted sweep folder (a path, or a storage URI) was started from, with its command-line
+    overrides; a ``ConfigError`` when the folder is not a sweep's or its sweep file changed since (a restore must run
+    the same trials)."""
     from rayfl.tune.spec import load_sweep
 
+    if isinstance(where, str) and is_storage_uri(where):
+        mirror = _pulled_sweep(where)
+        sweep_dir, has_tune = mirror.local, mirror.remote.child("tune").exists()
+    else:
+        sweep_dir = Path(where)
+        has_tune = (sweep_dir / "tune").is_dir()
     info_path = sweep_dir / RESUME_FILE
-    if not info_path.is_file() or not (sweep_dir / "tune").is_dir():
-        raise ConfigError(f"not a sweep folder that can resume (no {RESUME_FILE} or tune/)", file=str(sweep_dir))
+    if not info_path.is_file() or not has_tune:
+        raise ConfigError(f"not a sweep folder that can resume (no {RESUME_FILE} or tune/)", file=str(where))
     info = json.loads(info_path.read_text())
     file, overrides = Path(info["file"]), [str(o) for o in info["overrides"]]
     copy = (sweep_dir / "sweep.yaml").read_text(encoding="utf-8")
     if not file.is_file() or not copy.startswith(file.read_text(encoding="utf-8")):
         raise ConfigError(
             f"the sweep file {file} is gone or changed since the sweep started (its copy is sweep.yaml): restore it",
-            file=str(sweep_dir),
+            file=str(where),
         )
     return load_sweep(file, overrides), overrides
 

@@ -41,7 +41,7 @@ class TrialPlan:
     params: tuple[Param, ...]
     mode: Mode
     resources: TrialResources
-    trials_dir: Path  # absolute: trial run directories are created here
+    trials_dir: str  # an absolute path or a storage URI: trial run directories are created here
 
     def config(self, point: Mapping[str, Any], name: str | None = None) -> ExperimentConfig:
         """The experiment config of the trial with swept values ``point`` (``ConfigError`` when it is invalid)."""
@@ -52,7 +52,7 @@ class TrialPlan:
         return dataclasses.replace(
             cfg,
             name=name or point_label(point),
-            output_dir=str(self.trials_dir),
+            output_dir=self.trials_dir,
             backend=trial_backend(cfg.backend, self.resources),
         )
 

@@ -159,9 +159,8 @@ SKIPPED: dict[str, str] = {
     "ray job submit --address http://127.0.0.1:8265 --working-dir . -- rayfl run "
     "experiments/mini/shakespeare_bert.yaml backend.address=auto backend.num_hosts=2 backend.cpus_per_host=2 "
     "backend.gpus_per_host=1 backend.torch_threads=2": _CLUSTER,
-    'ray job submit --address http://127.0.0.1:8265 --working-dir . --runtime-env-json \'{"env_vars": '
-    '{"RAYFL_OUTPUT_ROOT": "/mnt/shared/rayfl"}}\' -- rayfl sweep experiments/sweeps/search_eps_tmax.yaml '
-    "output_dir=/mnt/shared/rayfl/sweeps": _CLUSTER,
+    "ray job submit --address http://127.0.0.1:8265 --working-dir . -- rayfl sweep "
+    "experiments/sweeps/search_eps_tmax.yaml output_dir=s3://your-bucket/rayfl/sweeps": _CLUSTER,
     "ray down cluster.yaml -y": _CLUSTER,
     "bash requirements/lock.sh": _LOCK,
     "bash requirements/lock.sh --upgrade": _LOCK,

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -326,3 +327,84 @@ def test_a_trial_whose_process_dies_is_retried_from_its_checkpoint(cluster: Emul
     plain = run_experiment(cfg)
     assert plain.run_dir is not None
     assert_same_run(plain.run_dir, trial_dir)
+
+
+LATER_CHECKPOINT = r"/checkpoint_00000[1-9]/rayfl\.json$"  # a trial's second reported checkpoint or later
+
+
+def test_a_sweep_on_s3_resumes_after_the_driver_dies_with_the_records_of_an_uninterrupted_sweep(
+    cluster: EmulatedCluster, tmp_path: Path
+) -> None:
+    """Issue 45, item 3: the sweep's folder on an S3 emulator (moto's server on the head's bridge address, which the
+    workers reach over the emulated network) and nothing on a shared mount: the sweep file and the driver's own
+    folders are on the head's disk. The driver is SIGKILLed once both trials have reported a checkpoint to Tune
+    there; ``rayfl sweep --resume s3://...`` continues both, and their records equal an uninterrupted sweep's."""
+    from pyarrow import fs as pafs
+
+    from rayfl.engine.persist.storage import download, open_storage
+    from tests.s3_emulator import s3_emulator
+
+    with s3_emulator(cluster.head_ip) as s3:
+        s3.make_bucket("sweeps-bucket")
+        out = s3.uri("sweeps-bucket", "sweeps")
+        path = _sweep_file(tmp_path / "sweep_file", cluster, Path("unused"))
+        sweep = yaml.safe_load(path.read_text())
+        sweep["output_dir"] = out
+        sweep["overrides"] = ["rounds=16"]
+        path.write_text(f"# rayfl sweep {path}\n" + yaml.safe_dump(sweep, sort_keys=False))
+        command = [sys.executable, "-m", "rayfl.cli", "sweep"]
+        fs = s3.filesystem()
+        proc = subprocess.Popen(
+            [*command, str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(cluster)
+        )
+        try:
+            began = time.monotonic()
+            while True:  # both trials have reported a checkpoint after round 4 or later to Tune, on the emulator
+                found = fs.get_file_info(pafs.FileSelector("sweeps-bucket/sweeps/sweep/tune", True, True))
+                reported = {i.path.split("/")[4] for i in found if re.search(LATER_CHECKPOINT, i.path)}
+                if len(reported) >= 2:
+                    break
+                if proc.poll() is not None:
+                    raise AssertionError(f"the sweep ended before it was killed:\n{proc.communicate()[1][-3000:]}")
+                assert time.monotonic() - began < 300, "no checkpoints on the emulator after 300 s"
+                time.sleep(0.5)
+            time.sleep(1.5)  # past Tune's next experiment-state save
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.communicate(timeout=60)
+        killed = tmp_path / "killed"
+        download(open_storage(s3.uri("sweeps-bucket", "sweeps/sweep/trials")), killed)
+        heads = {t.name: (t / "rounds.csv").read_text().splitlines()[:3] for t in killed.iterdir()}
+        done = [len(pd.read_csv(t / "rounds.csv")) for t in killed.iterdir()]
+        assert len(heads) == 2 and min(done) < 16, done  # a trial was cut mid-run
+
+        resumed = subprocess.run(
+            [*command, "--resume", s3.uri("sweeps-bucket", "sweeps/sweep")],
+            capture_output=True,
+            text=True,
+            env=_env(cluster),
+            timeout=420,
+            check=False,
+        )
+        assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+        plain = subprocess.run(
+            [*command, str(path), "name=plain"], capture_output=True, text=True, env=_env(cluster), timeout=420
+        )
+        assert plain.returncode == 0, plain.stdout[-3000:] + plain.stderr[-3000:]
+        after, uninterrupted = tmp_path / "after", tmp_path / "plain"
+        download(open_storage(s3.uri("sweeps-bucket", "sweeps/sweep")), after)
+        download(open_storage(s3.uri("sweeps-bucket", "sweeps/plain")), uninterrupted)
+    for folder in (after, uninterrupted):
+        table = pd.read_csv(folder / "results.csv")
+        assert list(table["status"]) == ["completed", "completed"]
+        assert list(table["figures_from"]) == ["run_dir", "run_dir"]
+    trials = sorted(p.name for p in (after / "trials").iterdir())
+    assert trials == sorted(p.name for p in (uninterrupted / "trials").iterdir()) == sorted(heads)
+    for name in trials:
+        trial = after / "trials" / name
+        assert list(pd.read_csv(trial / "rounds.csv")["round_idx"]) == list(range(16))
+        assert (trial / "rounds.csv").read_text().splitlines()[:3] == heads[name]  # continued, not restarted
+        assert_same_run(uninterrupted / "trials" / name, trial)
+    tune_trials = [t for t in (after / "tune").iterdir() if t.is_dir() and t.name.startswith("0000")]
+    workers = {w.ip for w in cluster.workers}
+    assert len(tune_trials) == 2 and set().union(*(_node_ips(t) for t in tune_trials)) <= workers

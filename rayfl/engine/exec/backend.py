@@ -2,9 +2,10 @@
 
 ``Backend`` is the engine's only view of execution. Two implementations give the same numbers for the same seed:
 ``LocalBackend`` (this module) runs hosts and shards as plain objects in this process, for tests and debugging;
-``RayBackend`` (``ray_backend.py``) runs them as Ray actors. Both use the same partition of clients over hosts
-(balanced per round by ``tasks_by_host``), the same shard plan and the same canonical reduction order, and both
-evaluate on fixed-size test batches combined in batch order.
+``RayBackend`` (``engine/ray/backend.py``) runs them as Ray actors. Both group a round's clients into the same host
+calls (``engine/exec/dispatch.py``: batches pulled by free hosts, or one share per host), use the same shard plan and
+reduce the calls' partial sums in the same canonical order, and both evaluate on fixed-size test batches combined in
+batch order.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from rayfl.core.messages import Aggregate, ClientOutcome, Params, TrainTask
 from rayfl.core.partials import ArrayPartial, Reduced
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine.exec.client_state import ClientMemory, ClientStateStore, KeptUpload, keeps_state, pads
+from rayfl.engine.exec.dispatch import call_groups, tasks_by_host
 from rayfl.engine.exec.host import ClientHost, EvalStats, NumpyParams
 from rayfl.engine.exec.param_server import ParamServerShard, plan_shards
 from rayfl.fl.api.algorithm import Algorithm
@@ -95,23 +97,6 @@ def to_numpy(params: Params) -> NumpyParams:
     return {k: v.detach().cpu().numpy() for k, v in params.items()}
 
 
-def tasks_by_host(tasks: Sequence[TrainTask], sizes: np.ndarray, num_hosts: int) -> list[list[TrainTask]]:
-    """Deal a round's tasks to hosts so that their training work is balanced.
-
-    Longest-processing-time first: tasks in decreasing order of sample count (ties by client id) each go to the host
-    with the least work so far (ties by host id). Deterministic, so a client trains on the same host on every
-    backend; where it trains does not change its update (its randomness is derived from its id and the round).
-    Every host maps the whole data set from the object store, so any host can train any client.
-    """
-    groups: list[list[TrainTask]] = [[] for _ in range(num_hosts)]
-    load = [0] * num_hosts
-    for task in sorted(tasks, key=lambda t: (-int(sizes[t.client_id]), t.client_id)):
-        target = min(range(num_hosts), key=lambda h: (load[h], h))
-        groups[target].append(task)
-        load[target] += int(sizes[task.client_id])
-    return [sorted(g, key=lambda t: t.client_id) for g in groups]
-
-
 def eval_batches(num_samples: int, batch_size: int, num_hosts: int) -> list[list[int]]:
     """Fixed-size test batches dealt round-robin to hosts (batch ids, not data, travel)."""
     num_batches = -(-num_samples // batch_size)
@@ -175,7 +160,7 @@ def assemble_aggregate(results: Sequence[Reduced], outcomes: Sequence[ClientOutc
 
 
 class LocalBackend:
-    """Hosts and shards as in-process objects; the same partition and order as the Ray backend."""
+    """Hosts and shards as in-process objects; the same host calls and reduction order as the Ray backend."""
 
     def __init__(
         self,
@@ -204,6 +189,18 @@ class LocalBackend:
         self._threads = torch.get_num_threads()
         self.algorithm = algorithm
         self.memories = ClientStateStore()  # per-client state across rounds (engine/exec/client_state.py)
+        self.dispatch, self.clients_per_call = backend_cfg.dispatch, backend_cfg.clients_per_call
+
+    def _calls(self, tasks: Sequence[TrainTask]) -> list[tuple[ClientHost, list[TrainTask]]]:
+        """The round's host calls in reduction order (``dispatch.call_groups``), each with the host that makes it:
+        pulled batches go round the hosts (in one process nobody is free sooner; which host trains a batch does not
+        change its numbers), static shares to their own host."""
+        groups = call_groups(tasks, self.sizes, self.num_hosts, self.dispatch, self.clients_per_call)
+        return [(self.hosts[i % self.num_hosts], g) for i, g in enumerate(groups) if g]
+
+    def clients_per_host(self) -> list[int]:
+        """How many clients each host has trained in this run, as the hosts count them."""
+        return [host.trained() for host in self.hosts]
 
     def _plan(self, params: Params) -> NumpyParams:
         """``params`` as numpy arrays, with the tensors re-dealt to the shards when the global tensors changed (a
@@ -224,9 +221,7 @@ class LocalBackend:
         keep = keeps_state(self.algorithm, tasks)
         first = to_numpy(initial) if initial is not None and pads(tasks) else None
         outs: list[tuple[object, ...]] = []
-        for host, host_tasks in zip(self.hosts, tasks_by_host(tasks, self.sizes, self.num_hosts), strict=True):
-            if not host_tasks:
-                continue
+        for host, host_tasks in self._calls(tasks):
             held = self.memories.handles_for(host_tasks) if keep else []
             out = host.run_round(
                 host_tasks, arrays, self.shard_of, self.num_shards, first, *cast(list[ClientMemory | None], held)
@@ -247,9 +242,7 @@ class LocalBackend:
         first = to_numpy(initial) if initial is not None and pads(tasks) else None
         uploads: dict[int, KeptUpload] = {}
         outcomes: list[ClientOutcome] = []
-        for host, host_tasks in zip(self.hosts, tasks_by_host(tasks, self.sizes, self.num_hosts), strict=True):
-            if not host_tasks:
-                continue
+        for host, host_tasks in self._calls(tasks):
             held = self.memories.handles_for(host_tasks) if keep else []
             out = host.run_clients(host_tasks, arrays, first, *cast(list[ClientMemory | None], held))
             got, done = cast(tuple[dict[int, KeptUpload], list[ClientOutcome]], out[0])
@@ -275,8 +268,8 @@ class LocalBackend:
         return dataclasses.replace(assemble_aggregate(self._reduce(arrays, outs), []), num_clients=count)
 
     def _reduce(self, arrays: NumpyParams, outs: Sequence[Sequence[object]]) -> list[Reduced]:
-        """Each shard's reduction of the hosts' partial sums for it (the first ``num_shards`` entries of each host's
-        result, ``ClientHost.run_round``), in host-id order, at the driver's thread count (a host call sets its
+        """Each shard's reduction of the host calls' partial sums for it (the first ``num_shards`` entries of each
+        call's result, ``ClientHost.run_round``), in call order, at the driver's thread count (a host call sets its
         own)."""
         torch.set_num_threads(self._threads)
         return [

@@ -1,10 +1,11 @@
 """Per-client state that persists across rounds, and local model padding (paper 004, Eq. 5).
 
-Clients are dealt to hosts afresh every round (``backend.tasks_by_host``), so a client's state cannot live on a host:
-it follows the client. The host returns each client's new ``ClientMemory`` beside its outcome; the backend keeps a
-``ClientStateStore`` (client id -> the memory, or on Ray an ``ObjectRef`` to it, so it stays in the object store and
-never passes through the driver) and hands it back with the client's next task. Where a client trains therefore
-never changes what it remembers, and the store holds at most one memory per client that ever trained.
+Clients reach hosts afresh every round (``engine/exec/dispatch.py``: whichever host is free takes the next batch), so a
+client's state cannot live on a host: it follows the client. The host returns each client's new ``ClientMemory`` beside
+its outcome; the backend keeps a ``ClientStateStore`` (client id -> the memory, or on Ray an ``ObjectRef`` to it, so it
+stays in the object store and never passes through the driver) and hands it back with the client's next task. Where a
+client trains therefore never changes what it remembers, and the store holds at most one memory per client that ever
+trained.
 
 A memory holds three things, each only when something uses it:
 

@@ -131,10 +131,18 @@ class ClientHost:
         # training data never changes, so this is "before training starts" for that client)
         self._per_client_norm = dataset.meta.get("normalize") == "client" and dataset.input_kind != "tokens"
         self._client_specs: dict[int, InputSpec] = {}
+        self.clients_trained = 0  # clients this host has run since it was built (work-conserving dispatch's share)
+        # backend.slow_hosts, the test and benchmark hook: this host takes ``slow_factor`` times as long per client
+        slow = backend_cfg.slow_hosts
+        self.slow_factor = slow[host_id] if host_id < len(slow) else 1.0
 
     def ready(self) -> int:
         """Round-trip used to wait for actor start-up."""
         return self.host_id
+
+    def trained(self) -> int:
+        """How many clients this host has run since it was built (``clients_trained``)."""
+        return self.clients_trained
 
     def _load(self, params: Mapping[str, torch.Tensor], model: nn.Module | None = None) -> None:
         with torch.no_grad():
@@ -252,12 +260,16 @@ class ClientHost:
         outcomes: list[ClientOutcome] = []
         kept: dict[int, ClientMemory | None] = {}
         for task in sorted(tasks, key=lambda t: t.client_id):
+            began = time.perf_counter()
             update, outcome, kept[task.client_id] = self._run_client(
                 task, base, shapes, held.get(task.client_id), first
             )
             if update is not None and outcome.failure is None:
                 take(task.client_id, update, shapes)
             outcomes.append(outcome)
+            self.clients_trained += 1
+            if self.slow_factor > 1.0:  # after the client's own timing: its outcome and records are unchanged
+                time.sleep((self.slow_factor - 1.0) * (time.perf_counter() - began))
         return outcomes, [kept[t.client_id] for t in tasks] if keep else []
 
     def reduce_uploads(

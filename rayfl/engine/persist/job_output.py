@@ -7,7 +7,7 @@ the results there. So under a Ray job (Ray sets ``RAY_JOB_CONFIG_JSON_ENV_VAR`` 
 ``output_dir`` is resolved against ``$RAYFL_OUTPUT_ROOT`` when set (point it at storage every node mounts, in the
 job's ``--runtime-env-json`` env_vars or the cluster's setup), else against ``~/rayfl-runs`` on the driver's node,
 and the command says where at start; an absolute ``output_dir`` inside Ray's session folder is refused in one line.
-Outside a job nothing changes.
+Outside a job, and for a storage URI (``s3://``, ``gs://``), nothing changes.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from rayfl.core.errors import ConfigError
+from rayfl.core.files import is_storage_uri
 
 __all__ = ["DEFAULT_JOB_ROOT", "JOB_ENV", "ROOT_ENV", "job_output_dir"]
 
@@ -33,7 +34,7 @@ def _inside_ray_cache(path: Path) -> bool:
 def job_output_dir(output_dir: str, env: Mapping[str, str] | None = None) -> tuple[str, str | None]:
     """The ``output_dir`` to write to, and the line to say at start (None when it is used as given)."""
     env = os.environ if env is None else env
-    if JOB_ENV not in env:
+    if JOB_ENV not in env or is_storage_uri(output_dir):  # a storage URI outlives any job as it is
         return output_dir, None
     given = Path(output_dir).expanduser()
     if given.is_absolute():

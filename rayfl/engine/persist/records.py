@@ -26,6 +26,8 @@ from typing import Any, TextIO, cast
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from rayfl.core.files import is_storage_uri
+from rayfl.engine.persist.storage import RunMirror, staged_run_dir
 from rayfl.engine.persist.write_errors import RunWriteError, writing
 
 __all__ = [
@@ -206,11 +208,14 @@ def check_run_name(name: str) -> str:
 def make_run_dir(output_dir: str | Path, name: str) -> Path:
     """A fresh directory ``output_dir/name`` (``name-1``, ``name-2`` ... when taken); never reuses one. A directory
     that cannot be made is a ``ConfigError`` on ``output_dir`` (the checks above cannot foresee every file system's
-    refusal: a read-only mount, ``/proc``)."""
+    refusal: a read-only mount, ``/proc``). On a storage URI (``s3://``, ``gs://``) the directory is a local staging
+    folder that copies itself there (``storage.py``)."""
     from rayfl.core.errors import ConfigError
     from rayfl.experiment.loader import check_output_dir
 
     check_run_name(name)
+    if is_storage_uri(output_dir):
+        return staged_run_dir(str(output_dir), name)
     check_output_dir(output_dir)
     root = Path(output_dir)
     try:
@@ -342,6 +347,8 @@ class RunWriter:
         self, run_dir: Path, resolved_config: Mapping[str, Any] | None, *, sizes: Mapping[str, int] | None = None
     ):
         self.run_dir = run_dir
+        # a run on a storage URI: the run directory is a staging folder copied there by ``push``
+        self.mirror = RunMirror.of(run_dir)
         if sizes is None:
             if resolved_config is not None:
                 _atomic_write(run_dir / "config.yaml", _yaml(resolved_config))
@@ -398,6 +405,11 @@ class RunWriter:
             for name, (num_rows, size) in marks.items():
                 self._tables[name].cut_back(num_rows, size)
             raise
+
+    def push(self) -> None:
+        """Copy what changed in the run directory to its storage (a run on a storage URI; nothing for a local run)."""
+        if self.mirror is not None:
+            self.mirror.push()
 
     def sizes(self, sync: bool = False) -> dict[str, int]:
         """Bytes of every record file so far, by table name (what a checkpoint records and ``reopen`` cuts back to)."""

@@ -11,7 +11,8 @@ round without evaluation) are left out. At the end the resolved config goes in a
   under its name.
 * MLflow (``tracking.mlflow``): one MLflow run per rayfl run, named as its directory, in the experiment
   ``tracking.mlflow_experiment`` (default: the run's ``setting`` or ``rayfl``), through ``MlflowClient`` (no global
-  active run) to ``tracking.mlflow_uri``, by default a file store ``mlruns/`` under ``output_dir``. MLflow 3 keeps
+  active run) to ``tracking.mlflow_uri``, by default a file store ``mlruns/`` under ``output_dir`` (in the working
+  directory when ``output_dir`` is a storage URI: a file store is a local folder). MLflow 3 keeps
   file stores in maintenance and refuses them unless ``MLFLOW_ALLOW_FILE_STORE=true``: the tracker allows it while
   it writes to one (a file store needs no database package; ``mlflow ui`` on it needs the variable set too).
 
@@ -31,6 +32,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from rayfl.core.files import is_storage_uri
 from rayfl.engine.persist.records import EvalRecord, RoundRecord
 from rayfl.experiment.schema import ExperimentConfig
 
@@ -175,7 +177,9 @@ class _MLflow:
             from mlflow.tracking import MlflowClient
         except ImportError as err:
             raise ImportError(f"tracking.mlflow needs the mlflow package: pip install 'rayfl[track]' ({err})") from err
-        uri = cfg.tracking.mlflow_uri or (Path(cfg.output_dir).absolute() / "mlruns").as_uri()
+        # a file store is a local folder: with output_dir a storage URI, ``mlruns/`` in the working directory
+        root = Path() if is_storage_uri(cfg.output_dir) else Path(cfg.output_dir)
+        uri = cfg.tracking.mlflow_uri or (root.absolute() / "mlruns").as_uri()
         self.file_store = uri.startswith("file:") or "://" not in uri
         with self._allowed():
             self.client = MlflowClient(tracking_uri=uri)

@@ -19,9 +19,10 @@ __all__ = ["RunWriteError", "writing"]
 
 
 class RunWriteError(OSError):
-    """Writing ``path`` failed with ``reason`` (the system's words, e.g. "No space left on device")."""
+    """Writing ``path`` (a file, or a storage URI: ``storage.py``) failed with ``reason`` (the system's words, e.g.
+    "No space left on device")."""
 
-    def __init__(self, path: Path, err: OSError) -> None:
+    def __init__(self, path: Path | str, err: OSError) -> None:
         self.path = path
         self.reason = err.strerror or str(err)
         hint = " (free space where the run writes, then resume it)" if err.errno in (errno.ENOSPC, errno.EDQUOT) else ""

@@ -1,13 +1,15 @@
 """The Ray backend: a pool of ``ClientHost`` actors and ``ParamServerShard`` actors.
 
 Per run, the data set is put in the object store once and every host maps it zero-copy. Per round, the global
-parameters are put once; each host gets one call with its clients' tasks and that reference, and returns one partial
-sum per shard (``num_returns = shards + 1``) which goes straight to the shards without passing through the driver.
-Shards reduce the partials in host-id order. rayfl starts a local Ray instance only if none is running, reuses a
-running one for later runs in the process, and shuts down only what it started (``ray_session.py``), so it can run
-inside Tune trials and users' sessions. The actors themselves (started before the data exists, kept warm across runs
-on request, placed by ``placement.py``) are ``ray_pool.py``'s. A host or shard that dies is restarted by Ray and its
-lost work re-run by the driver (``recovery.py``).
+parameters are put once; the round's clients go to the hosts as calls (``engine/exec/dispatch.py``): small batches
+that each host takes as it comes free (``backend.dispatch: pull``, ``engine/ray/dispatch.py``), or one share per host
+dealt up front (``static``). Each call returns one partial sum per shard (``num_returns = shards + 1``), which goes
+straight to the shards without passing through the driver; shards reduce the partials in call order (batch order,
+or host order for static shares), never in the order they finished. rayfl starts a local Ray instance only if none
+is running, reuses a running one for later runs in the process, and shuts down only what it started
+(``ray_session.py``), so it can run inside Tune trials and users' sessions. The actors themselves (started before the
+data exists, kept warm across runs on request, placed by ``placement.py``) are ``ray_pool.py``'s. A host or shard that
+dies is restarted by Ray and its lost work re-run by the driver (``recovery.py``).
 """
 
 from __future__ import annotations
@@ -31,12 +33,13 @@ from rayfl.engine.exec.backend import (
     combine_eval,
     eval_batches,
     shard_plan,
-    tasks_by_host,
     to_numpy,
     uploads_by_host,
 )
 from rayfl.engine.exec.client_state import KeptUpload, keeps_state, pads
+from rayfl.engine.exec.dispatch import call_groups
 from rayfl.engine.exec.param_server import plan_shards
+from rayfl.engine.ray.dispatch import pull
 from rayfl.engine.ray.pool import ActorPool, release_warm_pool, take_pool
 from rayfl.engine.ray.recovery import InputsLost, Recovery, Step, lost
 from rayfl.engine.ray.session import ensure_ray, shutdown_ray
@@ -86,6 +89,7 @@ class RayBackend:
         self.num_hosts = backend_cfg.num_hosts
         self.num_shards = backend_cfg.num_shards
         self.keep_warm = backend_cfg.keep_warm
+        self.dispatch, self.clients_per_call = backend_cfg.dispatch, backend_cfg.clients_per_call
         self.eval_batch_size = eval_batch_size
         self.num_test = len(dataset.y_test)
         self.sizes = dataset.client_sizes()
@@ -142,20 +146,49 @@ class RayBackend:
         keep = keeps_state(self.algorithm, tasks)
         if keep:
             self.memories.start()
-        groups = {h: g for h, g in enumerate(tasks_by_host(tasks, self.sizes, self.num_hosts)) if g}
+        groups = self._groups(tasks)
         fetched = self._fetch(groups) if keep else {}
-        # the driver fetches each host's outcomes (return ``num_shards``); its partial sums go straight to the shards
-        submits = {
-            h: partial(self._run_round, h, g, params_ref, initial_ref, fetched.get(h)) for h, g in groups.items()
-        }
-        state = {
-            h: _memories_of(g) for h, g in groups.items() if keep and any(t.client_id in self.memories.held for t in g)
-        }
-        outcome_lists, results, ran = self._run_and_reduce(submits, params_ref, state)
-        if keep:  # each host's next memories go from it to the stores directly
+
+        # the driver fetches each call's outcomes (return ``num_shards``); its partial sums go straight to the shards
+        def step_on(k: int, h: int) -> Step:
+            submit = partial(self._run_round, h, groups[k], params_ref, initial_ref, fetched.get(k))
+            return self._host_step(h, submit, self._reads(groups[k], keep), probe=self.num_shards)
+
+        outcome_lists, results, ran = self._run_and_reduce(list(groups), step_on, params_ref)
+        if keep:  # each call's next memories go from its host to the stores directly
             self._keep(groups, ran, self.num_shards + 1)
-        outcomes = sorted((o for h in sorted(outcome_lists) for o in outcome_lists[h]), key=lambda o: o.client_id)
+        outcomes = sorted((o for k in sorted(outcome_lists) for o in outcome_lists[k]), key=lambda o: o.client_id)
         return assemble_aggregate(results, outcomes), outcomes
+
+    def _groups(self, tasks: Sequence[TrainTask]) -> dict[int, list[TrainTask]]:
+        """The round's host calls by their place in the reduction order (``dispatch.call_groups``; static: the host
+        id), empty ones left out."""
+        groups = call_groups(tasks, self.sizes, self.num_hosts, self.dispatch, self.clients_per_call)
+        return {k: g for k, g in enumerate(groups) if g}
+
+    def _reads(self, tasks: Sequence[TrainTask], keep: bool) -> str:
+        """The client memories a call of ``tasks`` reads (``recovery.Step.state``), or "" when it reads none."""
+        return _memories_of(tasks) if keep and any(t.client_id in self.memories.held for t in tasks) else ""
+
+    def _host_step(self, h: int, submit: Callable[[], Sequence[Any]], state: str = "", probe: int = 0) -> Step:
+        """A call on host ``h`` as a ``recovery.Step`` (re-run when the host dies, watched for hangs)."""
+        return Step(
+            f"client host {h}",
+            submit,
+            _ready_call(self.hosts[h], self._run_arg),
+            probe=probe,
+            state=state,
+            **self._watched(h),
+        )
+
+    def _run_calls(
+        self, keys: Sequence[int], step_on: Callable[[int, int], Step], ran: dict[int, list[Any]], static: bool
+    ) -> dict[int, Any]:
+        """Run the calls ``keys`` (``step_on(key, host)``): each on its own host (``static``: key ``h`` on host
+        ``h``), or pulled by whichever host is free."""
+        if static:
+            return self.recovery.gather({k: step_on(k, k) for k in keys}, ran)
+        return pull(self.recovery, keys, step_on, self.num_hosts, ran)
 
     def train_each(
         self, tasks: Sequence[TrainTask], params: Params, initial: Params | None = None
@@ -170,33 +203,26 @@ class RayBackend:
         keep = keeps_state(self.algorithm, tasks)
         if keep:
             self.memories.start()
-        groups = {h: g for h, g in enumerate(tasks_by_host(tasks, self.sizes, self.num_hosts)) if g}
+        groups = self._groups(tasks)
         held = self._fetch(groups) if keep else {}
         stores = self.memories.count if keep else 0
 
-        def submit(h: int, host_tasks: list[TrainTask]) -> list[Any]:
+        def submit(h: int, k: int) -> list[Any]:
             call = self.hosts[h].run_clients_on.options(num_returns=1 + stores)
-            refs = call.remote(self._run_arg, host_tasks, params_ref, initial_ref, stores, *held.get(h, []))
+            refs = call.remote(self._run_arg, groups[k], params_ref, initial_ref, stores, *held.get(k, []))
             return list(refs) if stores else [refs]
 
-        steps = {
-            h: Step(
-                f"client host {h}",
-                partial(submit, h, g),
-                _ready_call(self.hosts[h], self._run_arg),
-                state=_memories_of(g) if keep and any(t.client_id in self.memories.held for t in g) else "",
-                **self._watched(h),
-            )
-            for h, g in groups.items()
-        }
+        def step_on(k: int, h: int) -> Step:
+            return self._host_step(h, partial(submit, h, k), self._reads(groups[k], keep))
+
         ran: dict[int, list[Any]] = {}
-        fetched = self.recovery.gather(steps, ran)
+        fetched = self._run_calls(list(groups), step_on, ran, self.dispatch == "static")
         if keep:
             self._keep(groups, ran, 1)
         uploads: dict[int, KeptUpload] = {}
         outcomes: list[ClientOutcome] = []
-        for h in sorted(fetched):
-            got, done = fetched[h]
+        for k in sorted(fetched):
+            got, done = fetched[k]
             uploads.update(got)
             outcomes.extend(done)
         outcomes.sort(key=lambda o: o.client_id)
@@ -251,31 +277,21 @@ class RayBackend:
         return [ray.put({n: arrays[n] for n in own}) for own in self._names]
 
     def _run_and_reduce(
-        self, submits: Mapping[int, Callable[[], Sequence[Any]]], params_ref: Any, state: Mapping[int, str]
+        self, keys: Sequence[int], step_on: Callable[[int, int], Step], params_ref: Any, static: bool | None = None
     ) -> tuple[dict[int, Any], list[Any], dict[int, list[Any]]]:
-        """Run the hosts' calls (``submits``: by host id, a function that submits the call and returns its
-        references, the first ``num_shards`` partial sums for the shards) and the shards' reduction of their partial
-        sums: returns each host's fetched result (its return ``num_shards``), each shard's reduced tensors, and each
-        host's returned references; ``state``: by host id, the client memories its call reads (a memory lost with
-        its node stops the run: ``recovery.py``).
+        """Run the host calls ``keys`` (``step_on(key, host)``: the call as a ``recovery.Step`` whose first
+        ``num_shards`` references are partial sums for the shards and whose probe is the result the driver needs) and
+        the shards' reduction of their partial sums in key order: returns each call's fetched result, each shard's
+        reduced tensors, and each call's returned references. ``static`` (default: ``backend.dispatch`` is static):
+        key ``h`` runs on host ``h``; else the calls are pulled by free hosts (``engine/ray/dispatch.py``).
 
-        Shards are called once every host's call has finished (its result fetched): a shard never waits on the
-        partial sums of a host that died, and a host's re-run is all that a host's death costs. Finished partial sums
-        lost with their node make the hosts run again."""
-        steps = {
-            h: Step(
-                f"client host {h}",
-                submit,
-                _ready_call(self.hosts[h], self._run_arg),
-                probe=self.num_shards,
-                state=state.get(h, ""),
-                **self._watched(h),
-            )
-            for h, submit in submits.items()
-        }
+        Shards are called once every host call has finished (its result fetched): a shard never waits on the
+        partial sums of a host that died, and a host call's re-run is all that a host's death costs. Finished partial
+        sums lost with their node make the calls run again."""
+        fixed = self.dispatch == "static" if static is None else static
         while True:
             ran: dict[int, list[Any]] = {}
-            fetched = self.recovery.gather(steps, ran)
+            fetched = self._run_calls(keys, step_on, ran, fixed)
             try:
                 results = self.recovery.gather(self._reduce_steps(params_ref, ran))
             except InputsLost:
@@ -283,10 +299,11 @@ class RayBackend:
             return fetched, [results[s] for s in range(self.num_shards)], ran
 
     def _reduce_steps(self, params_ref: Any, ran: dict[int, list[Any]]) -> dict[int, Step]:
-        """Shard ``s`` reduces the hosts' partials for it, in host-id order."""
+        """Shard ``s`` reduces the host calls' partials for it, in call order (``ran``'s keys: batch index, or host id
+        for static shares), whatever order the calls finished in."""
 
         def submit(s: int) -> list[Any]:
-            parts = [ran[h][s] for h in sorted(ran)]
+            parts = [ran[k][s] for k in sorted(ran)]
             return [self.shards[s].reduce.remote(params_ref[s], *parts, names=self._names[s])]
 
         return {
@@ -308,9 +325,12 @@ class RayBackend:
             args = (params_ref, self.shard_of, self.num_shards, client_ids, *fetched[h])
             return list(call.remote(self._run_arg, *args))
 
-        submits = {h: partial(submit, h, g) for h, g in groups.items()}
-        held = {h: f"the kept uploads of {len(g)} clients" for h, g in groups.items()}
-        counts, results, _ = self._run_and_reduce(submits, params_ref, held)
+        def step_on(k: int, h: int) -> Step:
+            held = f"the kept uploads of {len(groups[k])} clients"
+            return self._host_step(h, partial(submit, h, groups[k]), held, probe=self.num_shards)
+
+        # a share per host, as before work-conserving dispatch: no training, only a sum over memories of like size
+        counts, results, _ = self._run_and_reduce(list(groups), step_on, params_ref, static=True)
         aggregate = assemble_aggregate(results, [])
         return dataclasses.replace(aggregate, num_clients=sum(cast(int, c) for c in counts.values()))
 
@@ -362,6 +382,10 @@ class RayBackend:
 
     def load_client_states(self, states: dict[int, object]) -> None:
         self.memories.load(states)
+
+    def clients_per_host(self) -> list[int]:
+        """How many clients each host has trained in this run, as the hosts count them (``ClientHost.trained``)."""
+        return [int(n) for n in ray.get([h.trained.remote() for h in self.hosts])]
 
     def node_ids(self) -> list[str]:
         """The Ray node each client host runs on (for placement checks)."""

@@ -90,6 +90,10 @@ class RayClientHost(ClientHost):
             self._build(run)
         return self.host_id
 
+    def trained(self) -> int:
+        """``ClientHost.trained`` (0 while the host is parked: it was built from no run)."""
+        return int(self.__dict__.get("clients_trained", 0))
+
     @_watchdog_group
     def alive(self) -> int:
         """The round watchdog's ping (``recovery.py``): answered from a thread of its own while a call runs, so only

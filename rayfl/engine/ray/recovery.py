@@ -67,7 +67,17 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-__all__ = ["ActorFailureError", "InputsLost", "Recovery", "StateLostError", "Step", "actor_died", "lost", "lost_nodes"]
+__all__ = [
+    "ActorFailureError",
+    "InputsLost",
+    "Recovery",
+    "StateLostError",
+    "Step",
+    "Watchdog",
+    "actor_died",
+    "lost",
+    "lost_nodes",
+]
 
 log = logging.getLogger(__name__)
 
@@ -204,7 +214,7 @@ class Recovery:
         refs.update({k: list(s.submit()) for k, s in steps.items()})
         results: dict[K, Any] = {}
         pending = {refs[k][steps[k].probe]: k for k in steps}
-        watch = _Watchdog(self.hang_timeout_s)
+        watch = Watchdog(self.hang_timeout_s)
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1, timeout=watch.tick_s)
             if not done:
@@ -301,7 +311,7 @@ class Recovery:
                 raise ActorFailureError(f"{step.label} died and Ray cannot restart it: {_one_line(dead)}") from dead
 
 
-class _Watchdog:
+class Watchdog:
     """The round watchdog of one ``Recovery.gather``: every ``tick_s`` (a quarter of the timeout, at most 5 s) each
     watched step in flight gets a ping unless one is outstanding; a step whose ping has gone unanswered for
     ``timeout_s`` is hung, and its actor is killed (Ray then replaces it: the call in flight fails as the actor's

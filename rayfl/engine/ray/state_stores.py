@@ -5,13 +5,13 @@ own heap, larger ones were pinned on the node whose host last trained the client
 of them into the driver at once. Now the driver holds only which clients have a memory (their ids); the memories live
 in the heaps of ``StateStore`` actors, client ``c`` in store ``c % K``:
 
-* **One store per node, a fixed client-to-store partition.** Clients are dealt to hosts afresh every round
-  (``backend.tasks_by_host``, by samples, so that the reduction keeps its canonical order and the records their bits),
-  so wherever a client's memory lives, a round usually reads it from another process; a fixed partition needs no
-  index, never moves a memory between stores, and one store per node (``K`` = the nodes the hosts are on when the
-  first memory is kept) spreads them over the cluster's memory as the hosts are. A store is apart from the hosts: a
-  host's process that dies (the OOM killer, a crash) loses no memory, its replacement reads them as before.
-* **Batched.** Per round and host, one ``take`` call per store with the ids of the host's clients it keeps returns
+* **One store per node, a fixed client-to-store partition.** Clients reach hosts afresh every round (pulled in batches
+  by whichever host is free, or dealt by samples: ``engine/exec/dispatch.py``), so wherever a client's memory lives, a
+  round usually reads it from another process; a fixed partition needs no index, never moves a memory between stores,
+  and one store per node (``K`` = the nodes the hosts are on when the first memory is kept) spreads them over the
+  cluster's memory as the hosts are. A store is apart from the hosts: a host's process that dies (the OOM killer, a
+  crash) loses no memory, its replacement reads them as before.
+* **Batched.** Per round and host call, one ``take`` call per store with the ids of the host's clients it keeps returns
   them as one object; the host call receives those ``K`` references (never one per client), trains, and returns its
   clients' next memories as one object per store, which the store's ``keep`` call reads directly (the memories never
   pass through the driver; small objects may be inlined through it, one per host and store). ``reduce_uploads``

@@ -1,0 +1,82 @@
+"""Work-conserving dispatch on Ray: a round's batches of clients go to whichever host is free (``backend.dispatch:
+pull``; the batches themselves come from ``engine/exec/dispatch.py``).
+
+The driver keeps one call in flight per host. Batches leave the queue in batch order; when a host's call comes back
+(``ray.wait`` on every call in flight), that host takes the next batch. One call per host is enough: a call is a
+batch of clients, whose training takes far longer than the round trip that fetches the next one, and a second call
+queued on a slow host would be one a free host could have run. No number depends on which host ran a batch: the
+shards reduce the batches' partial sums in batch order (``RayBackend._reduce_steps``).
+
+Failures are ``Recovery.gather``'s, one call at a time: a call lost with its host (the actor died, was killed as hung
+by the round watchdog, or an object it reads went with a process) is counted, the driver waits until Ray's
+replacement answers, and the batch goes back to the head of the queue, to be taken by the next free host (the
+replacement included); a host call is a pure function of its arguments, so the re-run gives the same bits. Client
+memories lost with a node stop the run, as there.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, TypeVar
+
+import ray
+
+from rayfl.engine.ray.recovery import Recovery, Step, Watchdog, actor_died, lost
+
+__all__ = ["pull"]
+
+K = TypeVar("K", bound=Hashable)
+
+
+def pull(
+    recovery: Recovery,
+    keys: Sequence[K],
+    step_on: Callable[[K, int], Step],
+    num_hosts: int,
+    submitted: dict[K, list[Any]],
+) -> dict[K, Any]:
+    """Run the calls ``keys`` (in that order) on ``num_hosts`` hosts, each host taking the next one as soon as its last
+    comes back; ``step_on(key, host)`` is the call of ``key`` on ``host``. Returns each call's probe value (key ->
+    value, as ``Recovery.gather``); ``submitted`` receives each call's references (of its successful run)."""
+    queue = deque(keys)
+    free = deque(range(num_hosts))  # hosts without a call in flight, lowest id first at the start
+    flying: dict[Any, tuple[K, int, Step]] = {}  # probe reference -> (key, host, step)
+    results: dict[K, Any] = {}
+    watch = Watchdog(recovery.hang_timeout_s)
+    # the watchdog looks every tick even while calls keep coming back: the other hosts finishing batch after batch
+    # must not hide a hung one
+    next_check = time.monotonic()
+    while queue or flying:
+        while queue and free:
+            key, host = queue.popleft(), free.popleft()
+            step = step_on(key, host)
+            submitted[key] = list(step.submit())
+            flying[submitted[key][step.probe]] = (key, host, step)
+        done, _ = ray.wait(list(flying), num_returns=1, timeout=watch.tick_s)
+        if done:
+            key, host, step = flying.pop(done[0])
+            if _fetch(recovery, step, done[0], watch.forget(key), results, key):
+                queue.appendleft(key)
+                del submitted[key]
+            free.append(host)
+        if watch.tick_s is not None and time.monotonic() >= next_check:
+            watch.check({k: s for k, _, s in flying.values()}, [k for k, _, _ in flying.values()])
+            next_check = time.monotonic() + watch.tick_s
+    return results
+
+
+def _fetch(recovery: Recovery, step: Step, ref: Any, hung: float | None, results: dict[K, Any], key: K) -> bool:
+    """Fetch a finished call's probe into ``results``; returns whether the call was lost and must run again (after
+    its host's replacement answers). An error of the code, or client memories lost with a node, propagate."""
+    try:
+        results[key] = ray.get(ref)
+    except Exception as err:
+        if not lost(err):
+            raise
+        if step.state and not actor_died(err):
+            raise recovery.state_lost(f"{step.state} read by {step.label}", err) from err
+        recovery.replace(step, err, hung)
+        return True
+    return False
