@@ -94,9 +94,10 @@ for seed in "${SEEDS[@]}"; do
       setting="setting$N" output_dir="$dir" checkpoint.every=0 export.final=false tracking.tensorboard=false \
       ${METHOD[$m]}
     rc=$?
-    # the written config resolves paths: name this checkout's files relative to it, the shared folder as ../shared
+    # the written config resolves paths: name this checkout's files relative to it, the shared folder as ../shared,
+    # and the user's cache (the trace sets) as ~/
     [[ -f $dir/$m/config.yaml ]] && sed -i -e "s#$(dirname "$PWD")/shared/#../shared/#g" -e "s#$PWD/##g" \
-      "$dir/$m/config.yaml"
+      -e "s#$HOME/#~/#g" "$dir/$m/config.yaml"
     rm -rf "$dir/$m"/*.parquet "$dir/$m"/*.png "$dir/$m"/events.out.* "$dir/$m/checkpoints" "$dir/$m/models" \
       "$dir/$m/report.md"
     printf 'seed%s\t%s\t%d\t%d\n' "$seed" "$m" $((SECONDS - start)) "$rc" | tee -a "$OUT/timings.tsv"
