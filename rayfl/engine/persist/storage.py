@@ -267,7 +267,7 @@ class RunMirror:
         try:
             self.remote.fs.delete_file(target.path)
         except FileNotFoundError:
-            pass  # gone already (removed by hand, or by a push that failed after it)
+            return  # nothing to delete: gone already (removed by hand, or by a push that failed after it)
         except OSError as err:
             raise _storage_error(target, err, self.local) from err
 
