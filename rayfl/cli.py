@@ -138,17 +138,18 @@ def _cmd_run(ns: argparse.Namespace) -> int:
 def _run_loaded(cfg: ExperimentConfig, resume: Path | None, startup: StopRequests) -> int:
     if resume is not None and _nothing_to_resume(cfg, resume):
         return 0
-    from rayfl.engine.backend_choice import resolve_backend
+    from rayfl.engine.startup import plan_start
 
-    cfg, choice = resolve_backend(cfg)
+    plan = plan_start(cfg, resume=resume)  # the backend chosen and where the run writes checked, once
+    cfg = plan.cfg
     print(
         f"rayfl: {'resuming' if resume else 'running'} {cfg.name!r}: {cfg.algorithm_label} on {cfg.data.name}, "
-        f"{cfg.rounds} rounds, {cfg.clients_per_round} clients per round, backend {choice.describe()}",
+        f"{cfg.rounds} rounds, {cfg.clients_per_round} clients per round, backend {plan.choice.describe()}",
         flush=True,
     )
     data = []
     if resume is None:
-        _check_before_start(cfg)  # before Ray starts and the data loads
+        _check_inputs(cfg)  # before Ray starts and the data loads
     if cfg.backend.kind == "ray" and resume is None:  # a resume is checked before anything starts
         from rayfl.engine.ray.session import prestart
 
@@ -165,8 +166,7 @@ def _run_loaded(cfg: ExperimentConfig, resume: Path | None, startup: StopRequest
         result = run_experiment(
             cfg,
             callbacks=[ProgressLine(sys.stdout, cfg.rounds, asynchronous=is_asynchronous(cfg.server))],
-            resume=resume,
-            backend_choice=choice,
+            plan=plan,
             dataset=data.pop() if data else None,  # popped: the run keeps only the object store's view of it
         )
         startup.release()  # the report below: Python's own Ctrl-C (its files are written whole, report/atomic.py)
@@ -282,12 +282,22 @@ def _load_resumed(run_dir: Path, args: list[str]):  # type: ignore[no-untyped-de
 
 
 def _check_before_start(cfg: ExperimentConfig) -> None:
-    """What ``validate`` and ``run`` check without loading the data: a run directory can be made, a table's columns
-    (from its files' metadata) give an input the model reads, the factories import, and a custom model suits the
-    method and the training set-up (``engine/preflight.py``)."""
-    from rayfl.experiment.loader import check_factories, check_output_dir
+    """What ``validate`` checks without loading the data: a run directory can be made, the trackers asked for have
+    their packages (``run`` checks both in ``engine/startup.py``'s ``plan_start``), and ``_check_inputs``."""
+    from rayfl.engine.persist.tracking import check_tracking
+    from rayfl.experiment.loader import check_output_dir
 
     check_output_dir(cfg.output_dir)
+    check_tracking(cfg)
+    _check_inputs(cfg)
+
+
+def _check_inputs(cfg: ExperimentConfig) -> None:
+    """What ``validate`` and ``run`` check of a run's inputs without loading the data: a table's columns (from its
+    files' metadata) give an input the model reads, the factories import, the smallest model fits the network, and a
+    custom model suits the method and the training set-up (``engine/preflight.py``)."""
+    from rayfl.experiment.loader import check_factories
+
     if cfg.data.name == "parquet":
         from rayfl.engine.preflight import check_table_data
 
@@ -296,9 +306,6 @@ def _check_before_start(cfg: ExperimentConfig) -> None:
     from rayfl.engine.preflight import check_family_fits
 
     check_family_fits(cfg)  # a named smallest model the network cannot hold
-    from rayfl.engine.persist.tracking import check_tracking
-
-    check_tracking(cfg)  # a tracker asked for by name has its package
     if cfg.model.name == "custom":  # torch and the methods are imported for custom models only
         from rayfl.engine.preflight import check_custom_model
 

@@ -24,7 +24,6 @@ from rayfl.config.sections import BackendConfig
 from rayfl.core.messages import Params
 from rayfl.core.rng import derive_seed
 from rayfl.data.federated import FederatedDataset
-from rayfl.engine.backend_choice import resolve_backend
 from rayfl.engine.exec.backend import Backend, LocalBackend
 from rayfl.engine.exec.client_state import initial_weights
 from rayfl.engine.phases import build_run_algorithm
@@ -87,9 +86,9 @@ def build_setup(cfg: ExperimentConfig, dataset: FederatedDataset | None = None, 
 
 def prepare_run(cfg: ExperimentConfig, dataset: FederatedDataset | None = None, cache_dir: Path | None = None) -> Setup:
     """``build_setup``, and for ``backend.kind: ray`` Ray started (or reused) meanwhile and the data set placed in the
-    object store, the driver keeping only the store's view of it (see the module docstring)."""
-    cfg = resolve_backend(cfg)[0]
-    if cfg.backend.kind != "ray":
+    object store, the driver keeping only the store's view of it (see the module docstring). ``backend.kind`` is
+    resolved already (``engine/startup.py``)."""
+    if _backend_kind(cfg) != "ray":
         began = time.perf_counter()
         setup = build_setup(cfg, dataset, cache_dir)
         return dataclasses.replace(setup, startup_s={"setup_s": time.perf_counter() - began})
@@ -170,13 +169,23 @@ def _ray_backend(setup: Setup, **kwargs: Any) -> Backend:
     return RayBackend(dataset_ref=setup.dataset_ref, pool=setup.pool, **kwargs)
 
 
+def _backend_kind(cfg: ExperimentConfig) -> str:
+    """``backend.kind`` as start-up resolved it: ``auto`` is decided once, by ``startup.plan_start`` (or
+    ``backend_choice.resolve_backend`` for a caller that builds parts itself), never again by a factory."""
+    if cfg.backend.kind == "auto":
+        raise ValueError(
+            "backend.kind 'auto' reached a factory unresolved: resolve it first with "
+            "rayfl.engine.backend_choice.resolve_backend(cfg) (start-up does, in rayfl.engine.startup.plan_start)"
+        )
+    return cfg.backend.kind
+
+
 _BACKENDS: dict[str, Callable[..., Backend]] = {"local": _local_backend, "ray": _ray_backend}
 
 
 def build_backend(cfg: ExperimentConfig, setup: Setup) -> Backend:
-    """The backend named by ``backend.kind`` (``auto`` resolved, ``engine/backend_choice.py``)."""
-    cfg = resolve_backend(cfg)[0]
-    return _BACKENDS[cfg.backend.kind](
+    """The backend named by ``backend.kind``, resolved already (``engine/startup.py``)."""
+    return _BACKENDS[_backend_kind(cfg)](
         setup,
         dataset=setup.dataset,
         model_cfg=cfg.model,

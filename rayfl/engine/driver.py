@@ -5,8 +5,9 @@ The engine owns the loop and never names an algorithm. A policy's ``round`` is o
 check-in, assignment, plan, training and reduction, server update, evaluation, records), each one call into a
 collaborator: ``engine/steps.py`` holds the steps, ``engine/round_record.py`` builds the round's rows (for
 search-only runs too); an asynchronous policy's round is one server step on the simulated clock (``buffered.py``).
-``_keep_round`` (step 8) writes the rows and a checkpoint when one is due; ``_run`` around them handles start-up,
-stop signals and how the run ends.
+``_keep_round`` (step 8) writes the rows and a checkpoint when one is due; ``_run`` around them handles stop
+signals and how the run ends. Start-up (what is resolved and checked once, then the parts built in order) is
+``engine/startup.py``'s.
 """
 
 from __future__ import annotations
@@ -24,33 +25,27 @@ import torch
 
 from rayfl.core.messages import ServerState
 from rayfl.data.federated import FederatedDataset, LazyRows
-from rayfl.engine.backend_choice import BackendChoice, resolve_backend
-from rayfl.engine.build import bind_algorithm, build_backend, build_clock, build_task_pool, prepare_run
 from rayfl.engine.exec.backend import EvalResult
-from rayfl.engine.guard import NonFiniteError, NonFiniteGuard, all_finite
+from rayfl.engine.guard import NonFiniteError, all_finite
 from rayfl.engine.parts import RunParts
-from rayfl.engine.persist.checkpoint import CLIENT_BATCH, CheckpointStore
+from rayfl.engine.persist.checkpoint import CLIENT_BATCH
 from rayfl.engine.persist.export import ModelExporter
-from rayfl.engine.persist.records import ClientRecord, EvalRecord, RoundRecord, RunWriter, make_run_dir
-from rayfl.engine.persist.resume import RunProgress, load_resume_point, resume_progress, take_snapshot
-from rayfl.engine.persist.storage import check_storage, is_storage_uri, open_storage
-from rayfl.engine.persist.tracking import check_tracking, open_trackers
+from rayfl.engine.persist.records import ClientRecord, EvalRecord, RoundRecord, RunWriter
+from rayfl.engine.persist.resume import RunProgress, take_snapshot
+from rayfl.engine.persist.tracking import open_trackers
 from rayfl.engine.persist.write_errors import RunWriteError
 from rayfl.engine.phases import PhaseSchedule
 from rayfl.engine.policies import build_policy
-from rayfl.engine.preflight import check_someone_can_train
 from rayfl.engine.ray.recovery import ActorFailureError
 from rayfl.engine.round_record import RoundEvaluation
-from rayfl.engine.steps import (
-    write_round,
-)
+from rayfl.engine.startup import StartPlan, plan_start, start_run
+from rayfl.engine.steps import write_round
 from rayfl.engine.stop import RunInterrupted, StopRequests
-from rayfl.experiment.loader import check_clients_per_round, check_output_dir
 from rayfl.experiment.schema import ExperimentConfig
 from rayfl.fl.api import capabilities
 from rayfl.models.encoding import InputEncoding
 
-__all__ = ["RunResult", "most_frequent_label_accuracy", "open_run_writer", "run_experiment"]
+__all__ = ["RunResult", "most_frequent_label_accuracy", "run_experiment"]
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +82,7 @@ def run_experiment(
     dataset: FederatedDataset | None = None,
     cache_dir: Path | None = None,
     resume: Path | None = None,
-    backend_choice: BackendChoice | None = None,
+    plan: StartPlan | None = None,
 ) -> RunResult:
     """Run one simulation end to end; with ``write`` the records go to a fresh directory under ``output_dir``; with
     ``resume`` (a run directory) the run continues there from its newest checkpoint (``engine/persist/resume.py``).
@@ -100,11 +95,12 @@ def run_experiment(
     ``backend.server_threads`` intra-op threads, restored afterwards: a float sum's order depends on the thread
     count, and the records must not depend on the machine or on ``OMP_NUM_THREADS``.
 
-    ``backend.kind: auto`` is resolved first (``engine/backend_choice.py``; ``backend_choice``: a caller's own
-    resolution of it, which ``summary.json`` then records)."""
-    if backend_choice is None or cfg.backend.kind == "auto":
-        cfg, backend_choice = resolve_backend(cfg)
-    log.info("backend: %s", backend_choice.describe())
+    Start-up is ``engine/startup.py``'s: ``plan_start`` resolves ``backend.kind: auto`` and checks where the run
+    writes, once (``plan``: a caller's own plan of this run, ``rayfl run``'s, which ``summary.json`` then records
+    and which replaces ``cfg``, ``write`` and ``resume``); ``start_run`` builds the parts."""
+    if plan is None:
+        plan = plan_start(cfg, write=write, resume=resume)
+    log.info("backend: %s", plan.choice.describe())
     given = [dataset]  # handed over, not held here: _run drops the loaded data once the object store has it
     del dataset
     threads = torch.get_num_threads()
@@ -112,22 +108,20 @@ def run_experiment(
     # a signal before the first round stops at once (nothing written yet), afterwards after the round in progress
     try:
         with StopRequests(enabled=write, setup=True) as stop:
-            return _run(cfg, write, callbacks, given, cache_dir, resume, stop, backend_choice)
+            return _run(plan, callbacks, given, cache_dir, stop)
     finally:
         torch.set_num_threads(threads)
 
 
 def _run(
-    cfg: ExperimentConfig,
-    write: bool,
+    plan: StartPlan,
     callbacks: Sequence[RoundCallback],
     given: list[FederatedDataset | None],
     cache_dir: Path | None,
-    resume: Path | None,
     stop: StopRequests,
-    backend_choice: BackendChoice,
 ) -> RunResult:
-    parts, run = _start(cfg, write, given, cache_dir, resume, stop)
+    cfg = plan.cfg
+    parts, run = start_run(plan, given, cache_dir, stop)
     policy = build_policy(cfg)  # when the server aggregates (engine/policies/): sync unless server.policy says
     writer, records = run.writer, run.records
     encoding = InputEncoding.of(parts.dataset.meta, parts.input_spec)  # the vocabulary and names the export carries
@@ -173,7 +167,7 @@ def _run(
             if writer is not None:
                 with stop.critical():  # the Parquet files and summary.json are written whole, whatever arrives
                     summary = _summary(cfg, parts.schedule, records, run, baseline, status)
-                    summary["backend"] = backend_choice.as_dict()
+                    summary["backend"] = plan.choice.as_dict()
                     writer.finish(summary, failing=status.startswith("error"))
                 if trackers is not None:
                     trackers.close(summary)
@@ -188,62 +182,6 @@ def _run(
         raise RunInterrupted(stop.signum, run.next_round, writer.run_dir if writer else None, saved, shown)
     run_dir = writer.run_dir if writer else None
     return RunResult(records, run.state, run_dir, run.last_eval, baseline, run.eval_records, parts.startup_s, commit_s)
-
-
-def _start(
-    cfg: ExperimentConfig,
-    write: bool,
-    given: list[FederatedDataset | None],
-    cache_dir: Path | None,
-    resume: Path | None,
-    stop: StopRequests,
-) -> tuple[RunParts, RunProgress]:
-    """The run's parts and where it starts: round 0 with the algorithm's initial state, or a checkpoint's progress.
-    The run directory appears only once data, traces and backend are ready: bad input leaves nothing behind."""
-    start = time.perf_counter()
-    point = load_resume_point(cfg, resume) if resume is not None else None  # refused before anything starts
-    if write and point is None:
-        check_output_dir(cfg.output_dir)  # its run directory is made later, once data and backend are ready
-        if is_storage_uri(cfg.output_dir):  # a bucket that is missing, unreachable or read-only: refused now
-            check_storage(open_storage(cfg.output_dir))
-    if write:
-        check_tracking(cfg)  # a tracker asked for by name has its package
-    # on Ray the run keeps the object store's view (setup.dataset), not a reference to the data set given
-    setup = prepare_run(cfg, given.pop(), cache_dir)  # with Ray: started meanwhile, data in the object store
-    ds, algorithm = setup.dataset, setup.algorithm
-    try:
-        check_clients_per_round(cfg, ds.num_clients)
-        clock = build_clock(cfg, setup)
-        bind_algorithm(cfg, setup, clock)
-        if point is None:
-            check_someone_can_train(cfg, setup, clock)  # refused now, not after every round failed all its clients
-        backend_start = time.perf_counter()
-        backend = build_backend(cfg, setup)
-    except BaseException:
-        if setup.pool is not None:  # the Ray actors prepare_run started (build_backend releases them itself)
-            setup.pool.release()
-        raise
-    startup_s = {**setup.startup_s, "backend_s": time.perf_counter() - backend_start}
-    schedule = PhaseSchedule(algorithm, cfg.rounds)  # one phase unless cfg.phases (engine/phases.py)
-    pool = build_task_pool(cfg.backend)
-    parts = RunParts(cfg, ds, clock, backend, schedule, pool, start, startup_s, setup.input_spec)
-    # A signal while the run directory is made (or a resumed run's records are cut back) takes effect once that is
-    # done; from then on a signal stops after the round in progress, with a checkpoint.
-    try:
-        with stop.critical():
-            if point is not None:
-                run = resume_progress(cfg, point, clock, backend, schedule)
-            else:
-                writer = open_run_writer(cfg) if write else None
-                keep = cfg.checkpoint.keep
-                store = CheckpointStore(writer.run_dir, keep) if writer and cfg.checkpoint.every else None
-                guard = NonFiniteGuard(cfg.max_nonfinite_rounds)
-                run = RunProgress(0, algorithm.init_state(setup.params), guard, writer, store)
-            stop.begin_rounds()
-        return parts, run
-    except BaseException:
-        backend.close()
-        raise
 
 
 def _keep_round(
@@ -307,15 +245,6 @@ def most_frequent_label_accuracy(ds: FederatedDataset) -> float:
     y = ds.y[:_BASELINE_ROWS] if isinstance(ds.y, LazyRows) else ds.y
     top = int(np.bincount(np.asarray(y, dtype=np.int64), minlength=ds.num_classes).argmax())
     return float(np.mean(np.asarray(ds.y_test) == top))
-
-
-def open_run_writer(cfg: ExperimentConfig) -> RunWriter:
-    """A writer on a fresh run directory ``output_dir/name`` holding the resolved config."""
-    from rayfl.experiment.loader import config_to_dict
-
-    writer = RunWriter(make_run_dir(cfg.output_dir, cfg.name), config_to_dict(cfg))
-    writer.push()  # on a storage URI, the run's name is taken there by its config.yaml
-    return writer
 
 
 def _push_at_end(writer: RunWriter | None, failing: bool) -> None:

@@ -37,9 +37,9 @@ import torch
 from rayfl.core.messages import Params
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine.build import Setup, bind_algorithm, build_clock
-from rayfl.engine.driver import open_run_writer
 from rayfl.engine.persist.records import RoundRecord
 from rayfl.engine.round_record import WallTimes, client_records, mean_finite, planned, round_record
+from rayfl.engine.startup import open_run_writer
 from rayfl.engine.steps import check_in, plan_clients, write_round
 from rayfl.experiment.loader import check_clients_per_round
 from rayfl.experiment.schema import ExperimentConfig

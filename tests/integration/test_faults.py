@@ -36,7 +36,6 @@ from rayfl.core.messages import Assignment, ClientUpdate, ClientView
 from rayfl.core.partials import ArrayPartial, NumpyParams, Reduced
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine import build as build_module
-from rayfl.engine import driver as driver_module
 from rayfl.engine.driver import RunResult, run_experiment
 from rayfl.engine.exec.param_server import ParamServerShard
 from rayfl.engine.persist.records import HOST_CLOCK_FIELDS, RoundRecord
@@ -195,7 +194,7 @@ def instrumented(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
     (asked from the actors before the first round; ``_run_ray`` asks again after every round) in ``seen``."""
     seen: dict[str, Any] = {"pids": {}}
     build_algorithm = build_module.build_run_algorithm
-    build_backend = driver_module.build_backend
+    build_backend = build_module.build_backend  # start-up (engine/startup.py) looks it up there at each start
 
     def algorithm(cfg: ExperimentConfig) -> Any:
         return seen.get("algorithm") or build_algorithm(cfg)
@@ -209,7 +208,7 @@ def instrumented(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
         return built
 
     monkeypatch.setattr(build_module, "build_run_algorithm", algorithm)
-    monkeypatch.setattr(driver_module, "build_backend", backend)
+    monkeypatch.setattr(build_module, "build_backend", backend)
     yield seen
 
 
