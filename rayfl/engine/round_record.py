@@ -1,9 +1,10 @@
 """A round's rows: the one place where a ``RoundRecord`` and its ``ClientRecord`` rows are built.
 
-Training runs (``driver.py``) and search-only runs (``search_only.py``) both end a round here, so the two kinds of run
-directory hold the same columns computed the same way. What differs is said by the caller, not guessed here: the
-client columns come from what the clients did (``trained``: their outcomes) or, where nothing trains, from the plan
-(``planned``); a round without evaluation leaves the accuracy columns NaN.
+Every round policy (training runs' and search-only runs') ends its round through ``policies/round_end.py``, which
+builds the rows here, so every kind of run directory holds the same columns computed the same way. What differs is
+said by the caller, not guessed here: the client columns come from what the clients did (``trained``: their
+outcomes) or, where nothing trains, from the plan (``planned``); a round without evaluation leaves the accuracy
+columns NaN.
 """
 
 from __future__ import annotations

@@ -4,11 +4,12 @@ Paper 000, Appendix E.1 (Figure 10) picks epsilon and T_max this way: the server
 client under its memory and bandwidth budgets for R rounds and measures how well the assigned models use the budgets
 (utilisation = need / budget) and how often the search runs up to T_max draws (the hit rate); nothing is trained.
 
-A round here is the first half of ``run_experiment``'s round, built from the same steps (``engine/steps.py``):
-check-in (budgets at the simulated time), the algorithm's ``assign_with_state`` and the clock's plan; then the clock
-advances by the planned round (slowest client that fits: its download, modelled compute and upload) and the round's
-rows are built by ``round_record`` as in training runs, so ``rayfl report`` reads a search-only run directory like
-any other.
+A round here is a round policy of its own, ``PlannedRounds`` (``engine/policies/planned.py``): a sync round's
+check-in, assignment and plan, the clock advanced by the planned round, and the round's end every policy shares
+(``policies/round_end.py``), so the rows are built as in training runs and ``rayfl report`` reads a search-only run
+directory like any other. This module is the run around those rounds, which differs from ``run_experiment``'s: a
+weightless model, no backend (``_NoTraining``: nothing trains or evaluates), no checkpoint, model export, tracker or
+stop signal, and a summary of utilisation and hit rate.
 
 Choices:
 
@@ -20,6 +21,9 @@ Choices:
   utilisation of a round is the mean over those clients, as in training runs; ``clients_failed`` counts the rest.
   Accuracy and loss columns are NaN, bytes are the planned transfers.
 * The algorithm's server update never runs; the state changes only by what assignment grows (model search's pool).
+* The runs' round loops stay two (here and ``driver.py``), each a few lines around its policy's ``round``: the
+  driver's checkpoints, exports and stop handling need a trained model, and every one of them would be a branch for
+  this kind of run.
 """
 
 from __future__ import annotations
@@ -27,23 +31,31 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from rayfl.core.messages import Params
+from rayfl.config.model import ModelConfig
+from rayfl.core.messages import Aggregate, ClientOutcome, Params, TrainTask
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine.build import Setup, bind_algorithm, build_clock
+from rayfl.engine.exec.backend import EvalResult
+from rayfl.engine.exec.client_state import KeptUpload
+from rayfl.engine.guard import NonFiniteGuard
+from rayfl.engine.parts import RunParts
 from rayfl.engine.persist.records import RoundRecord
-from rayfl.engine.round_record import WallTimes, client_records, mean_finite, planned, round_record
+from rayfl.engine.persist.resume import RunProgress
+from rayfl.engine.phases import PhaseSchedule
+from rayfl.engine.policies import PlannedRounds
+from rayfl.engine.round_record import mean_finite
 from rayfl.engine.startup import open_run_writer
-from rayfl.engine.steps import check_in, plan_clients, write_round
+from rayfl.engine.steps import write_round
 from rayfl.experiment.loader import check_clients_per_round
 from rayfl.experiment.schema import ExperimentConfig
-from rayfl.fl.api import capabilities
+from rayfl.fl.api.tasks import LocalTaskPool
 from rayfl.fl.registry import build_algorithm
 from rayfl.models import InputSpec, build_model
 
@@ -96,54 +108,72 @@ def run_search_only(
     algorithm = setup.algorithm
     clock = build_clock(cfg, setup)
     bind_algorithm(cfg, setup, clock)
-    state = algorithm.init_state(params)
     writer = open_run_writer(cfg) if write else None
-    records: list[RoundRecord] = []
+    schedule = PhaseSchedule(algorithm, cfg.rounds)
+    parts = RunParts(cfg, dataset, clock, _NoTraining(), schedule, LocalTaskPool(), start, {}, spec)
+    run = RunProgress(0, algorithm.init_state(params), NonFiniteGuard(cfg.max_nonfinite_rounds), writer)
+    policy = PlannedRounds()  # the round: engine/policies/planned.py
     try:
         for round_idx in range(cfg.rounds):
-            round_start = time.perf_counter()
-            # 1. Check-in.
-            views = check_in(cfg.seed, dataset, clock, round_idx, cfg.clients_per_round)
-            # 2. Assignment, on a model without weights.
-            try:
-                assignments, state = capabilities.assign_with_state(algorithm, state, round_idx, views)
-            except (NotImplementedError, RuntimeError, TypeError) as err:  # e.g. a meta tensor read as numbers
-                raise ValueError(
-                    f"search-only: algorithm {cfg.algorithm.name!r} could not assign sub-models without weights (the "
-                    f"global model lives on the meta device and is never trained): {err}"
-                ) from err
-            assign_s = time.perf_counter() - round_start
-            # 3. Plan; the clock moves on by the planned round (steps 4 to 6 train, update and evaluate: none here).
-            plan = plan_clients(clock, algorithm, state, round_idx, views, assignments, cfg.train)
-            sim_duration_s = clock.advance(plan, assign_s)
-            # 7. Records.
-            clients = client_records(plan, [], assignments)
-            stats = algorithm.round_stats()
-            now = time.perf_counter()
-            record = round_record(
-                round_idx=round_idx,
-                sim_time_s=clock.now,
-                sim_duration_s=sim_duration_s,
-                plan=plan,
-                clients=clients,
-                tally=planned(plan),
-                stats=stats,
-                state=state,
-                wall=WallTimes(start, round_start, round_start, now, now),
-            )
-            records.append(record)
+            record, clients, _ = policy.round(parts, run, round_idx)
+            run.records.append(record)
             write_round(writer, record, clients)
             for callback in callbacks:
                 callback(record)
     finally:
         if writer is not None:
             writer.close()
+    records = run.records
     result = SearchOnlyResult(records, writer.run_dir if writer is not None else None)
     if writer is not None:
         writer.finish(_summary(cfg, result))
         writer.push()  # a run on a storage URI: its files copied there
     log.info("search-only %s: %d rounds in %.1f s", cfg.name, len(records), time.perf_counter() - start)
     return result
+
+
+class _NoTraining:
+    """The backend of a run that trains and evaluates nothing (``RunParts`` holds one): a call to train or evaluate
+    is a bug and says so; there are no faults and no client memories."""
+
+    def _refuse(self) -> RuntimeError:
+        return RuntimeError("a search-only run trains and evaluates nothing")
+
+    def begin_round(self, round_idx: int) -> None:
+        return None
+
+    def train_and_reduce(
+        self, tasks: Sequence[TrainTask], params: Params, initial: Params | None = None
+    ) -> tuple[Aggregate, list[ClientOutcome]]:
+        raise self._refuse()
+
+    def train_each(
+        self, tasks: Sequence[TrainTask], params: Params, initial: Params | None = None
+    ) -> tuple[dict[int, KeptUpload], list[ClientOutcome]]:
+        raise self._refuse()
+
+    def reduce_uploads(self, params: Params) -> Aggregate:
+        raise self._refuse()
+
+    def evaluate(
+        self, params: Params, units: tuple[int, ...] | None = None, model_config: ModelConfig | None = None
+    ) -> EvalResult:
+        raise self._refuse()
+
+    def take_faults(self) -> int:
+        return 0
+
+    def client_states(self) -> dict[int, object]:
+        return {}
+
+    def client_state_batches(self, size: int) -> Iterator[dict[int, object]]:
+        return iter(())
+
+    def load_client_states(self, states: dict[int, object]) -> None:
+        raise self._refuse()
+
+    def close(self) -> None:
+        return None
 
 
 def _summary(cfg: ExperimentConfig, result: SearchOnlyResult) -> dict[str, object]:

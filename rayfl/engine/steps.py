@@ -1,5 +1,6 @@
-"""The steps of one round, each a function; ``driver.py`` calls them in order, ``search_only.py`` calls the first
-three (check-in, assignment's plan) and the record's.
+"""The steps of one round, each a function; a round policy (``engine/policies/``) calls them in order, a
+search-only round (``policies/planned.py``) the first three, and every policy ends its round (steps 6 and 7) through
+``policies/round_end.py``.
 
 1. ``check_in``: who is sampled, their data sizes and budgets at the round's simulated start.
 2. assignment: one call of the algorithm (in the loop itself, so that the hook is visible where it is called).

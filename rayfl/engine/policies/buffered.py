@@ -37,7 +37,7 @@ import dataclasses
 import heapq
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -50,16 +50,17 @@ from rayfl.engine.exec.client_state import KeptUpload, first_values, pads
 from rayfl.engine.parts import RunParts
 from rayfl.engine.persist.records import ClientRecord, RoundRecord
 from rayfl.engine.persist.resume import RunProgress
+from rayfl.engine.policies.round_end import ClientStart, RoundWork, end_round
 from rayfl.engine.policies.staleness import staleness_weight
-from rayfl.engine.round_record import RoundEvaluation, WallTimes, client_records, round_record, trained
+from rayfl.engine.round_record import RoundEvaluation
 from rayfl.engine.sampling import sample_clients
-from rayfl.engine.steps import evaluate_round, evaluation_due, plan_clients, train_task, update_server
+from rayfl.engine.steps import plan_clients, train_task, update_server
 from rayfl.experiment.schema import ExperimentConfig
 from rayfl.fl.api import capabilities
 from rayfl.fl.api.algorithm import Algorithm
 from rayfl.system.clock import ClientPlan
 
-__all__ = ["AsyncState", "BufferedRounds", "Flight", "buffer_size", "concurrency"]
+__all__ = ["SERVER_RULES", "AsyncState", "BufferedRounds", "Flight", "ServerRule", "concurrency", "fedasync", "fedbuff"]
 
 
 @dataclass
@@ -102,21 +103,44 @@ def concurrency(cfg: ExperimentConfig) -> int:
     return min(cfg.server.concurrency or cfg.clients_per_round, max(1, cfg.data.num_clients or 1 << 62))
 
 
-def buffer_size(cfg: ExperimentConfig) -> int:
-    """B: arrivals per server step (FedAsync: 1; FedBuff: ``buffer_size``, 0 = ceil(C / 2))."""
-    if cfg.server.policy == "fedasync":
-        return 1
-    return cfg.server.buffer_size or max(1, math.ceil(concurrency(cfg) / 2))
+@dataclass(frozen=True)
+class ServerRule:
+    """What tells FedBuff from FedAsync, resolved once from the config (the module docstring's two rules).
+
+    ``buffer_size``: B, arrivals per server step. ``mixing``: the factor on every update (FedAsync's alpha; FedBuff:
+    1). ``from_start``: an update's delta is taken against the version its client started from (FedBuff: those
+    values are kept when the client trains) instead of the current version (FedAsync), so only with ``from_start``
+    does a client's own value stand for ``x`` just when it started on the current version."""
+
+    buffer_size: int
+    mixing: float
+    from_start: bool
+
+
+def fedbuff(cfg: ExperimentConfig) -> ServerRule:
+    """FedBuff: B = ``buffer_size`` (0: ceil(C / 2)), deltas against the start version, no mixing."""
+    buffer = cfg.server.buffer_size or max(1, math.ceil(concurrency(cfg) / 2))
+    return ServerRule(buffer_size=buffer, mixing=1.0, from_start=True)
+
+
+def fedasync(cfg: ExperimentConfig) -> ServerRule:
+    """FedAsync: a step on every arrival, the client's model mixed into the current one by ``mixing``."""
+    return ServerRule(buffer_size=1, mixing=cfg.server.mixing, from_start=False)
+
+
+# ``server.policy`` -> its rule: the one place the asynchronous policies are told apart by name
+SERVER_RULES: dict[str, Callable[[ExperimentConfig], ServerRule]] = {"fedbuff": fedbuff, "fedasync": fedasync}
 
 
 class BufferedRounds:
-    """One server step of FedBuff or FedAsync per call (module docstring)."""
+    """One server step of FedBuff or FedAsync per call (module docstring), by ``rule``."""
 
-    def __init__(self, cfg: ExperimentConfig) -> None:
+    def __init__(self, cfg: ExperimentConfig, rule: ServerRule) -> None:
         self.cfg = cfg
         self.server = cfg.server
+        self.rule = rule
         self.concurrency = concurrency(cfg)
-        self.buffer = buffer_size(cfg)
+        self.buffer = rule.buffer_size
         self.timeout_s = cfg.system.deadline_s if cfg.system.deadline_s > 0 else cfg.system.comm_limit_s
         self._busy_ids: set[int] | None = None  # a cache of ``_busy`` within one step
 
@@ -134,23 +158,8 @@ class BufferedRounds:
         self._forget_busy()
         if not state.flights and state.serial == 0:  # the run's first clients, all at its start
             self._start(parts, run, round_idx, self.concurrency, clock.now)
-        queue = [(f.free_s, f.client_id, f.serial) for f in state.flights.values()]
-        heapq.heapify(queue)
-        arrived: list[Flight] = []
-        buffered = failed = 0
-        step_s = clock.now
         # 1. Arrivals in time order until B updates are buffered (or a sync round's worth of clients failed).
-        while queue and buffered < self.buffer and failed < self.concurrency:
-            _, _, serial = heapq.heappop(queue)
-            flight = state.flights[serial]
-            arrived.append(flight)
-            step_s = max(step_s, flight.free_s)
-            ok = flight.plan.failure[0] is None
-            buffered, failed = buffered + ok, failed + (not ok)
-            frees = self.server.refill == "arrival" or not ok  # a failure always frees its slot
-            if frees and buffered < self.buffer:  # the arrival that fills the buffer refills after the step
-                for new in self._start(parts, run, round_idx, 1, flight.free_s):
-                    heapq.heappush(queue, (new.free_s, new.client_id, new.serial))
+        arrived, step_s = self._arrivals(parts, run, round_idx, state)
         # 2. Training of every client that started on this version (they are all known now), in one call.
         train_start = time.perf_counter()
         self._train(parts, run, round_idx)
@@ -181,51 +190,48 @@ class BufferedRounds:
         if round_idx + 1 < cfg.rounds:
             self._start(parts, run, round_idx + 1, self.concurrency - len(state.flights), clock.now)  # the freed slots
         self._forget_busy()
-        # 5. Evaluation and records: the step's arrivals are its clients.
-        eval_start = time.perf_counter()
-        evaluation = None
-        if evaluation_due(cfg, round_idx):
-            evaluation = evaluate_round(cfg, backend, algorithm, run.state, clock, parts.dataset, round_idx)
-            run.last_eval = evaluation.main
-        now = time.perf_counter()
-        arrived.sort(key=lambda f: f.client_id)  # the step's rows in client-id order, as a sync round's
-        plan = _rows(arrived, round_idx)
-        assignments = {f.client_id: f.assignment for f in arrived}
-        clients = [
-            dataclasses.replace(
-                row,
-                start_version=f.start_version,
-                staleness=float(round_idx - f.start_version),
-                start_s=f.start_s,
-                agg_weight=shares.get(f.serial, math.nan),
-            )
-            for row, f in zip(client_records(plan, outcomes, assignments), arrived, strict=True)
-        ]
-        record = round_record(
+        # 5. Evaluation when due, and the records (policies/round_end.py, every policy's): the step's arrivals are
+        # its clients, in client-id order as a sync round's.
+        arrived.sort(key=lambda f: f.client_id)
+        work = RoundWork(
             round_idx=round_idx,
-            sim_time_s=clock.now,
+            algorithm=algorithm,
+            plan=_rows(arrived, round_idx),
+            assignments={f.client_id: f.assignment for f in arrived},
             sim_duration_s=sim_duration_s,
-            plan=plan,
-            clients=clients,
-            tally=trained(plan, outcomes),
-            stats=algorithm.round_stats(),
-            state=run.state,
-            wall=WallTimes(parts.start, round_start, train_done, eval_start, now, run.wall_offset_s),
+            round_start=round_start,
+            trained_at=train_done,
             outcomes=outcomes,
-            evaluation=evaluation,
-            lr=schedule.lr(cfg.train, round_idx),
-            phase=schedule.phase_at(round_idx).name,
-            faults=backend.take_faults(),
             rolled_back=rolled_back,
-        )
-        stale = np.array([round_idx - f.start_version for f in applied], dtype=np.float64)
-        record = dataclasses.replace(
-            record,
-            staleness_mean=float(stale.mean()) if len(stale) else math.nan,
-            staleness_max=float(stale.max()) if len(stale) else math.nan,
+            applied_staleness=[float(round_idx - f.start_version) for f in applied],
+            starts=[ClientStart(f.start_version, f.start_s, shares.get(f.serial, math.nan)) for f in arrived],
             in_flight=len(state.flights),
         )
-        return record, clients, evaluation
+        return end_round(parts, run, work)
+
+    def _arrivals(
+        self, parts: RunParts, run: RunProgress, round_idx: int, state: AsyncState
+    ) -> tuple[list[Flight], float]:
+        """The step's arrivals in time order (ties by client id) until B updates are buffered or C clients failed,
+        each freed slot refilled at its arrival (``refill: arrival``, and always after a failure) unless it fills
+        the buffer; returns them and the simulated time of the last."""
+        queue = [(f.free_s, f.client_id, f.serial) for f in state.flights.values()]
+        heapq.heapify(queue)
+        arrived: list[Flight] = []
+        buffered = failed = 0
+        step_s = parts.clock.now
+        while queue and buffered < self.buffer and failed < self.concurrency:
+            _, _, serial = heapq.heappop(queue)
+            flight = state.flights[serial]
+            arrived.append(flight)
+            step_s = max(step_s, flight.free_s)
+            ok = flight.plan.failure[0] is None
+            buffered, failed = buffered + ok, failed + (not ok)
+            frees = self.server.refill == "arrival" or not ok  # a failure always frees its slot
+            if frees and buffered < self.buffer:  # the arrival that fills the buffer refills after the step
+                for new in self._start(parts, run, round_idx, 1, flight.free_s):
+                    heapq.heappush(queue, (new.free_s, new.client_id, new.serial))
+        return arrived, step_s
 
     # -- starts --------------------------------------------------------------------------------------------------
     def _busy(self, state: AsyncState) -> set[int]:
@@ -319,11 +325,10 @@ class BufferedRounds:
         run.initial_params = first_values(run.initial_params, params, broadcast=pads(tasks))
         uploads, outcomes = parts.backend.train_each(tasks, params, run.initial_params)
         by_client = {o.client_id: o for o in outcomes}
-        keep_base = self.server.policy == "fedbuff"
         for f in due:
             f.outcome = by_client[f.client_id]
             f.upload = uploads.get(f.client_id)
-            if f.upload is not None and keep_base:
+            if f.upload is not None and self.rule.from_start:
                 f.base = _values_at(params, f.upload)
 
     # -- the server's aggregate ----------------------------------------------------------------------------------
@@ -338,7 +343,6 @@ class BufferedRounds:
         current = state.params
         shapes = {k: v.shape for k, v in current.items()}
         partial: Partial = {}
-        mixing = self.server.mixing if self.server.policy == "fedasync" else 1.0
         for flight, s in zip(applied, weights.tolist(), strict=True):
             upload = flight.upload
             assert upload is not None
@@ -346,28 +350,25 @@ class BufferedRounds:
             for name, v in upload.values.items():
                 if name not in current:
                     continue
-                scale = mixing * s
+                scale = self.rule.mixing * s
                 own = torch.from_numpy(v)
-                if scale == 1.0 and (self.server.policy == "fedasync" or flight.start_version == version):
+                if scale == 1.0 and (not self.rule.from_start or flight.start_version == version):
                     values[name] = own  # the client's value itself (x = v): no arithmetic to round
                     continue
                 tslice = upload.slices.get(name)
                 at = current[name] if tslice is None else current[name][tslice.torch_index(tuple(current[name].shape))]
                 p = at.to(torch.float64)
-                if self.server.policy == "fedasync":
-                    values[name] = p + scale * (own.to(torch.float64) - p)
-                else:
-                    b = torch.from_numpy(flight.base[name]).to(torch.float64)
-                    values[name] = p + scale * (own.to(torch.float64) - b)
+                b = torch.from_numpy(flight.base[name]).to(torch.float64) if self.rule.from_start else p
+                values[name] = p + scale * (own.to(torch.float64) - b)
             update = ClientUpdate(
-                flight.client_id,
-                upload.weight,
-                values,
-                dict(upload.slices),
-                0,
-                math.nan,
-                0,
-                dict(upload.tensor_weights),
+                client_id=flight.client_id,
+                weight=upload.weight,
+                values=values,
+                slices=dict(upload.slices),
+                num_examples=0,
+                train_loss=math.nan,
+                num_steps=0,
+                tensor_weights=dict(upload.tensor_weights),
             )
             reducer.accumulate(partial, update, shapes)
         merged = reducer.merge([partial])

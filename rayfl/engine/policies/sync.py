@@ -3,7 +3,8 @@
 ``server.policy: sync`` (the default) and ``overcommit`` (FedScale; Bonawitz et al., MLSys 2019: sample
 ceil(K (1 + o)) clients and aggregate the first K to finish) are this one round; over-commitment only samples more
 and drops the late finishers after the plan (``first_to_finish``), so ``overcommit: 0`` is the sync round itself.
-Reading ``SyncRounds.round`` top to bottom explains a round: each step is one call into ``engine/steps.py``.
+Reading ``SyncRounds.round`` top to bottom explains a round: each step is one call into ``engine/steps.py``, and
+the round ends (evaluation, records) as every policy's does, in ``policies/round_end.py``.
 """
 
 from __future__ import annotations
@@ -18,11 +19,10 @@ from rayfl.engine.exec.client_state import first_values, pads
 from rayfl.engine.parts import RunParts
 from rayfl.engine.persist.records import ClientRecord, RoundRecord
 from rayfl.engine.persist.resume import RunProgress
-from rayfl.engine.round_record import RoundEvaluation, WallTimes, client_records, round_record, trained
+from rayfl.engine.policies.round_end import RoundWork, end_round
+from rayfl.engine.round_record import RoundEvaluation
 from rayfl.engine.steps import (
     check_in,
-    evaluate_round,
-    evaluation_due,
     plan_clients,
     train_clients,
     train_tasks,
@@ -99,32 +99,17 @@ class SyncRounds:
         run.state = state
         server_s += time.perf_counter() - train_done
         sim_duration_s = clock.advance(plan, server_s, phase_server_s)
-        # 6. Evaluation of the global model (of every global model when the run holds several).
-        eval_start = time.perf_counter()
-        evaluation = None
-        if evaluation_due(cfg, round_idx):
-            evaluation = evaluate_round(cfg, backend, algorithm, state, clock, ds, round_idx)
-            run.last_eval = evaluation.main
-        now = time.perf_counter()
-        # 7. Records: the round's row and its clients' rows (engine/round_record.py).
-        clients = client_records(plan, outcomes, assignments)
-        record = round_record(
+        # 6 and 7. Evaluation when due, and the records (policies/round_end.py, every policy's).
+        work = RoundWork(
             round_idx=round_idx,
-            sim_time_s=clock.now,
-            sim_duration_s=sim_duration_s,
+            algorithm=algorithm,
             plan=plan,
-            clients=clients,
-            tally=trained(plan, outcomes),
-            stats=algorithm.round_stats(),
-            state=state,
-            wall=WallTimes(parts.start, round_start, train_done, eval_start, now, run.wall_offset_s),
+            assignments=assignments,
+            sim_duration_s=sim_duration_s,
+            round_start=round_start,
+            trained_at=train_done,
             outcomes=outcomes,
-            evaluation=evaluation,
-            lr=lr,
-            phase=schedule.phase_at(round_idx).name,
-            faults=backend.take_faults(),
             rolled_back=rolled_back,
+            applied_staleness=[0.0 for o in outcomes if o.failure is None],  # every update is on the current model
         )
-        applied = 0.0 if any(o.failure is None for o in outcomes) else math.nan
-        record = dataclasses.replace(record, staleness_mean=applied, staleness_max=applied)
-        return record, clients, evaluation
+        return end_round(parts, run, work)
