@@ -302,9 +302,15 @@ class BackendConfig:
     # wait for Ray to replace a host or shard that died mid-run before giving up (a lost node that an autoscaler
     # replaces takes minutes, GPU nodes more); the run then stops with one line and a checkpoint to resume from
     replace_timeout_s: float = bounded(600.0, gt=0.0)
-    # the round watchdog: a host with a call in flight that answers no ping for this long (hung, not dead: a frozen
-    # process, a deadlock) is killed and treated as lost (replaced, its call re-run); 0 = no watchdog
+    # the watchdog (engine/ray/watchdog.py): a host, shard or state store with a call in flight that answers no ping
+    # for this long (hung, not dead: a frozen process, a deadlock) is killed and treated as lost (a host or shard is
+    # replaced and its call re-run; a lost state store stops the run); 0 = no ping watch
     hang_timeout_s: float = bounded(120.0, ge=0.0)
+    # the watchdog's progress watch: an actor with a call in flight that answers pings but whose work stands still
+    # this long (stuck: blocked with the interpreter lock released, in a read on a dead mount or a CUDA call; no
+    # training step taken, client finished, test batch evaluated, partial sum merged or store call served) is killed
+    # like a hung one; the limit is raised to 10 times the longest such step the run has seen; 0 = no progress watch
+    stall_timeout_s: float = bounded(600.0, ge=0.0)
     cpus_per_shard: float = bounded(0.0, ge=0.0)
     torch_threads: int = bounded(1, ge=1)  # intra-op threads per host; fixed so sums are reproducible
     # intra-op threads of the driver's server work (distillation, static BN, search, local evaluation), fixed for the

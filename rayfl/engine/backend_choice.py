@@ -35,6 +35,7 @@ RAY_ONLY = (
     "start_timeout_s",
     "replace_timeout_s",
     "hang_timeout_s",
+    "stall_timeout_s",
     "num_cpus",
     "object_store_mb",
     "max_actor_failures",

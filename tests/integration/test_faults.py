@@ -18,6 +18,7 @@ import dataclasses
 import logging
 import math
 import os
+import re
 import signal
 import threading
 import time
@@ -40,12 +41,15 @@ from rayfl.engine.driver import RunResult, run_experiment
 from rayfl.engine.exec.param_server import ParamServerShard
 from rayfl.engine.persist.records import HOST_CLOCK_FIELDS, RoundRecord
 from rayfl.engine.ray import pool as ray_pool_module
-from rayfl.engine.ray.recovery import ActorFailureError
+from rayfl.engine.ray import state_stores as state_stores_module
+from rayfl.engine.ray.recovery import ActorFailureError, StateLostError
+from rayfl.engine.ray.state_stores import StateStore
 from rayfl.engine.sampling import sample_clients
 from rayfl.experiment.loader import load_config
 from rayfl.experiment.schema import ExperimentConfig
 from rayfl.fl.api.client import ClientContext
 from rayfl.fl.methods.fedavg.algorithm import FedAvg
+from rayfl.fl.methods.fedavg.config import FedAvgConfig
 from rayfl.fl.methods.fedrescue.algorithm import FedResCuE
 from tests.helpers import tiny_config, tiny_image_dataset
 
@@ -76,8 +80,43 @@ class Pause:
             tmp = claim.with_suffix(".tmp")
             tmp.write_text(str(os.getpid()))
             tmp.rename(claim.with_suffix(".pid"))
-            time.sleep(KILL_TIMEOUT_S)
+            self.wait()
             raise RuntimeError(f"{self.label}: pid {os.getpid()} was not killed")
+
+    def wait(self) -> None:
+        time.sleep(KILL_TIMEOUT_S)
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockedRead(Pause):
+    """A ``Pause`` whose paused process blocks in the kernel instead, in the open of a FIFO (``label.fifo``, made by
+    the test) that nobody writes: the interpreter lock is released, as in a read on a dead mount, so the process goes
+    on answering pings. Should nothing kill it, ``release_fifo`` (``KILL_TIMEOUT_S`` later) lets it go on to fail."""
+
+    def wait(self) -> None:
+        with open(Path(self.directory) / f"{self.label}.fifo", "rb") as fifo:
+            fifo.read()
+
+
+def release_fifo(path: Path) -> threading.Timer:
+    """Make the FIFO ``path`` and, after ``KILL_TIMEOUT_S``, open it for writing once (releasing a ``BlockedRead``
+    that nothing killed, so that the test fails instead of hanging); cancel the returned timer at the end."""
+    os.mkfifo(path)
+
+    def release() -> None:
+        with contextlib.suppress(OSError):  # ENXIO: no reader left, as it should be
+            os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+
+    timer = threading.Timer(KILL_TIMEOUT_S, release)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
+def load_factor() -> float:
+    """How much slower than idle this machine runs now (the last minute's load per core, at least 1): the watchdog
+    tests' timeouts and time limits scale with it, since other work may share the cores."""
+    return max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
 
 
 class PausingFedAvg(FedAvg):
@@ -460,7 +499,7 @@ def test_a_host_frozen_with_sigstop_is_killed_by_the_watchdog_within_its_timeout
     algorithm.train_pause = Pause(str(tmp_path), "train")
     instrumented["algorithm"] = algorithm
     freezer = Freezer(tmp_path, "train", instrumented)
-    with caplog.at_level(logging.WARNING, logger="rayfl.engine.ray.recovery"):
+    with caplog.at_level(logging.WARNING, logger="rayfl.engine.ray"):
         got = _run_ray(cfg, data, instrumented)
     [(name, pid)] = freezer.join()
     assert name.startswith("client host")
@@ -474,3 +513,145 @@ def test_a_host_frozen_with_sigstop_is_killed_by_the_watchdog_within_its_timeout
     assert [r.faults for r in got.records] == [0, 1]
     _assert_same_run(got, want)
     assert pid not in instrumented["last"]
+
+
+def _run_blocked(
+    cfg: ExperimentConfig,
+    data: FederatedDataset | None,
+    seen: dict[str, Any],
+    fifo: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> RunResult:
+    """``_run_ray`` with the Ray warnings captured, while an actor blocks reading ``fifo`` (freed by a timer that
+    lets it fail should nothing kill it)."""
+    timer = release_fifo(fifo)
+    try:
+        with caplog.at_level(logging.WARNING, logger="rayfl.engine.ray"):
+            return _run_ray(cfg, data, seen)
+    finally:
+        timer.cancel()
+
+
+def _blocked_pid(tmp_path: Path, label: str, seen: dict[str, Any]) -> tuple[str, int, float]:
+    """The actor that blocked under ``label`` (its name, pid, and when it blocked: its pid file's time)."""
+    path = tmp_path / f"{label}.0.pid"
+    pid = int(path.read_text())
+    return seen["pids"].get(pid, "a replacement"), pid, path.stat().st_mtime
+
+
+def _stuck_line(caplog: pytest.LogCaptureFixture) -> tuple[logging.LogRecord, float]:
+    """The watchdog's one line about a stuck actor, and the stall limit it names; no actor was found hung."""
+    assert not [r for r in caplog.records if "killing it as hung" in r.getMessage()]
+    [stuck] = [r for r in caplog.records if "killing it as stuck" in r.getMessage()]
+    limit = re.search(r"limit ([0-9.]+) s", stuck.getMessage())
+    assert limit is not None, stuck.getMessage()
+    return stuck, float(limit.group(1))
+
+
+def test_a_host_blocked_in_a_read_with_the_lock_released_is_killed_as_stuck(
+    instrumented: dict[str, Any], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A host blocks in round 1, while it trains a client, in a read of a FIFO that nobody writes (a read on a dead
+    mount): the read released the interpreter lock, so the host answers every ping, but its progress (clients
+    trained) stands still. With ``backend.stall_timeout_s`` the watchdog kills it as stuck, in one line naming the
+    host and its clients, Ray replaces it and the call is re-run: the same run as undisturbed, one fault in round
+    1."""
+    load = load_factor()
+    stall_s = 3.0 * load
+    cfg = _tiny(num_hosts=2, stall_timeout_s=stall_s)
+    data = tiny_image_dataset()
+    want = _local(cfg, data)
+    client = int(sample_clients(cfg.seed, 1, data.num_clients, cfg.clients_per_round)[0])
+    algorithm = PausingFedAvg(cfg.algorithm, cfg.train)
+    algorithm.train_at = (1, client)
+    algorithm.train_pause = BlockedRead(str(tmp_path), "train")
+    instrumented["algorithm"] = algorithm
+    got = _run_blocked(cfg, data, instrumented, tmp_path / "train.fifo", caplog)
+    name, pid, blocked_at = _blocked_pid(tmp_path, "train", instrumented)
+    assert name.startswith("client host")
+    stuck, limit = _stuck_line(caplog)
+    message = stuck.getMessage()
+    assert message.startswith(f"{name} made no progress for "), message
+    clients = re.search(r"while training clients ([0-9, ]+), though", message)
+    assert clients is not None and client in {int(c) for c in clients.group(1).split(", ")}, message
+    detected_s = stuck.created - blocked_at
+    print(f"blocked host killed {detected_s:.2f} s after it blocked (stall limit {limit:g} s, load x{load:.1f})")
+    tick = min(stall_s, cfg.backend.hang_timeout_s) / 4
+    assert 0 < detected_s <= limit + 2 * tick + 3.0 * load
+    assert limit >= stall_s - 0.05  # the line gives it to 0.1 s
+    assert [r.faults for r in got.records] == [0, 1]
+    _assert_same_run(got, want)
+    assert pid not in instrumented["last"]
+    assert len(_replacements(caplog)) == 1
+
+
+def test_a_shard_blocked_in_a_read_with_the_lock_released_is_killed_as_stuck(
+    instrumented: dict[str, Any], tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two shards; one blocks in a FIFO read (the interpreter lock released) as it begins its round-1 reduction.
+    It answers pings, but merges no partial sum: the watchdog kills it as stuck, its replacement reduces the same
+    partial sums, and the run is the same as undisturbed, one fault in round 1."""
+    load = load_factor()
+    cfg = _tiny(num_hosts=1, num_shards=2, stall_timeout_s=3.0 * load)
+    data = tiny_image_dataset()
+    want = _local(cfg, data)
+    # each shard reduces once a round: its second reduction is round 1's
+    monkeypatch.setattr(ray_pool_module, "ParamServerShard", pausing_shard(BlockedRead(str(tmp_path), "reduce"), 2))
+    got = _run_blocked(cfg, data, instrumented, tmp_path / "reduce.fifo", caplog)
+    name, pid, _ = _blocked_pid(tmp_path, "reduce", instrumented)
+    assert name.startswith("parameter-server shard")
+    stuck, _ = _stuck_line(caplog)
+    assert stuck.getMessage().startswith(f"{name} made no progress for "), stuck.getMessage()
+    assert re.search(r"while reducing the partial sums of [0-9]+ host calls, though", stuck.getMessage())
+    assert [r.faults for r in got.records] == [0, 1]
+    _assert_same_run(got, want)
+    assert pid not in instrumented["last"]
+
+
+def blocking_store(pause: Pause) -> type[StateStore]:
+    """A state store whose first ``take`` of some memories pauses. Made in a function so that Ray ships the class by
+    value, with its pause."""
+
+    class BlockingStore(StateStore):
+        def take(self, ids: Sequence[int]) -> tuple[int, dict[int, object]]:
+            if ids:
+                pause.at()
+            return super().take(ids)
+
+    return BlockingStore
+
+
+def test_a_state_store_blocked_in_a_read_stops_the_run_in_one_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Clients that remember how often they trained; the state store blocks in a FIFO read (the interpreter lock
+    released) as it hands round 1's memories out. It answers pings but serves nothing: the watchdog kills it, and
+    since no re-run can recompute the memories it kept, the round stops with one line naming the store, its call
+    and the limit (``StateLostError``, which the driver completes with where to resume)."""
+    from tests.integration.test_client_state_ray import ROUNDS, CountingFedAvg, _rounds
+
+    cfg = tiny_config(kind="ray", num_hosts=1, cpus_per_host=0.25, stall_timeout_s=3.0 * load_factor())
+    cfg = dataclasses.replace(cfg, algorithm=FedAvgConfig())
+    monkeypatch.setattr(state_stores_module, "StateStore", blocking_store(BlockedRead(str(tmp_path), "take")))
+    setup = build_module.build_setup(cfg, tiny_image_dataset())
+    setup = dataclasses.replace(setup, algorithm=CountingFedAvg(cfg.algorithm, cfg.train))
+    build_module.bind_algorithm(cfg, setup, build_module.build_clock(cfg, setup))
+    backend = build_module.build_backend(cfg, setup)
+    timer = release_fifo(tmp_path / "take.fifo")
+    try:
+        params = _rounds(backend, setup.params, ROUNDS[:1])
+        with caplog.at_level(logging.WARNING, logger="rayfl.engine.ray"), pytest.raises(StateLostError) as err:
+            _rounds(backend, params, ROUNDS[1:2], start=1)
+    finally:
+        timer.cancel()
+        backend.close()
+    stuck, limit = _stuck_line(caplog)
+    assert stuck.getMessage().startswith("state store 0 made no progress for "), stuck.getMessage()
+    message = str(err.value)
+    assert "\n" not in message
+    assert re.fullmatch(
+        r"state store 0 was stuck: its progress stood still for [0-9.]+ s while handing out client memories "
+        rf"\(limit {limit:.1f} s, backend.stall_timeout_s\); killed, and the client memories it kept cannot be "
+        r"recomputed, so the run stops",
+        message,
+    ), message

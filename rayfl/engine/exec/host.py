@@ -132,6 +132,10 @@ class ClientHost:
         self._per_client_norm = dataset.meta.get("normalize") == "client" and dataset.input_kind != "tokens"
         self._client_specs: dict[int, InputSpec] = {}
         self.clients_trained = 0  # clients this host has run since it was built (work-conserving dispatch's share)
+        # units of work finished (training forward passes, clients, test batches, uploads reduced): the progress the
+        # Ray watchdog reads from a thread of its own, to tell a host blocked with the interpreter lock released
+        # (engine/ray/watchdog.py)
+        self.work_done = 0
         # backend.slow_hosts, the test and benchmark hook: this host takes ``slow_factor`` times as long per client
         slow = backend_cfg.slow_hosts
         self.slow_factor = slow[host_id] if host_id < len(slow) else 1.0
@@ -268,6 +272,7 @@ class ClientHost:
                 take(task.client_id, update, shapes)
             outcomes.append(outcome)
             self.clients_trained += 1
+            self.work_done += 1
             if self.slow_factor > 1.0:  # after the client's own timing: its outcome and records are unchanged
                 time.sleep((self.slow_factor - 1.0) * (time.perf_counter() - began))
         return outcomes, [kept[t.client_id] for t in tasks] if keep else []
@@ -288,6 +293,7 @@ class ClientHost:
                 continue
             self.algorithm.reducer.accumulate(partial, memory.upload.as_update(-1, shapes), shapes)
             count += 1
+            self.work_done += 1
         shares = [as_arrays(p) for p in split_partial(partial, shard_of, num_shards)]
         return (*shares, count)
 
@@ -374,8 +380,17 @@ class ClientHost:
         with _seeded_rng(task, self.device):
             algorithm = capabilities.for_round(self.algorithm, task.round_idx)
             ctx = ClientContext.of(run, model, self._spec_of(task.client_id, x))
-            update = _on_cpu(algorithm.local_train(ctx, x, y))
+            # every forward pass of the client's model is progress the watchdog sees, so a client that trains for
+            # longer than the stall limit is not taken for a stuck host (the hook reads and changes nothing)
+            counting = model.register_forward_pre_hook(self._count_step)
+            try:
+                update = _on_cpu(algorithm.local_train(ctx, x, y))
+            finally:
+                counting.remove()
         return update, algorithm.keeps_client_state
+
+    def _count_step(self, module: nn.Module, args: object) -> None:
+        self.work_done += 1
 
     def _compress(self, update: ClientUpdate, task: TrainTask, own: _OwnTensors) -> ClientUpdate:
         """The update as the server receives it under upload compression: what the client sent plus the dequantised
@@ -483,6 +498,7 @@ class ClientHost:
                 correct[i] = int(right.sum())
                 count[i] = hi - lo
                 masks.append(right.cpu().numpy())
+                self.work_done += 1
         return EvalStats(
             batch_ids=np.asarray(batch_ids, dtype=np.int64),
             loss_sum=loss_sum,

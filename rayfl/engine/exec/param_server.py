@@ -9,7 +9,7 @@ shard process stays a plain numpy process (measured: 406 MiB PSS with torch, see
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -36,6 +36,8 @@ class ParamServerShard:
         self.shard_id = shard_id
         self.names = tuple(names)
         self.reducer = reducer or ArrayWeightedMean()
+        # partial sums merged and reductions finished: the progress the Ray watchdog reads (engine/ray/watchdog.py)
+        self.work_done = 0
 
     def ready(self) -> int:
         return self.shard_id
@@ -52,7 +54,14 @@ class ParamServerShard:
         a shard Ray restarted, whose constructor knows only the first plan, reduces the right ones)."""
         if names is not None:
             self.names = tuple(names)
-        merged = self.reducer.merge(partials)
+        merged = self.reducer.merge(self._counted(partials))
         own = {n: previous[n] for n in self.names}
         new, coverage = self.reducer.finalize(merged, own)
+        self.work_done += 1
         return new, coverage, self.reducer.covered(merged, own)
+
+    def _counted(self, partials: Sequence[ArrayPartial]) -> Iterator[ArrayPartial]:
+        """``partials`` in their order, each counted in ``work_done`` once it has been merged."""
+        for partial in partials:
+            yield partial
+            self.work_done += 1

@@ -64,6 +64,17 @@ def _ready_call(actor: Any, *args: Any) -> Any:
     return partial(actor.ready.options(max_task_retries=-1).remote, *args)
 
 
+def _watched(actor: Any) -> dict[str, Any]:
+    """The watchdog's handles on ``actor`` (``recovery.Step``): a ping answered with its progress while it works, and
+    a kill after which Ray replaces it."""
+    return {"ping": actor.progress.remote, "kill": partial(ray.kill, actor, no_restart=False)}
+
+
+def _training(tasks: Sequence[TrainTask]) -> str:
+    """What a host call of ``tasks`` does, for the watchdog's line."""
+    return f"training clients {', '.join(str(t.client_id) for t in tasks)}"
+
+
 def _memories_of(tasks: Sequence[TrainTask]) -> str:
     """How a host call's client memories are named in a message."""
     return f"the client memories of clients {', '.join(str(t.client_id) for t in tasks)}"
@@ -95,13 +106,16 @@ class RayBackend:
         self.sizes = dataset.client_sizes()
         self.shard_of = plan_shards(shapes, self.num_shards)
         self.algorithm = algorithm
-        # per-client state across rounds, kept by one state-store actor per node (engine/ray/state_stores.py)
-        self.memories = ClientStateStores(self.node_ids)
         self._initial: tuple[Params | None, Any] = (None, None)  # the initial tensors last put, and their reference
         # dead hosts and shards: Ray restarts them, the driver re-runs their lost calls (engine/ray/recovery.py)
         self.recovery = Recovery(
-            backend_cfg.max_actor_failures, backend_cfg.replace_timeout_s, backend_cfg.hang_timeout_s
+            backend_cfg.max_actor_failures,
+            backend_cfg.replace_timeout_s,
+            backend_cfg.hang_timeout_s,
+            backend_cfg.stall_timeout_s,
         )
+        # per-client state across rounds, kept by one state-store actor per node (engine/ray/state_stores.py)
+        self.memories = ClientStateStores(self.node_ids, self.recovery.watchdog)
         self._names = [[n for n, k in self.shard_of.items() if k == s] for s in range(self.num_shards)]
         # started by ``build.prepare_run`` while the data was prepared, or here (``ray_pool.py``)
         self.pool = pool if pool is not None else take_pool(backend_cfg)
@@ -152,7 +166,7 @@ class RayBackend:
         # the driver fetches each call's outcomes (return ``num_shards``); its partial sums go straight to the shards
         def step_on(k: int, h: int) -> Step:
             submit = partial(self._run_round, h, groups[k], params_ref, initial_ref, fetched.get(k))
-            return self._host_step(h, submit, self._reads(groups[k], keep), probe=self.num_shards)
+            return self._host_step(h, submit, _training(groups[k]), self._reads(groups[k], keep), self.num_shards)
 
         outcome_lists, results, ran = self._run_and_reduce(list(groups), step_on, params_ref)
         if keep:  # each call's next memories go from its host to the stores directly
@@ -170,15 +184,19 @@ class RayBackend:
         """The client memories a call of ``tasks`` reads (``recovery.Step.state``), or "" when it reads none."""
         return _memories_of(tasks) if keep and any(t.client_id in self.memories.held for t in tasks) else ""
 
-    def _host_step(self, h: int, submit: Callable[[], Sequence[Any]], state: str = "", probe: int = 0) -> Step:
-        """A call on host ``h`` as a ``recovery.Step`` (re-run when the host dies, watched for hangs)."""
+    def _host_step(
+        self, h: int, submit: Callable[[], Sequence[Any]], doing: str, state: str = "", probe: int = 0
+    ) -> Step:
+        """A call on host ``h`` as a ``recovery.Step`` (re-run when the host dies, watched for hangs and stalls;
+        ``doing``: what the call does, for the watchdog's line)."""
         return Step(
             f"client host {h}",
             submit,
             _ready_call(self.hosts[h], self._run_arg),
             probe=probe,
             state=state,
-            **self._watched(h),
+            doing=doing,
+            **_watched(self.hosts[h]),
         )
 
     def _run_calls(
@@ -213,7 +231,7 @@ class RayBackend:
             return list(refs) if stores else [refs]
 
         def step_on(k: int, h: int) -> Step:
-            return self._host_step(h, partial(submit, h, k), self._reads(groups[k], keep))
+            return self._host_step(h, partial(submit, h, k), _training(groups[k]), self._reads(groups[k], keep))
 
         ran: dict[int, list[Any]] = {}
         fetched = self._run_calls(list(groups), step_on, ran, self.dispatch == "static")
@@ -241,12 +259,6 @@ class RayBackend:
                 self._run_arg, tasks, params_ref, self.shard_of, self.num_shards, initial_ref, stores, *(fetched or [])
             )
         )
-
-    def _watched(self, h: int) -> dict[str, Any]:
-        """The round watchdog's handles on host ``h`` (``recovery.Step``): a ping it answers while it works, and a kill
-        after which Ray replaces it."""
-        host = self.hosts[h]
-        return {"ping": host.alive.remote, "kill": partial(ray.kill, host, no_restart=False)}
 
     def _fetch(self, groups: Mapping[int, Sequence[int] | Sequence[TrainTask]]) -> dict[int, list[Any]]:
         """By host id, one reference per state store to its memories of the host's clients (a store lost stops the
@@ -307,7 +319,14 @@ class RayBackend:
             return [self.shards[s].reduce.remote(params_ref[s], *parts, names=self._names[s])]
 
         return {
-            s: Step(f"parameter-server shard {s}", partial(submit, s), _ready_call(shard), recompute_inputs=True)
+            s: Step(
+                f"parameter-server shard {s}",
+                partial(submit, s),
+                _ready_call(shard),
+                recompute_inputs=True,
+                doing=f"reducing the partial sums of {len(ran)} host calls",
+                **_watched(shard),
+            )
             for s, shard in enumerate(self.shards)
         }
 
@@ -327,7 +346,7 @@ class RayBackend:
 
         def step_on(k: int, h: int) -> Step:
             held = f"the kept uploads of {len(groups[k])} clients"
-            return self._host_step(h, partial(submit, h, groups[k]), held, probe=self.num_shards)
+            return self._host_step(h, partial(submit, h, groups[k]), f"reducing {held}", held, self.num_shards)
 
         # a share per host, as before work-conserving dispatch: no training, only a sum over memories of like size
         counts, results, _ = self._run_and_reduce(list(groups), step_on, params_ref, static=True)
@@ -345,9 +364,7 @@ class RayBackend:
             return [self.hosts[h].evaluate_on.remote(self._run_arg, *args)]
 
         steps = {
-            h: Step(
-                f"client host {h}", partial(submit, h, b), _ready_call(self.hosts[h], self._run_arg), **self._watched(h)
-            )
+            h: self._host_step(h, partial(submit, h, b), f"evaluating {len(b)} test batches")
             for h, b in enumerate(batches)
             if b
         }

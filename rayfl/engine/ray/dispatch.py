@@ -8,7 +8,7 @@ queued on a slow host would be one a free host could have run. No number depends
 shards reduce the batches' partial sums in batch order (``RayBackend._reduce_steps``).
 
 Failures are ``Recovery.gather``'s, one call at a time: a call lost with its host (the actor died, was killed as hung
-by the round watchdog, or an object it reads went with a process) is counted, the driver waits until Ray's
+by the watchdog as hung or stuck, or an object it reads went with a process) is counted, the driver waits until Ray's
 replacement answers, and the batch goes back to the head of the queue, to be taken by the next free host (the
 replacement included); a host call is a pure function of its arguments, so the re-run gives the same bits. Client
 memories lost with a node stop the run, as there.
@@ -23,7 +23,8 @@ from typing import Any, TypeVar
 
 import ray
 
-from rayfl.engine.ray.recovery import Recovery, Step, Watchdog, actor_died, lost
+from rayfl.engine.ray.recovery import Recovery, Step, actor_died, lost
+from rayfl.engine.ray.watchdog import Killed
 
 __all__ = ["pull"]
 
@@ -44,9 +45,9 @@ def pull(
     free = deque(range(num_hosts))  # hosts without a call in flight, lowest id first at the start
     flying: dict[Any, tuple[K, int, Step]] = {}  # probe reference -> (key, host, step)
     results: dict[K, Any] = {}
-    watch = Watchdog(recovery.hang_timeout_s)
+    watch = recovery.watchdog()
     # the watchdog looks every tick even while calls keep coming back: the other hosts finishing batch after batch
-    # must not hide a hung one
+    # must not hide a hung or stuck one
     next_check = time.monotonic()
     while queue or flying:
         while queue and free:
@@ -67,7 +68,7 @@ def pull(
     return results
 
 
-def _fetch(recovery: Recovery, step: Step, ref: Any, hung: float | None, results: dict[K, Any], key: K) -> bool:
+def _fetch(recovery: Recovery, step: Step, ref: Any, killed: Killed | None, results: dict[K, Any], key: K) -> bool:
     """Fetch a finished call's probe into ``results``; returns whether the call was lost and must run again (after
     its host's replacement answers). An error of the code, or client memories lost with a node, propagate."""
     try:
@@ -77,6 +78,6 @@ def _fetch(recovery: Recovery, step: Step, ref: Any, hung: float | None, results
             raise
         if step.state and not actor_died(err):
             raise recovery.state_lost(f"{step.state} read by {step.label}", err) from err
-        recovery.replace(step, err, hung)
+        recovery.replace(step, err, killed)
         return True
     return False

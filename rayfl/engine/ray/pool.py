@@ -26,9 +26,9 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 import ray
 
@@ -39,19 +39,12 @@ from rayfl.engine.exec.host import ClientHost, EvalStats
 from rayfl.engine.exec.param_server import ParamServerShard
 from rayfl.engine.ray.placement import ActorSlot, PoolLayout, layout_in_group, pack_layout, spread_layout
 from rayfl.engine.ray.state_stores import aligned, by_store
+from rayfl.engine.ray.watchdog import watchdog_group
 from rayfl.models.custom import search_from
 
 __all__ = ["ActorPool", "RayClientHost", "host_cpu_share", "prestart_pool", "release_warm_pool", "take_pool"]
 
 log = logging.getLogger(__name__)
-
-
-_F = TypeVar("_F", bound=Callable[..., Any])
-
-
-def _watchdog_group(method: _F) -> _F:
-    """Run ``method`` in the actor's "watchdog" concurrency group (beside the call in flight)."""
-    return cast(_F, ray.method(concurrency_group="watchdog")(method))
 
 
 class RayClientHost(ClientHost):
@@ -94,11 +87,13 @@ class RayClientHost(ClientHost):
         """``ClientHost.trained`` (0 while the host is parked: it was built from no run)."""
         return int(self.__dict__.get("clients_trained", 0))
 
-    @_watchdog_group
-    def alive(self) -> int:
-        """The round watchdog's ping (``recovery.py``): answered from a thread of its own while a call runs, so only
-        a host that runs no Python at all (stopped, hung in native code) leaves it unanswered."""
-        return self.host_id
+    @watchdog_group
+    def progress(self) -> int:
+        """The watchdog's ping (``watchdog.py``): the host's units of work done (``ClientHost.work_done``), answered
+        from a thread of its own while a call runs, so only a host that runs no Python at all (stopped, hung in
+        native code) leaves it unanswered, and one blocked with the interpreter lock released answers a count that
+        stands still."""
+        return int(self.__dict__.get("work_done", 0))
 
     def run_round_on(
         self,
@@ -147,6 +142,19 @@ class RayClientHost(ClientHost):
         """``evaluate`` (its arguments after the run's references)."""
         self._build(run)
         return self.evaluate(*args)
+
+
+def _watched_shard(shard_cls: type[ParamServerShard]) -> Any:
+    """``shard_cls`` as a Ray actor class that answers the watchdog's pings (``progress``) from a thread of its own
+    (made per pool, so that a test's swapped-in shard class gets its ping too)."""
+
+    class RayParamServerShard(shard_cls):  # type: ignore[valid-type,misc]
+        @watchdog_group
+        def progress(self) -> int:
+            """The watchdog's ping: the shard's units of work done (``ParamServerShard.work_done``)."""
+            return int(self.work_done)
+
+    return ray.remote(concurrency_groups={"watchdog": 1})(RayParamServerShard)
 
 
 def _per_store(out: tuple[object, ...], head: int, tasks: Sequence[TrainTask], stores: int) -> tuple[object, ...]:
@@ -308,7 +316,7 @@ def take_pool(cfg: BackendConfig) -> ActorPool:
         # the watchdog's pings run in a group of their own, beside the call in flight (the default group: one at a
         # time, in order)
         host_cls = ray.remote(concurrency_groups={"watchdog": 1})(RayClientHost)
-        shard_cls = ray.remote(ParamServerShard)
+        shard_cls = _watched_shard(ParamServerShard)
         pool.hosts = [
             host_cls.options(
                 num_cpus=slot.num_cpus,

@@ -36,13 +36,14 @@ What Ray does, and what this module does on top (issue 12, item 2):
   Where it has none, the wait for the replacement ends after ``backend.replace_timeout_s`` with one line naming the
   lost node and what the cluster still has (``ActorFailureError``); the driver adds the run's last checkpoint to
   resume from.
-* **A hung actor** (alive but answering nothing: a stopped process, a deadlock in native code) is what Ray cannot
-  see: its node's health checks pass and ``ray.wait`` would wait for ever. The round watchdog (``backend.
-  hang_timeout_s``, hosts only) pings every host with a call in flight; the host answers from a thread of its own
-  (a "watchdog" concurrency group) even while it trains, so a ping unanswered for the timeout means the process
-  runs no Python at all. The driver then kills it (``ray.kill`` without ``no_restart``), and from there it is a
-  death like any other: Ray replaces it, the call is re-run and counted in ``faults``. Shards are not watched: their
-  calls are one reduction, and the hosts' calls they wait for are.
+* **A hung or stuck actor** (alive but answering nothing: a stopped process, a deadlock in native code; or answering
+  but doing nothing: blocked in a read on a dead mount, in a CUDA call that never returns) is what Ray cannot see:
+  its node's health checks pass and ``ray.wait`` would wait for ever. The watchdog (``watchdog.py``; ``backend.
+  hang_timeout_s`` and ``backend.stall_timeout_s``) watches every host, shard and state store with a call in flight:
+  each answers pings from a thread of its own with its count of finished units of work. A ping unanswered for the
+  hang timeout, or a count that stood still for the stall limit, gets the actor killed (``ray.kill`` without
+  ``no_restart``), and from there it is a death like any other: Ray replaces a host or shard, the call is re-run and
+  counted in ``faults``; a state store's loss stops the run.
 * **Restarts and Ray's memory monitor.** Hosts and shards keep ``max_restarts=-1``, which makes them "retriable"
   workers, the monitor's first victims. That is the intended order: they are the processes whose loss costs only a
   re-run, while what nothing can recompute (the client memories' state stores, ``max_restarts=0``) is killed last.
@@ -63,9 +64,11 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
+
+from rayfl.engine.ray.watchdog import Killed, Pace, Watchdog
 
 __all__ = [
     "ActorFailureError",
@@ -73,7 +76,6 @@ __all__ = [
     "Recovery",
     "StateLostError",
     "Step",
-    "Watchdog",
     "actor_died",
     "lost",
     "lost_nodes",
@@ -132,10 +134,12 @@ class Step:
     probe: int = 0
     recompute_inputs: bool = False
     state: str = ""  # what the call reads that no re-run can recompute ("client memories"), if anything
-    # the round watchdog (``Recovery.hang_timeout_s``): ``ping`` submits a call the actor answers beside the one in
-    # flight (its own concurrency group), ``kill`` kills the actor so that Ray replaces it; ``None``: not watched
+    # the watchdog (``watchdog.py``): ``ping`` submits a call the actor answers beside the one in flight (its own
+    # concurrency group) with its progress count, ``kill`` kills the actor so that Ray replaces it; ``None``: not
+    # watched. ``doing``: what the call does, for the watchdog's line ("training clients 3, 8")
     ping: Callable[[], Any] | None = None
     kill: Callable[[], None] | None = None
+    doing: str = ""
 
 
 def _one_line(err: BaseException) -> str:
@@ -179,11 +183,15 @@ class Recovery:
     """Runs the calls of one backend step over several actors, waits for replacements and re-runs what was lost;
     counts the failures (per round for the limit, since the last ``take_faults`` for the record)."""
 
-    def __init__(self, max_failures: int, restart_timeout_s: float, hang_timeout_s: float = 0.0) -> None:
+    def __init__(
+        self, max_failures: int, restart_timeout_s: float, hang_timeout_s: float = 0.0, stall_timeout_s: float = 0.0
+    ) -> None:
         self.max_failures = max_failures
         self.restart_timeout_s = restart_timeout_s  # backend.replace_timeout_s
-        self.hang_timeout_s = hang_timeout_s  # backend.hang_timeout_s (0: no watchdog)
-        self.hung_s: list[float] = []  # for each hung actor killed: how long its call had been in flight unanswered
+        self.hang_timeout_s = hang_timeout_s  # backend.hang_timeout_s (0: no ping watch)
+        self.stall_timeout_s = stall_timeout_s  # backend.stall_timeout_s (0: no progress watch)
+        self.pace = Pace()  # the longest unit of work seen in the run: the stall limit grows with it (watchdog.py)
+        self.hung_s: list[float] = []  # for each hung or stuck actor killed: how long its call had been in flight
         self.nodes = _alive_nodes()  # the cluster's nodes when the run began: those lost since are named in messages
         self.round_idx: int | None = None
         self._in_round = 0
@@ -214,14 +222,14 @@ class Recovery:
         refs.update({k: list(s.submit()) for k, s in steps.items()})
         results: dict[K, Any] = {}
         pending = {refs[k][steps[k].probe]: k for k in steps}
-        watch = Watchdog(self.hang_timeout_s)
+        watch = self.watchdog()
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1, timeout=watch.tick_s)
             if not done:
                 watch.check(steps, pending.values())
                 continue
             key = pending.pop(done[0])
-            hung = watch.forget(key)
+            killed = watch.forget(key)
             try:
                 results[key] = ray.get(done[0])
             except Exception as err:
@@ -232,10 +240,14 @@ class Recovery:
                     raise InputsLost(_one_line(err)) from err
                 if steps[key].state and not actor_died(err):
                     raise self.state_lost(f"{steps[key].state} read by {steps[key].label}", err) from err
-                self.replace(steps[key], err, hung)
+                self.replace(steps[key], err, killed)
                 refs[key] = list(steps[key].submit())
                 pending[refs[key][steps[key].probe]] = key
         return results
+
+    def watchdog(self) -> Watchdog:
+        """A watchdog for one batch of calls, with the run's timeouts and pace."""
+        return Watchdog(self.hang_timeout_s, self.stall_timeout_s, self.pace)
 
     def failed(self, label: str, err: BaseException) -> None:
         """Count one failure; past ``max_failures`` in this round the run gives up."""
@@ -262,15 +274,12 @@ class Recovery:
     def _where(self) -> str:
         return "" if self.round_idx is None else f"round {self.round_idx}: "
 
-    def replace(self, step: Step, err: BaseException, hung_s: float | None = None) -> None:
-        """Count the failure and wait until Ray's replacement of the actor answers (``hung_s``: the watchdog killed
-        the actor after its call went that long without an answer to its pings)."""
-        if hung_s is not None:
-            self.hung_s.append(hung_s)
-            err = RuntimeError(
-                f"hung: answered no ping for {self.hang_timeout_s:g} s (backend.hang_timeout_s) while its call had run "
-                f"{hung_s:.1f} s, so it was killed"
-            )
+    def replace(self, step: Step, err: BaseException, killed: Killed | None = None) -> None:
+        """Count the failure and wait until Ray's replacement of the actor answers (``killed``: the watchdog killed
+        the actor as hung or stuck, and why)."""
+        if killed is not None:
+            self.hung_s.append(killed.in_flight_s)
+            err = RuntimeError(killed.reason)
         self.failed(step.label, err)
         began = time.perf_counter()
         self._wait_ready(step)
@@ -309,53 +318,6 @@ class Recovery:
                 time.sleep(0.05)
             except rex.ActorDiedError as dead:
                 raise ActorFailureError(f"{step.label} died and Ray cannot restart it: {_one_line(dead)}") from dead
-
-
-class Watchdog:
-    """The round watchdog of one ``Recovery.gather``: every ``tick_s`` (a quarter of the timeout, at most 5 s) each
-    watched step in flight gets a ping unless one is outstanding; a step whose ping has gone unanswered for
-    ``timeout_s`` is hung, and its actor is killed (Ray then replaces it: the call in flight fails as the actor's
-    death and ``gather`` re-runs it as for any death). A busy actor answers pings from a thread of their own, so
-    only a process that runs no Python at all (stopped, deadlocked in native code, its node unreachable) is hung."""
-
-    def __init__(self, timeout_s: float) -> None:
-        self.timeout_s = timeout_s
-        self.tick_s = min(5.0, max(0.05, timeout_s / 4)) if timeout_s > 0 else None
-        self._pings: dict[Any, tuple[Any, float]] = {}  # step key -> (outstanding ping, when sent)
-        self._began: dict[Any, float] = {}  # step key -> when the watchdog first saw its call in flight
-        self._killed: dict[Any, float] = {}  # step key -> how long its call had been in flight when killed
-
-    def check(self, steps: Mapping[Any, Step], keys: Iterable[Any]) -> None:
-        import ray
-
-        if self.tick_s is None:
-            return
-        now = time.monotonic()
-        for key in list(keys):
-            step = steps[key]
-            if step.ping is None or key in self._killed:
-                continue
-            self._began.setdefault(key, now)
-            sent = self._pings.get(key)
-            if sent is not None:
-                answered, _ = ray.wait([sent[0]], timeout=0)
-                if answered:
-                    sent = None
-                elif now - sent[1] >= self.timeout_s:
-                    self._killed[key] = now - self._began[key]
-                    log.warning("%s answered no ping for %.1f s: killing it as hung", step.label, now - sent[1])
-                    if step.kill is not None:
-                        step.kill()
-                    continue
-            if sent is None:
-                self._pings[key] = (step.ping(), now)
-
-    def forget(self, key: Any) -> float | None:
-        """The step's call came back (done or failed): stop watching it; returns how long it had run when the
-        watchdog killed it, or ``None``."""
-        self._pings.pop(key, None)
-        self._began.pop(key, None)
-        return self._killed.pop(key, None)
 
 
 def _alive_nodes() -> frozenset[str]:

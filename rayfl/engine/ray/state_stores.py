@@ -21,8 +21,11 @@ in the heaps of ``StateStore`` actors, client ``c`` in store ``c % K``:
   holds at most one batch.
 * **Failures.** A store has ``max_restarts=0``: a restarted one would be empty and the run would go on with clients
   that forgot their state. A store lost (its node gone) stops the run with one line (``StateLostError``) and
-  ``rayfl run --resume`` replays from the last checkpoint. The memory monitor kills retriable workers (tasks, and
-  actors that Ray restarts) before non-retriable ones, so the stores are among its last victims.
+  ``rayfl run --resume`` replays from the last checkpoint. Every call the driver waits on is watched
+  (``watchdog.py``): a store that answers no ping, or whose count of calls served stands still, for the watchdog's
+  timeouts is killed, and the run stops the same way, its line naming the store and the call it was serving. The
+  memory monitor kills retriable workers (tasks, and actors that Ray restarts) before non-retriable ones, so the
+  stores are among its last victims.
 """
 
 from __future__ import annotations
@@ -30,9 +33,13 @@ from __future__ import annotations
 import contextlib
 import copy
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import ray
+
+from rayfl.engine.ray.recovery import StateLostError
+from rayfl.engine.ray.watchdog import Watchdog, WatchedCall, wait_watched, watchdog_group
 
 __all__ = ["ClientStateStores", "StateStore", "aligned", "by_store"]
 
@@ -43,14 +50,21 @@ class StateStore:
     def __init__(self, index: int) -> None:
         self.index = index
         self.memories: dict[int, object] = {}
+        self.work_done = 0  # calls served and batches stored: the progress the watchdog reads (``watchdog.py``)
 
     def ready(self) -> int:
         return self.index
+
+    @watchdog_group
+    def progress(self) -> int:
+        """The watchdog's ping, answered from a thread of its own beside the call in flight: ``work_done``."""
+        return self.work_done
 
     def take(self, ids: Sequence[int]) -> tuple[int, dict[int, object]]:
         """The memories of ``ids`` (those it has), and their count first (what the driver fetches to know the call
         succeeded, without fetching the memories)."""
         got = {c: self.memories[c] for c in ids if c in self.memories}
+        self.work_done += 1
         return len(got), got
 
     def keep(self, *batches: Mapping[int, object]) -> int:
@@ -58,15 +72,18 @@ class StateStore:
         whole object its host returned, stale memories of other clients included. Returns how many it holds."""
         for batch in batches:
             self.memories.update({int(c): copy.deepcopy(m) for c, m in batch.items()})
+            self.work_done += 1
         return len(self.memories)
 
     def load(self, states: Mapping[int, object]) -> int:
         """Replace every memory by ``states`` (a checkpoint's)."""
         self.memories = {int(c): copy.deepcopy(m) for c, m in states.items()}
+        self.work_done += 1
         return len(self.memories)
 
     def items(self, ids: Sequence[int]) -> dict[int, object]:
         """The memories of ``ids`` (checkpoints)."""
+        self.work_done += 1
         return {c: self.memories[c] for c in ids if c in self.memories}
 
 
@@ -89,13 +106,16 @@ def by_store(client_ids: Sequence[int], memories: Sequence[object], stores: int)
 
 class ClientStateStores:
     """The driver's side: which clients have a memory, the store actors (started on first use, one per node of
-    ``host_nodes()``), and the calls that move memories between stores and hosts."""
+    ``host_nodes()``), and the calls that move memories between stores and hosts; ``watchdog`` makes the watchdog
+    that watches the stores' calls (``Recovery.watchdog``; ``None``: not watched)."""
 
-    def __init__(self, host_nodes: Callable[[], list[str]]) -> None:
+    def __init__(self, host_nodes: Callable[[], list[str]], watchdog: Callable[[], Watchdog] | None = None) -> None:
         self._host_nodes = host_nodes
+        self._watchdog = watchdog
         self.stores: list[Any] = []
         self.held: set[int] = set()
-        self._acks: list[Any] = []  # the last ``keep`` calls' results, checked before the memories are read again
+        # the last ``keep`` calls (store index, result), checked before the memories are read again
+        self._acks: list[tuple[int, Any]] = []
 
     @property
     def count(self) -> int:
@@ -108,7 +128,7 @@ class ClientStateStores:
             return
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        actor = ray.remote(StateStore)
+        actor = ray.remote(concurrency_groups={"watchdog": 1})(StateStore)  # pings beside the call in flight
         nodes = sorted(set(self._host_nodes()))
         self.stores = [
             actor.options(
@@ -124,7 +144,27 @@ class ClientStateStores:
         """Wait for the ``keep`` calls submitted last (their errors surface here, before memories are read)."""
         acks, self._acks = self._acks, []
         if acks:
-            ray.get(acks)
+            self._get(acks, "storing the round's client memories")
+
+    def _get(self, calls: Sequence[tuple[int, Any]], doing: str) -> list[Any]:
+        """``ray.get`` of the calls ``calls`` (store index, reference), each watched while in flight: a store that the
+        watchdog kills as hung or stuck stops the run (``StateLostError``, naming it and ``doing``)."""
+        if self._watchdog is not None:
+            watched = {
+                n: (WatchedCall(f"state store {k}", doing, self.stores[k].progress.remote, self._kill(k)), ref)
+                for n, (k, ref) in enumerate(calls)
+            }
+            killed = wait_watched(self._watchdog(), watched)
+            if killed:
+                n, why = min(killed.items())
+                raise StateLostError(
+                    f"state store {calls[n][0]} was {why.reason.replace(', so it was killed', '')}; killed, and the "
+                    "client memories it kept cannot be recomputed, so the run stops"
+                )
+        return list(ray.get([ref for _, ref in calls]))
+
+    def _kill(self, k: int) -> Callable[[], None]:
+        return partial(ray.kill, self.stores[k], no_restart=True)
 
     def fetch(self, groups: Mapping[int, Sequence[int]]) -> dict[int, list[Any]]:
         """For each host's client ids (``groups``: host id -> ids), one reference per store to the memories of those
@@ -146,13 +186,13 @@ class ClientStateStores:
                 count, ref = store.take.options(num_returns=2).remote(mine)
                 counts.append(count)
                 refs[h].append(ref)
-        ray.get(counts)
+        self._get([(n % k, c) for n, c in enumerate(counts)], "handing out client memories")
         return refs
 
     def keep(self, client_ids: Iterable[int], per_store: Sequence[Sequence[Any]]) -> None:
         """After a round: each store reads its part of every host's returned memories (``per_store[k]``: the
         references for store ``k``); ``client_ids`` have memories from now on."""
-        self._acks = [store.keep.remote(*refs) for store, refs in zip(self.stores, per_store, strict=True) if refs]
+        self._acks = [(k, self.stores[k].keep.remote(*refs)) for k, refs in enumerate(per_store) if refs]
         self.held.update(client_ids)
 
     def batches(self, size: int) -> Iterator[dict[int, object]]:
@@ -165,7 +205,8 @@ class ClientStateStores:
             for c in chunk:
                 groups[c % len(self.stores)].append(c)
             merged: dict[int, object] = {}
-            for part in ray.get([s.items.remote(g) for s, g in zip(self.stores, groups, strict=True) if g]):
+            calls = [(k, s.items.remote(g)) for k, (s, g) in enumerate(zip(self.stores, groups, strict=True)) if g]
+            for part in self._get(calls, "handing out client memories for a checkpoint"):
                 merged.update(part)
             yield {c: merged.get(c) for c in chunk}
 
@@ -183,7 +224,8 @@ class ClientStateStores:
             return
         self.start()
         k = len(self.stores)
-        ray.get([s.load.remote({c: m for c, m in states.items() if c % k == i}) for i, s in enumerate(self.stores)])
+        calls = [(i, s.load.remote({c: m for c, m in states.items() if c % k == i})) for i, s in enumerate(self.stores)]
+        self._get(calls, "loading client memories from a checkpoint")
         self.held = {int(c) for c in states}
 
     def close(self) -> None:

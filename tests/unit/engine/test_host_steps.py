@@ -245,3 +245,19 @@ def test_the_outcome_reports_the_received_updates_numbers_by_name(host: ClientHo
     assert outcome.metrics == {"norm": 1.5} and outcome.metrics is not update.metrics
     failed = _outcome(task, update, bytes_down=100, bytes_up=0, failure="nan_update", train_wall_s=0.0)
     assert failed.failure == "nan_update" and math.isnan(failed.p_down) and math.isnan(failed.p_up)
+
+
+def test_the_watchdogs_progress_count_moves_with_every_training_step_not_only_each_client(host: ClientHost) -> None:
+    """The Ray watchdog takes a host whose count stands still for ``backend.stall_timeout_s`` for stuck: one long
+    client must keep the count moving, so every forward pass of the client's model is counted, and the hook that
+    counts them is gone once the client is done."""
+    params = {k: v.numpy().copy() for k, v in _global(host, 0.01).items()}
+    task = TrainTask(client_id=3, round_idx=0, seed=0, lr=0.1, assignment=_assignment(host, 1.0))
+    before = host.work_done
+    _, (outcome,) = host.run_clients([task], params, None)[0]  # type: ignore[misc]
+    assert outcome.failure is None, outcome
+    steps = int(outcome.num_steps)
+    assert steps > 1, f"a client of {steps} step(s) cannot show counting within a client"
+    # one count per forward pass of training (one a step for FedAvg) and one for the client finished
+    assert host.work_done - before == steps + 1, (before, host.work_done, steps)
+    assert not host.model._forward_pre_hooks, "the counting hook outlived its client"
