@@ -24,7 +24,7 @@ from rayfl.engine.backend_choice import BackendChoice, resolve_backend
 from rayfl.engine.persist.records import RunWriter, make_run_dir
 from rayfl.engine.persist.storage import check_storage, is_storage_uri, open_storage
 from rayfl.engine.persist.tracking import check_tracking
-from rayfl.experiment.loader import check_output_dir
+from rayfl.experiment.loader import check_clients_per_round, check_output_dir
 from rayfl.experiment.schema import ExperimentConfig
 
 if TYPE_CHECKING:
@@ -75,7 +75,6 @@ def start_run(
     from rayfl.engine.persist.resume import RunProgress, load_resume_point, resume_progress
     from rayfl.engine.phases import PhaseSchedule
     from rayfl.engine.preflight import check_someone_can_train
-    from rayfl.experiment.loader import check_clients_per_round
 
     cfg = plan.cfg
     start = time.perf_counter()

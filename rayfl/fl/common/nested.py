@@ -5,7 +5,7 @@ client's leading slices, the KD and cross-entropy terms), as a ``NestedWidths`` 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -14,15 +14,16 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from rayfl.core.messages import TrainTask
+from rayfl.core.messages import Assignment, ClientUpdate, ClientView, ServerState, TrainTask
 from rayfl.core.rng import derive_rng
-from rayfl.fl.common.submodel import WidthModels, sorted_ratios, uniform_units
+from rayfl.fl.api.client import ClientContext
+from rayfl.fl.common.submodel import SubModelAlgorithm, WidthModels, sorted_ratios, uniform_units
 from rayfl.models.inputs import module_device
 
 if TYPE_CHECKING:
     from rayfl.models.elastic.family import ElasticFamily
 
-__all__ = ["NestedClient", "NestedWidths", "distill_loss"]
+__all__ = ["NestedClient", "NestedWidthHooks", "NestedWidths", "distill_loss"]
 
 
 _Forward = Callable[[torch.Tensor], torch.Tensor]
@@ -117,6 +118,28 @@ class NestedWidths:
             targets = torch.cat([x[:, 1:], y[:, None]], dim=1)
             return nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
         return nn.functional.cross_entropy(logits, y)
+
+
+if TYPE_CHECKING:  # what the mixin's hooks call: a sub-model method's (it adds no level below Algorithm at run time)
+    _SubModelMethod = SubModelAlgorithm
+else:
+    _SubModelMethod = object
+
+
+class NestedWidthHooks(_SubModelMethod):
+    """The two hooks every nested-width method (FedResCuE and its variants, FedSlim, FjORD as paper 004 runs it) hands
+    to its ``NestedWidths`` (``self.nested``): each client the widest nested width its capacity allows, and local
+    training with the client's units and width generator in its context (``NestedClient``) for the batch hooks.
+    Listed before ``SubModelAlgorithm`` in a method's bases."""
+
+    nested: NestedWidths
+
+    def assign(self, state: ServerState, round_idx: int, views: Sequence[ClientView]) -> dict[int, Assignment]:
+        return self.assign_nested_widths(views, self.nested.capacities)
+
+    def local_train(self, ctx: ClientContext, x: np.ndarray, y: np.ndarray) -> ClientUpdate:
+        ctx.put(self.nested.client(self.require_family(), ctx.task))
+        return super().local_train(ctx, x, y)
 
 
 def distill_loss(logits: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:

@@ -48,7 +48,7 @@ from rayfl.models.inputs import module_device
 if TYPE_CHECKING:
     from rayfl.models.elastic.family import ElasticFamily
 
-__all__ = ["UniformRates", "classifier_rows", "client_label_set", "uniform_selection", "with_clip"]
+__all__ = ["UniformRateHooks", "UniformRates", "classifier_rows", "client_label_set", "uniform_selection", "with_clip"]
 
 # a method's selector: which units of each dimension a client keeps in a round, (round_idx, client_id) -> Selector
 RoundSelector = Callable[[int, int], Selector]
@@ -154,6 +154,34 @@ class UniformRates:
         finally:
             handle.remove()
         return classifier_rows(update, labels, algorithm.require_family().space.classifier)
+
+
+if TYPE_CHECKING:  # what the mixin's hooks call: a sub-model method's (it adds no level below Algorithm at run time)
+    _SubModelMethod = SubModelAlgorithm
+else:
+    _SubModelMethod = object
+
+
+class UniformRateHooks(_SubModelMethod):
+    """The three hooks every uniform-rate method (HeteroFL, FedRolex, Federated Dropout, AnyCostFL) hands to its
+    ``UniformRates`` (``self.uniform``): assignment at the largest fitting rate with the method's ``selector``, the
+    devices' evaluations, local training with label masking. Listed before ``SubModelAlgorithm`` in a method's bases;
+    the method gives ``uniform`` and ``selector`` (the one thing that differs between them)."""
+
+    uniform: UniformRates
+
+    def selector(self, round_idx: int, client_id: int) -> Selector:
+        raise NotImplementedError(f"{type(self).__name__} must say which units a rate keeps (selector)")
+
+    def assign(self, state: ServerState, round_idx: int, views: Sequence[ClientView]) -> dict[int, Assignment]:
+        return self.uniform.assign(self, state, round_idx, views, self.selector)
+
+    def device_evals(self, state: ServerState, views: Sequence[ClientView]) -> list[str]:
+        evals = self.uniform.device_evals(self, views)
+        return super().device_evals(state, views) if evals is None else evals
+
+    def local_train(self, ctx: ClientContext, x: np.ndarray, y: np.ndarray) -> ClientUpdate:
+        return self.uniform.local_train(self, ctx, x, y, super().local_train)
 
 
 def classifier_rows(update: ClientUpdate, labels: np.ndarray, classifier: Sequence[str]) -> ClientUpdate:

@@ -16,14 +16,8 @@ budget-driven rate, and upload compression is the run-wide ``compression`` optio
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-import numpy as np
-
 from rayfl.config.sections import TrainConfig
-from rayfl.core.messages import Assignment, ClientUpdate, ClientView, ServerState
-from rayfl.fl.api.client import ClientContext
-from rayfl.fl.common.rates import UniformRates
+from rayfl.fl.common.rates import UniformRateHooks, UniformRates
 from rayfl.fl.common.submodel import SubModelAlgorithm
 from rayfl.fl.methods.anycostfl.config import AnyCostFLConfig
 from rayfl.models.elastic.spec import Selector, TopKNorm
@@ -31,7 +25,7 @@ from rayfl.models.elastic.spec import Selector, TopKNorm
 __all__ = ["AnyCostFL"]
 
 
-class AnyCostFL(SubModelAlgorithm):
+class AnyCostFL(UniformRateHooks, SubModelAlgorithm):
     """Largest fitting rate; the units with the largest L2 norm in the global model."""
 
     name = "anycostfl"
@@ -43,13 +37,3 @@ class AnyCostFL(SubModelAlgorithm):
 
     def selector(self, round_idx: int, client_id: int) -> Selector:
         return TopKNorm()
-
-    def assign(self, state: ServerState, round_idx: int, views: Sequence[ClientView]) -> dict[int, Assignment]:
-        return self.uniform.assign(self, state, round_idx, views, self.selector)
-
-    def device_evals(self, state: ServerState, views: Sequence[ClientView]) -> list[str]:
-        evals = self.uniform.device_evals(self, views)
-        return super().device_evals(state, views) if evals is None else evals
-
-    def local_train(self, ctx: ClientContext, x: np.ndarray, y: np.ndarray) -> ClientUpdate:
-        return self.uniform.local_train(self, ctx, x, y, super().local_train)

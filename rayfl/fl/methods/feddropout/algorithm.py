@@ -17,14 +17,8 @@ dropout fraction: the same budget-driven rate choice as the other baselines, so 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-import numpy as np
-
 from rayfl.config.sections import TrainConfig
-from rayfl.core.messages import Assignment, ClientUpdate, ClientView, ServerState
-from rayfl.fl.api.client import ClientContext
-from rayfl.fl.common.rates import UniformRates
+from rayfl.fl.common.rates import UniformRateHooks, UniformRates
 from rayfl.fl.common.submodel import SubModelAlgorithm
 from rayfl.fl.methods.feddropout.config import FedDropoutConfig
 from rayfl.models.elastic.spec import RandomSubset, Selector
@@ -32,7 +26,7 @@ from rayfl.models.elastic.spec import RandomSubset, Selector
 __all__ = ["FedDropout"]
 
 
-class FedDropout(SubModelAlgorithm):
+class FedDropout(UniformRateHooks, SubModelAlgorithm):
     """Largest fitting rate; units drawn at random per client and round (or per round)."""
 
     name = "feddropout"
@@ -45,13 +39,3 @@ class FedDropout(SubModelAlgorithm):
     def selector(self, round_idx: int, client_id: int) -> Selector:
         keys = (round_idx, client_id) if self.config.per_client else (round_idx,)
         return RandomSubset(self.server.seed, keys=keys)
-
-    def assign(self, state: ServerState, round_idx: int, views: Sequence[ClientView]) -> dict[int, Assignment]:
-        return self.uniform.assign(self, state, round_idx, views, self.selector)
-
-    def device_evals(self, state: ServerState, views: Sequence[ClientView]) -> list[str]:
-        evals = self.uniform.device_evals(self, views)
-        return super().device_evals(state, views) if evals is None else evals
-
-    def local_train(self, ctx: ClientContext, x: np.ndarray, y: np.ndarray) -> ClientUpdate:
-        return self.uniform.local_train(self, ctx, x, y, super().local_train)

@@ -51,15 +51,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
 from rayfl.config.sections import TrainConfig
-from rayfl.core.messages import Assignment, ClientUpdate, ClientView, ServerState
 from rayfl.fl.api.client import ClientContext
 from rayfl.fl.api.optim import ClientOptimizer, masked_step
-from rayfl.fl.common.nested import NestedClient, NestedWidths, distill_loss
+from rayfl.fl.common.nested import NestedClient, NestedWidthHooks, NestedWidths, distill_loss
 from rayfl.fl.common.submodel import SubModelAlgorithm
 from rayfl.fl.methods.fedrescue.config import FedResCuEConfig
 
@@ -74,7 +72,7 @@ def block_mask(shape: Sequence[int], sub_shape: Sequence[int] | None) -> torch.T
     return mask
 
 
-class FedResCuE(SubModelAlgorithm):
+class FedResCuE(NestedWidthHooks, SubModelAlgorithm):
     """Progressive self-distillation inside each client's capacity (see module docstring); FedSeq and FedRush with
     their config sections."""
 
@@ -93,15 +91,6 @@ class FedResCuE(SubModelAlgorithm):
         state = super().__getstate__()
         state["_masks"] = {}
         return state
-
-    def assign(self, state: ServerState, round_idx: int, views: Sequence[ClientView]) -> dict[int, Assignment]:
-        return self.assign_nested_widths(views, self.nested.capacities)
-
-    def local_train(self, ctx: ClientContext, x: np.ndarray, y: np.ndarray) -> ClientUpdate:
-        """The base loop, with the client's units and ratio generator in its context (``NestedClient``) for the batch
-        hooks."""
-        ctx.put(self.nested.client(self.require_family(), ctx.task))
-        return super().local_train(ctx, x, y)
 
     def new_columns(
         self, name: str, tensor: torch.Tensor, units: tuple[int, ...], previous: tuple[int, ...] | None

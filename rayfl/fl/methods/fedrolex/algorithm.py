@@ -19,15 +19,10 @@ mutated inside its key loop) is not reproduced; every element is averaged with w
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-import numpy as np
-
 from rayfl.config.sections import TrainConfig
-from rayfl.core.messages import Assignment, ClientUpdate, ClientView, Params, ServerState
-from rayfl.fl.api.client import ClientContext
+from rayfl.core.messages import Params, ServerState
 from rayfl.fl.common.init import official_init
-from rayfl.fl.common.rates import UniformRates, with_clip
+from rayfl.fl.common.rates import UniformRateHooks, UniformRates, with_clip
 from rayfl.fl.common.submodel import SubModelAlgorithm
 from rayfl.fl.methods.fedrolex.config import FedRolexConfig
 from rayfl.models.elastic.spec import Rolling, Selector
@@ -35,7 +30,7 @@ from rayfl.models.elastic.spec import Rolling, Selector
 __all__ = ["FedRolex"]
 
 
-class FedRolex(SubModelAlgorithm):
+class FedRolex(UniformRateHooks, SubModelAlgorithm):
     """Largest fitting rate; a rolling window whose start moves by one unit per round."""
 
     name = "fedrolex"
@@ -54,13 +49,3 @@ class FedRolex(SubModelAlgorithm):
         if not self.config.official_init or self.family is None:
             return ServerState(params=params)
         return ServerState(params=official_init(self.family, params))
-
-    def assign(self, state: ServerState, round_idx: int, views: Sequence[ClientView]) -> dict[int, Assignment]:
-        return self.uniform.assign(self, state, round_idx, views, self.selector)
-
-    def device_evals(self, state: ServerState, views: Sequence[ClientView]) -> list[str]:
-        evals = self.uniform.device_evals(self, views)
-        return super().device_evals(state, views) if evals is None else evals
-
-    def local_train(self, ctx: ClientContext, x: np.ndarray, y: np.ndarray) -> ClientUpdate:
-        return self.uniform.local_train(self, ctx, x, y, super().local_train)

@@ -28,22 +28,18 @@ FedSlim is FedAvg bit for bit.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-import numpy as np
 import torch
 
 from rayfl.config.sections import TrainConfig
-from rayfl.core.messages import Assignment, ClientUpdate, ClientView, ServerState
 from rayfl.fl.api.client import ClientContext
-from rayfl.fl.common.nested import NestedClient, NestedWidths, distill_loss
+from rayfl.fl.common.nested import NestedClient, NestedWidthHooks, NestedWidths, distill_loss
 from rayfl.fl.common.submodel import SubModelAlgorithm
 from rayfl.fl.methods.fedslim.config import FedSlimConfig
 
 __all__ = ["FedSlim"]
 
 
-class FedSlim(SubModelAlgorithm):
+class FedSlim(NestedWidthHooks, SubModelAlgorithm):
     """The batch's sampled widths' gradients (the whole model's cross-entropy, the others' distillation or
     cross-entropy) summed into one step; sample-weighted mean."""
 
@@ -53,15 +49,6 @@ class FedSlim(SubModelAlgorithm):
     def __init__(self, config: FedSlimConfig, train: TrainConfig) -> None:
         super().__init__(config, train)
         self.nested = NestedWidths(self.name, config.capacities, config.ratios, config.num_ratios, train.sequence_loss)
-
-    def assign(self, state: ServerState, round_idx: int, views: Sequence[ClientView]) -> dict[int, Assignment]:
-        return self.assign_nested_widths(views, self.nested.capacities)
-
-    def local_train(self, ctx: ClientContext, x: np.ndarray, y: np.ndarray) -> ClientUpdate:
-        """The base loop, with the client's units and ratio generator in its context (``NestedClient``) for
-        ``backward_step``."""
-        ctx.put(self.nested.client(self.require_family(), ctx.task))
-        return super().local_train(ctx, x, y)
 
     def client_weight(self, num_examples: int) -> float:
         return float(num_examples)  # FedAvg aggregation

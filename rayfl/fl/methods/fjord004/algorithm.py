@@ -32,22 +32,18 @@ Choices where the paper leaves room:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-import numpy as np
 import torch
 
 from rayfl.config.sections import TrainConfig
-from rayfl.core.messages import Assignment, ClientUpdate, ClientView, ServerState
 from rayfl.fl.api.client import ClientContext
-from rayfl.fl.common.nested import NestedClient, NestedWidths, distill_loss
+from rayfl.fl.common.nested import NestedClient, NestedWidthHooks, NestedWidths, distill_loss
 from rayfl.fl.common.submodel import SubModelAlgorithm
 from rayfl.fl.methods.fjord004.config import FjORD004Config
 
 __all__ = ["FjORD004"]
 
 
-class FjORD004(SubModelAlgorithm):
+class FjORD004(NestedWidthHooks, SubModelAlgorithm):
     """S sampled widths per batch, each CE + KL to the detached client model, plus the client model's CE, one step."""
 
     name = "fjord004"
@@ -56,15 +52,6 @@ class FjORD004(SubModelAlgorithm):
     def __init__(self, config: FjORD004Config, train: TrainConfig) -> None:
         super().__init__(config, train)
         self.nested = NestedWidths(self.name, config.capacities, config.ratios, config.num_ratios, train.sequence_loss)
-
-    def assign(self, state: ServerState, round_idx: int, views: Sequence[ClientView]) -> dict[int, Assignment]:
-        return self.assign_nested_widths(views, self.nested.capacities)
-
-    def local_train(self, ctx: ClientContext, x: np.ndarray, y: np.ndarray) -> ClientUpdate:
-        """The base loop, with the client's units and width generator in its context (``NestedClient``) for
-        ``backward_step``."""
-        ctx.put(self.nested.client(self.require_family(), ctx.task))
-        return super().local_train(ctx, x, y)
 
     def client_weight(self, num_examples: int) -> float:
         return float(num_examples)  # fjord_average weights by examples

@@ -42,19 +42,18 @@ from __future__ import annotations
 import inspect
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
 from torch import nn
 
-from rayfl.core.messages import Assignment, ClientUpdate, ClientView, Params, ServerState
+from rayfl.core.messages import Params, ServerState
 from rayfl.core.rng import derive_rng
 from rayfl.data.federated import Rows
-from rayfl.fl.api.client import ClientContext
 from rayfl.fl.common.init import official_init
-from rayfl.fl.common.rates import UniformRates, with_clip
+from rayfl.fl.common.rates import UniformRateHooks, UniformRates, with_clip
 from rayfl.fl.common.submodel import SubModelAlgorithm
 from rayfl.fl.methods.heterofl.config import HeteroFLConfig
 from rayfl.models.elastic.spec import FirstK, Selector
@@ -223,7 +222,7 @@ class _PerBatchNorm(nn.Module):
         return y.reshape(x.shape)
 
 
-class HeteroFL(SubModelAlgorithm):
+class HeteroFL(UniformRateHooks, SubModelAlgorithm):
     """First-k sub-models at the largest fitting rate, label masking and static BN (see module docstring)."""
 
     name = "heterofl"
@@ -250,16 +249,6 @@ class HeteroFL(SubModelAlgorithm):
 
     def selector(self, round_idx: int, client_id: int) -> Selector:
         return FirstK()
-
-    def assign(self, state: ServerState, round_idx: int, views: Sequence[ClientView]) -> dict[int, Assignment]:
-        return self.uniform.assign(self, state, round_idx, views, self.selector)
-
-    def device_evals(self, state: ServerState, views: Sequence[ClientView]) -> list[str]:
-        evals = self.uniform.device_evals(self, views)
-        return super().device_evals(state, views) if evals is None else evals
-
-    def local_train(self, ctx: ClientContext, x: np.ndarray, y: np.ndarray) -> ClientUpdate:
-        return self.uniform.local_train(self, ctx, x, y, super().local_train)
 
     def init_state(self, params: Params) -> ServerState:
         if not self.config.official_init or self.family is None:
