@@ -156,6 +156,12 @@ def _env(cluster: EmulatedCluster) -> dict[str, str]:
     return {**cluster.env, "OMP_NUM_THREADS": "1", "TUNE_GLOBAL_CHECKPOINT_S": "1"}
 
 
+def _sweep(argv: list[str], cluster: EmulatedCluster) -> None:
+    """Run a sweep command on the emulated cluster to its end; a failure shows the end of its output."""
+    done = subprocess.run(argv, capture_output=True, text=True, env=_env(cluster), timeout=420, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
 def _wait_for(pattern: str, root: Path, proc: subprocess.Popen[str], count: int, timeout_s: float = 300) -> None:
     """Until ``count`` distinct trials' folders (``root/sweep/tune/<trial>``) match ``pattern`` under them."""
     began = time.monotonic()
@@ -242,15 +248,7 @@ def test_a_sweep_on_shared_storage_runs_on_both_workers_and_resumes_after_the_dr
     done = [len(pd.read_csv(t / "rounds.csv")) for t in trials]
     assert min(done) < BASE["rounds"], done  # a trial was cut mid-run (both, unless one was far ahead)
 
-    resumed = subprocess.run(
-        [*command, "--resume", str(sweep_dir)],
-        capture_output=True,
-        text=True,
-        env=_env(cluster),
-        timeout=420,
-        check=False,
-    )
-    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    _sweep([*command, "--resume", str(sweep_dir)], cluster)
     table = pd.read_csv(sweep_dir / "results.csv")
     assert list(table["status"]) == ["completed", "completed"]
     assert list(table["figures_from"]) == ["run_dir", "run_dir"]
@@ -378,19 +376,8 @@ def test_a_sweep_on_s3_resumes_after_the_driver_dies_with_the_records_of_an_unin
         done = [len(pd.read_csv(t / "rounds.csv")) for t in killed.iterdir()]
         assert len(heads) == 2 and min(done) < 16, done  # a trial was cut mid-run
 
-        resumed = subprocess.run(
-            [*command, "--resume", s3.uri("sweeps-bucket", "sweeps/sweep")],
-            capture_output=True,
-            text=True,
-            env=_env(cluster),
-            timeout=420,
-            check=False,
-        )
-        assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-        plain = subprocess.run(
-            [*command, str(path), "name=plain"], capture_output=True, text=True, env=_env(cluster), timeout=420
-        )
-        assert plain.returncode == 0, plain.stdout[-3000:] + plain.stderr[-3000:]
+        _sweep([*command, "--resume", s3.uri("sweeps-bucket", "sweeps/sweep")], cluster)
+        _sweep([*command, str(path), "name=plain"], cluster)
         after, uninterrupted = tmp_path / "after", tmp_path / "plain"
         download(open_storage(s3.uri("sweeps-bucket", "sweeps/sweep")), after)
         download(open_storage(s3.uri("sweeps-bucket", "sweeps/plain")), uninterrupted)
