@@ -298,6 +298,10 @@ class BackendConfig:
     device: Literal["auto", "cpu", "cuda"] = "auto"  # auto = CUDA when the host holds a GPU share and CUDA works
     gpu_memory_fraction: float = bounded(0.0, ge=0.0, le=1.0)  # CUDA allocator cap per host; 0 = gpus_per_host if < 1
     placement: Literal["spread", "pack"] = "spread"  # outside a placement group: hosts over all nodes, or packed
+    # the Ray head node (``engine/ray/head.py``): ``reserved`` = no host, shard, state store or server task of the run
+    # on it (the driver and Ray's services only); ``shared`` = Ray places work there like anywhere; ``auto`` =
+    # reserved when the head advertises no CPU (``cluster.yaml``'s head, ``ray start --head --num-cpus=0``)
+    head: Literal["auto", "reserved", "shared"] = "auto"
     start_timeout_s: float = bounded(120.0, gt=0.0)  # wait for the actors; raise it when an autoscaler adds nodes
     # wait for Ray to replace a host or shard that died mid-run before giving up (a lost node that an autoscaler
     # replaces takes minutes, GPU nodes more); the run then stops with one line and a checkpoint to resume from

@@ -32,6 +32,7 @@ RAY_ONLY = (
     "cpus_per_host",
     "cpus_per_shard",
     "placement",
+    "head",
     "start_timeout_s",
     "replace_timeout_s",
     "hang_timeout_s",

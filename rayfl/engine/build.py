@@ -204,5 +204,5 @@ def build_task_pool(cfg: BackendConfig) -> TaskPool:
     if cfg.kind == "ray":
         from rayfl.engine.ray.server_tasks import RayTaskPool
 
-        return RayTaskPool()
+        return RayTaskPool(cfg.head)
     return LocalTaskPool()

@@ -58,13 +58,14 @@ def _shape(resources: Mapping[str, float]) -> dict[str, float]:
     }
 
 
-def node_types() -> list[NodeType]:
-    """The alive nodes grouped by shape, plus the autoscaler's node types when Ray's GCS holds its cluster config."""
+def node_types(avoid: str | None = None) -> list[NodeType]:
+    """The alive nodes (node ``avoid``, a reserved head, left out) grouped by shape, plus the autoscaler's node types
+    when Ray's GCS holds its cluster config."""
     import ray
 
     shapes: dict[tuple[tuple[str, float], ...], int] = {}
     for node in ray.nodes():
-        if node.get("Alive"):
+        if node.get("Alive") and node.get("NodeID") != avoid:
             key = tuple(sorted(_shape(node.get("Resources", {})).items()))
             shapes[key] = shapes.get(key, 0) + 1
     types = [NodeType(dict(key), count) for key, count in shapes.items()]

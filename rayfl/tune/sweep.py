@@ -38,6 +38,7 @@ from rayfl.core.files import is_storage_uri
 from rayfl.engine.persist.checkpoint import CHECKPOINT_DIR
 from rayfl.engine.persist.records import make_run_dir
 from rayfl.engine.persist.storage import RunMirror, check_storage, download, open_storage
+from rayfl.engine.ray.head import off_node, reserved_head
 from rayfl.experiment.rules import output_dir_problem
 from rayfl.tune.cluster import SWEEP_MARKER, check_shared_storage, node_types
 from rayfl.tune.fit import fit_problem
@@ -232,8 +233,12 @@ def _trainable(sweep: Sweep, plan: TrialPlan) -> Any:
     strategy = sweep.config.trial_resources.strategy
 
     def resources(config: dict[str, Any]) -> Any:
-        point = {k: config[k] for k in keys}
-        return tune.PlacementGroupFactory(plan.bundles(plan.config(point)), strategy=strategy)
+        cfg = plan.config({k: config[k] for k in keys})
+        bundles = plan.bundles(cfg)
+        keep_off = off_node(reserved_head(cfg.backend.head))  # a reserved head holds none of the trial's bundles
+        if keep_off is None:
+            return tune.PlacementGroupFactory(bundles, strategy=strategy)
+        return tune.PlacementGroupFactory(bundles, strategy=strategy, bundle_label_selector=[keep_off] * len(bundles))
 
     return tune.with_resources(tune.with_parameters(run_trial, plan=plan), resources=resources)
 
@@ -334,11 +339,10 @@ def load_resumed_sweep(where: Path | str) -> tuple[Sweep, list[str]]:
 def _check_fits(sweep: Sweep) -> None:
     """Refuse, in one line, a sweep some trial of which can never be placed on the cluster's node types (``fit.py``);
     a sweep the autoscaler could serve by launching nodes passes."""
-    types = node_types()
     strategy = sweep.config.trial_resources.strategy
     for cfg in sweep.checked:
         bundles = sweep.plan.bundles(cfg)
-        problem = fit_problem(bundles, types, strategy)
+        problem = fit_problem(bundles, node_types(reserved_head(cfg.backend.head)), strategy)
         if problem is not None:
             raise ConfigError(
                 f"a trial can never be placed, {problem}; lower trial_resources (driver_cpus, cpus_per_host), "

@@ -50,3 +50,21 @@ def test_resources_the_cluster_cannot_grant_are_refused_in_one_line_naming_the_k
     while ray.available_resources().get("CPU", 0) < 2 and time.monotonic() < deadline:
         time.sleep(0.2)
     assert ray.available_resources().get("CPU", 0) == 2  # the actors that could start are given back
+
+
+def test_a_reserved_head_with_no_other_node_is_refused_in_one_line_naming_backend_head(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = dataclasses.replace(
+        tiny_config(kind="ray", num_hosts=2, cpus_per_host=1.0, start_timeout_s=3.0),
+        rounds=2,
+        data=DataConfig(name="synthetic", partition="iid", num_clients=8, synthetic_samples=16),
+        output_dir=str(tmp_path / "runs"),
+    )
+    path = tmp_path / "run.yaml"
+    dump_config(cfg, path)
+    assert main(["run", str(path), "backend.head=reserved"]) == 2  # this session's Ray is one node: the head
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"rayfl: error: {path}: override 'backend.head=reserved': backend.head: "), line
+    assert "did not start within 3 s" in line and "the cluster has no other node" in line, line
+    assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").iterdir())

@@ -111,3 +111,20 @@ def test_search_command_and_sweep_check(tmp_path: Path, capsys: pytest.CaptureFi
     assert "4 trial configs checked" in capsys.readouterr().out
     assert main(["sweep", "--check", str(write(tmp_path, SEARCH)), "param_space.algorithm.t_max=[-1]"]) == 2
     assert "sweep.yaml" in capsys.readouterr().err
+
+
+@pytest.mark.ray
+@pytest.mark.usefixtures("ray_local")
+def test_a_sweep_whose_trials_must_avoid_the_only_node_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``backend.head: reserved`` keeps every trial bundle off the head; on this one-node Ray nothing else is left, so
+    the fit check (which leaves a reserved head out of the nodes) refuses the sweep before any trial waits for ever."""
+    path = write(
+        tmp_path,
+        TRAIN.replace("backend: {kind: ray, num_hosts: 1}", "backend: {kind: ray, num_hosts: 1, head: reserved}"),
+    )
+    assert main(["sweep", str(path)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"rayfl: error: {path}: trial_resources: a trial can never be placed"), line
+    assert "no nodes" in line, line

@@ -135,11 +135,13 @@ class RayBackend:
             raise
         group = self.pool.group
         log.info(
-            "ray backend: %d client hosts on nodes %s, %d parameter-server shards%s",
+            "ray backend: %d client hosts on nodes %s, %d parameter-server shards on nodes %s%s%s",
             self.num_hosts,
             ",".join(self.node_ids()),
             self.num_shards,
+            ",".join(_nodes_of(self.shards)),
             "" if group is None else f", in placement group {group.id.hex()}",
+            "" if self.pool.layout.avoid is None else f", head node {self.pool.layout.avoid} reserved",
         )
 
     def begin_round(self, round_idx: int) -> None:
@@ -406,9 +408,7 @@ class RayBackend:
 
     def node_ids(self) -> list[str]:
         """The Ray node each client host runs on (for placement checks)."""
-        return list(
-            ray.get([h.__ray_call__.remote(lambda _self: ray.get_runtime_context().get_node_id()) for h in self.hosts])
-        )
+        return _nodes_of(self.hosts)
 
     def close(self) -> None:
         """Release the actors and placement group, or park them for the next run (``backend.keep_warm``,
@@ -416,3 +416,8 @@ class RayBackend:
         self.memories.close()
         self.pool.close(self.keep_warm)
         self.hosts, self.shards = [], []
+
+
+def _nodes_of(actors: Sequence[Any]) -> list[str]:
+    """The Ray node each of ``actors`` runs on."""
+    return list(ray.get([a.__ray_call__.remote(lambda _self: ray.get_runtime_context().get_node_id()) for a in actors]))

@@ -24,7 +24,17 @@ __all__ = ["not_started_error"]
 def not_started_error(layout: PoolLayout, cfg: BackendConfig, waited: str) -> ConfigError:
     """The error for actors of ``layout`` that did not start (``waited``: what did not happen, and for how long)."""
     cluster = {k: v for k, v in ray.cluster_resources().items() if k in ("CPU", "GPU", "memory") or k.startswith("GPU")}
-    nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+    alive = [n for n in ray.nodes() if n.get("Alive")]
+    nodes = [n.get("Resources", {}) for n in alive if n.get("NodeID") != layout.avoid]
+    if layout.avoid is not None and not nodes:
+        return ConfigError(
+            f"{waited}: backend.head is {cfg.head!r} and the head (node {layout.avoid}) is reserved, but the cluster "
+            "has no other node; start worker nodes (ray start --address=HEAD:PORT), raise backend.start_timeout_s "
+            "while an autoscaler adds them, or set backend.head: shared",
+            "backend.head",
+        )
+    if layout.avoid is not None:  # what the nodes that may take the actors have
+        cluster = {k: sum(float(n.get(k, 0.0)) for n in nodes) for k in cluster}
     key, asked, has = _first_unfit(layout, cfg, nodes, cluster)
     return ConfigError(
         f"{waited}: {asked}, {has} (ray.cluster_resources(): {_plain(cluster)}); lower it, or raise "

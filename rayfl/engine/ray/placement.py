@@ -12,6 +12,10 @@ Three situations, one decision each (pure functions here; ``ray_pool.py`` applie
 * **``backend.placement: pack``** (outside a group): the backend reserves its own ``PACK`` group (one bundle per host
   and per CPU-reserving shard) so hosts fill as few nodes as possible (e.g. four quarter-GPU hosts on one GPU),
   all-or-nothing, and gives it back when it closes.
+
+On a reserved head (``backend.head``, ``head.py``) the layout names the head in ``avoid``: outside a group every actor
+carries a label selector that excludes it, and a group of the pool's own has each bundle excluded from it; a Tune
+trial's group is excluded by the sweep when it asks for the group (``rayfl/tune/sweep.py``).
 """
 
 from __future__ import annotations
@@ -37,10 +41,12 @@ class ActorSlot:
 
 @dataclass(frozen=True)
 class PoolLayout:
-    """One slot per client host and per parameter-server shard, in id order."""
+    """One slot per client host and per parameter-server shard, in id order; ``avoid`` is the node none of them may
+    run on (a reserved head, ``head.py``), or None."""
 
     hosts: tuple[ActorSlot, ...]
     shards: tuple[ActorSlot, ...]
+    avoid: str | None = None
 
 
 def spread_layout(num_hosts: int, num_shards: int, host_cpus: float, gpus: float, shard_cpus: float) -> PoolLayout:

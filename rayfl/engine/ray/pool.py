@@ -23,6 +23,7 @@ re-run (``recovery.py``).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import time
@@ -37,6 +38,7 @@ from rayfl.core.messages import TrainTask
 from rayfl.engine.exec.client_state import ClientMemory
 from rayfl.engine.exec.host import ClientHost, EvalStats
 from rayfl.engine.exec.param_server import ParamServerShard
+from rayfl.engine.ray.head import off_node, reserved_head
 from rayfl.engine.ray.placement import ActorSlot, PoolLayout, layout_in_group, pack_layout, spread_layout
 from rayfl.engine.ray.state_stores import aligned, by_store
 from rayfl.engine.ray.watchdog import watchdog_group
@@ -174,9 +176,14 @@ def _joined(params: Any) -> Any:
     return params
 
 
-def host_cpu_share(num_hosts: int) -> float:
-    """CPUs per host when none are configured: the cluster's CPUs split evenly, at most one each."""
+def host_cpu_share(num_hosts: int, avoid: str | None = None) -> float:
+    """CPUs per host when none are configured: the cluster's CPUs (those of node ``avoid``, a reserved head, left
+    out) split evenly, at most one each."""
     total = float(ray.cluster_resources().get("CPU", 1.0))
+    if avoid is not None:
+        total -= sum(float(n["Resources"].get("CPU", 0.0)) for n in ray.nodes() if n.get("NodeID") == avoid)
+    if total <= 0:  # no CPU outside the reserved head yet (an autoscaler's workers to come): one each
+        return 1.0
     return min(1.0, math.floor(total / num_hosts * 100) / 100)
 
 
@@ -309,7 +316,11 @@ def take_pool(cfg: BackendConfig) -> ActorPool:
     if bundles:
         from ray.util.placement_group import placement_group
 
-        group, own_group = placement_group(bundles, strategy="PACK"), True
+        keep_off = off_node(layout.avoid)
+        group = placement_group(
+            bundles, strategy="PACK", bundle_label_selector=None if keep_off is None else [keep_off] * len(bundles)
+        )
+        own_group = True
         _wait_group(group, cfg, layout)
     pool = ActorPool([], [], layout, group, own_group, key)
     try:
@@ -322,14 +333,14 @@ def take_pool(cfg: BackendConfig) -> ActorPool:
                 num_cpus=slot.num_cpus,
                 num_gpus=slot.num_gpus,
                 max_restarts=-1,  # restarted in its slot when its process dies; recovery.py re-runs its lost calls
-                scheduling_strategy=_strategy(slot, group),
+                **_where(slot, group, layout.avoid),
             ).remote(h)
             for h, slot in enumerate(layout.hosts)
         ]
         pool.shards = [  # every reduce call names the shard's tensors: it starts with none
-            shard_cls.options(
-                num_cpus=slot.num_cpus, max_restarts=-1, scheduling_strategy=_strategy(slot, group)
-            ).remote(s, ())
+            shard_cls.options(num_cpus=slot.num_cpus, max_restarts=-1, **_where(slot, group, layout.avoid)).remote(
+                s, ()
+            )
             for s, slot in enumerate(layout.shards)
         ]
     except BaseException:
@@ -351,27 +362,32 @@ def _plan_placement(cfg: BackendConfig) -> tuple[PoolLayout, Any, list[dict[str,
     from ray.util.placement_group import get_current_placement_group
 
     group = get_current_placement_group()
-    if group is not None:
+    if group is not None:  # a Tune trial's group: the sweep kept its bundles off a reserved head
         layout = layout_in_group(
             group.bundle_specs, cfg.num_hosts, cfg.num_shards, cfg.cpus_per_host, cfg.gpus_per_host, cfg.cpus_per_shard
         )
         return layout, group, None
-    host_cpus = cfg.cpus_per_host or host_cpu_share(cfg.num_hosts)
+    avoid = reserved_head(cfg.head)
+    host_cpus = cfg.cpus_per_host or host_cpu_share(cfg.num_hosts, avoid)
     args = (cfg.num_hosts, cfg.num_shards, host_cpus, cfg.gpus_per_host, cfg.cpus_per_shard)
     if cfg.placement == "pack":
         bundles, layout = pack_layout(*args)
         if bundles:
-            return layout, None, bundles
-    return spread_layout(*args), None, None
+            return dataclasses.replace(layout, avoid=avoid), None, bundles
+    return dataclasses.replace(spread_layout(*args), avoid=avoid), None, None
 
 
-def _strategy(slot: ActorSlot, group: Any) -> Any:
-    """Ray's scheduling strategy for an actor of ``slot``: pinned to its bundle, or SPREAD outside any group."""
+def _where(slot: ActorSlot, group: Any, avoid: str | None) -> dict[str, Any]:
+    """Ray's placement options for an actor of ``slot``: pinned to its bundle of ``group``, or SPREAD outside any
+    group, off node ``avoid`` (a reserved head; a group's bundles were kept off it when the group was made)."""
     if group is None or slot.bundle_index is None:
-        return "SPREAD"
+        keep_off = off_node(avoid)
+        return {"scheduling_strategy": "SPREAD", **({} if keep_off is None else {"label_selector": keep_off})}
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    return PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=slot.bundle_index)
+    return {
+        "scheduling_strategy": PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=slot.bundle_index)
+    }
 
 
 def _wait_group(group: Any, cfg: BackendConfig, layout: PoolLayout) -> None:

@@ -7,6 +7,7 @@ Server phases run while the client hosts are idle, so the tasks reserve no CPU o
 never be granted while the hosts hold every CPU of a small cluster); their parallelism is the number of items. With
 no reservation the scheduler sees no reason to leave the driver's node, so the tasks ask for the ``SPREAD`` strategy:
 on a cluster they go round the nodes (measured in ``tests/integration/test_two_node.py``), on one node nothing changes.
+On a reserved head (``backend.head``, ``head.py``) they go round the other nodes only.
 Where a task runs does not change what it returns (the functions are pure and fix their own thread count).
 """
 
@@ -15,17 +16,30 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from rayfl.engine.ray.head import HeadSetting, off_node, reserved_head
+
 __all__ = ["RayTaskPool"]
 
 T = TypeVar("T")
 
 
 class RayTaskPool:
-    """One Ray task per item on the running Ray instance (the Ray backend's), spread over its nodes."""
+    """One Ray task per item on the running Ray instance (the Ray backend's), spread over its nodes (off the head when
+    ``head`` reserves it: decided on the first ``map``, when Ray is up)."""
+
+    def __init__(self, head: HeadSetting = "auto") -> None:
+        self.head = head
+        self._where: dict[str, Any] | None = None
 
     def map(self, fn: Callable[..., T], shared: Sequence[Any], items: Sequence[Any]) -> list[T]:
         import ray
 
-        remote = ray.remote(num_cpus=0, scheduling_strategy="SPREAD")(fn)
+        if self._where is None:
+            keep_off = off_node(reserved_head(self.head))
+            self._where = {
+                "scheduling_strategy": "SPREAD",
+                **({} if keep_off is None else {"label_selector": keep_off}),
+            }
+        remote = ray.remote(num_cpus=0, **self._where)(fn)
         refs = [ray.put(s) for s in shared]
         return list(ray.get([remote.remote(*refs, item) for item in items]))
