@@ -112,6 +112,13 @@ class DataConfig:
     # training starts (paper 000, Sec. 3.3: what makes the server's N(0, 1) distillation inputs match the data).
     # Evaluation on the server uses the data set's statistics (the server never sees a client's).
     normalize: Literal["dataset", "client"] = "dataset"
+    # Ray runs, samples read from read-only memory maps of .npy files (on-disk sets, CIFAR-10's cache, a custom
+    # factory's maps): 'object_store' puts them in Ray's object store, so every node that hosts clients holds all of
+    # them; 'path' sends each file's path and every host maps the file on its own node, whose page cache then holds
+    # only its clients' rows (every node must see the same file at the same path: shared storage, or a copy each with
+    # the same size and modification time); 'auto' is 'path' when a start-up probe finds every node sees the files,
+    # else 'object_store' with one log line saying why. Records are the same either way (rayfl/engine/ray/data_ship.py)
+    ship: Literal["auto", "object_store", "path"] = "auto"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -2,7 +2,9 @@
 
 All clients' samples live in a few large numpy arrays in client-major order, with an ``offsets`` array marking where
 each client's rows start (CSR layout). One ``ray.put`` of the container then places every client's data in the object
-store once per run; a host reads its clients' rows as zero-copy, read-only slices.
+store once per run; a host reads its clients' rows as zero-copy, read-only slices. Rows read from memory-mapped files
+(``IndexedRows``) may instead travel as the files' paths, which each host maps on its own node (``mapped_file.py``,
+``data.ship``).
 
 Sample arrays that can be produced on demand need not be held at all: ``x`` and ``x_test`` may be ``LazyRows``, which
 keep only a recipe (a generator's seed, a text and window starts) and make the rows a caller indexes. Such a data set
@@ -19,6 +21,8 @@ from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
+
+from rayfl.data.mapped_file import MappedFile, mapped_file, open_mapped
 
 __all__ = [
     "FederatedDataset",
@@ -83,19 +87,40 @@ class LazyRows(ABC):
 class IndexedRows(LazyRows):
     """Rows ``base[order]`` (``base`` itself without an order), gathered when indexed: a memory-mapped array read in
     client-major order without a gathered copy of it (``client_major``). Pickles as ``base`` and ``order``, ``base``
-    as a plain array, so that Ray places a mapped array in its object store out of band, once, as it does any array."""
+    as a plain array, so that Ray places a mapped array in its object store out of band, once, as it does any array;
+    or, made ``by_path`` (a read-only map of a file block, ``mapped_file.py``), as the file's name and place, so that
+    the reader maps the file again on its own node and no object store holds the samples."""
 
-    def __init__(self, base: np.ndarray, order: npt.NDArray[np.int64] | None = None) -> None:
+    def __init__(self, base: np.ndarray, order: npt.NDArray[np.int64] | None = None, *, by_path: bool = False) -> None:
+        self.file = mapped_file(base)  # read before ``asarray`` drops the map's file name
+        if by_path and self.file is None:
+            raise ValueError("only a read-only memory map of a file block can be shipped by path")
+        self.by_path = by_path
         self.base = np.asarray(base)  # a memmap as a plain array over the same pages (pickle 5 keeps it out of band)
         self.order = None if order is None else np.asarray(order, dtype=np.int64)
         self.shape = (len(self.base) if self.order is None else len(self.order), *self.base.shape[1:])
         self.dtype = self.base.dtype
 
     def __reduce__(self) -> tuple[Any, ...]:
+        if self.by_path and self.file is not None:
+            return (_reopened, (self.file, self.order))
         return (IndexedRows, (self.base, self.order))
+
+    def shipped_by_path(self) -> IndexedRows:
+        """The same rows, pickled by path (the caller checked that ``file`` is ``problem``-free where they go)."""
+        if self.file is None:
+            raise ValueError("only a read-only memory map of a file block can be shipped by path")
+        rows = object.__new__(IndexedRows)  # not ``copy.copy``: that goes through ``__reduce__``, which drops the file
+        rows.__dict__.update(self.__dict__, by_path=True)
+        return rows
 
     def take(self, index: npt.NDArray[np.int64]) -> np.ndarray:
         return np.asarray(self.base[index if self.order is None else self.order[index]])
+
+
+def _reopened(file: MappedFile, order: npt.NDArray[np.int64] | None) -> IndexedRows:
+    """An ``IndexedRows`` pickled by path, mapped again on the reader's node (still by path, if passed on)."""
+    return IndexedRows(open_mapped(file), order, by_path=True)
 
 
 def client_major(x: np.ndarray, order: npt.NDArray[np.int64]) -> Rows:

@@ -3,7 +3,8 @@
 Start-up (``prepare_run``): with the Ray backend, Ray starts (or is reused) in the main thread while the data set,
 algorithm and initial model are built in a second thread, and as soon as Ray is up the client hosts and shards are
 created (``ray_pool.take_pool``; a warm pool of the last run is taken instead), so their processes start and import
-torch while the data is still being prepared. The data set is then put in the object store once, and the driver
+torch while the data is still being prepared. The data set is then put in the object store once (samples mapped from
+files as the files' paths when every node sees them: ``data.ship``, ``engine/ray/data_ship.py``), and the driver
 keeps the object store's zero-copy view of it instead of its own copy (``Setup.dataset_ref`` is what the hosts
 receive, with ``Setup.pool`` in ``build_backend``).
 """
@@ -124,7 +125,11 @@ def prepare_run(cfg: ExperimentConfig, dataset: FederatedDataset | None = None, 
             actors.release()
             raise
     began = time.perf_counter()
-    ref, view = share(setup.dataset)
+    try:
+        ref, view = share(setup.dataset, cfg.data.ship)  # memory-mapped files by path where every node sees them
+    except BaseException:
+        actors.release()
+        raise
     timed["put_s"] = time.perf_counter() - began
     log.debug("start-up: %s", {k: round(v, 3) for k, v in timed.items()})
     return dataclasses.replace(setup, dataset=view, dataset_ref=ref, pool=actors, startup_s=timed)

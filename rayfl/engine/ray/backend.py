@@ -39,6 +39,7 @@ from rayfl.engine.exec.backend import (
 from rayfl.engine.exec.client_state import KeptUpload, keeps_state, pads
 from rayfl.engine.exec.dispatch import call_groups
 from rayfl.engine.exec.param_server import plan_shards
+from rayfl.engine.ray.data_ship import Ship, ship
 from rayfl.engine.ray.dispatch import pull
 from rayfl.engine.ray.pool import ActorPool, release_warm_pool, take_pool
 from rayfl.engine.ray.recovery import InputsLost, Recovery, Step, lost
@@ -51,10 +52,11 @@ __all__ = ["RayBackend", "ensure_ray", "release_warm_pool", "share", "shutdown_r
 log = logging.getLogger(__name__)
 
 
-def share(dataset: FederatedDataset) -> tuple[Any, FederatedDataset]:
-    """Put ``dataset`` in the object store; returns its reference and the store's zero-copy view of it, which the
-    caller keeps instead of its own copy (read-only arrays, shared with the hosts on this node)."""
-    ref = ray.put(dataset)
+def share(dataset: FederatedDataset, data_ship: Ship = "object_store") -> tuple[Any, FederatedDataset]:
+    """Put ``dataset`` in the object store, its memory maps by path where ``data_ship`` says so (``data_ship.py``);
+    returns its reference and the store's zero-copy view of it, which the caller keeps instead of its own copy
+    (read-only arrays, shared with the hosts on this node)."""
+    ref = ray.put(ship(dataset, data_ship))
     return ref, ray.get(ref)
 
 
