@@ -23,6 +23,9 @@ __all__ = [
     "SystemConfig",
     "TrackingConfig",
     "TrainConfig",
+    "gpu_shares",
+    "host_gpu_shares",
+    "is_mixed_pool",
 ]
 
 
@@ -301,7 +304,14 @@ class BackendConfig:
     num_hosts: int = bounded(2, ge=1)  # ClientHost actors (the in-process backend emulates the same partition)
     num_shards: int = bounded(1, ge=1)  # parameter-server shard actors
     cpus_per_host: float = bounded(0.0, ge=0.0)  # 0 = the cluster's CPUs split evenly over the hosts (at most 1)
-    gpus_per_host: float = bounded(0.0, ge=0.0, le=1.0)  # GPU share Ray reserves per host; a host trains on one GPU
+    # GPU share Ray reserves per GPU host; a host trains on one GPU (at most one: docs/clusters.md, "GPU hosts")
+    gpus_per_host: float = bounded(0.0, ge=0.0, le=1.0)
+    # mixed pools: hosts 0 .. gpu_hosts - 1 reserve gpus_per_host and the rest are CPU-only; 0 = every host reserves it
+    gpu_hosts: int = bounded(0, ge=0)
+    # a mixed pool deals each round's clients to its GPU and CPU hosts by sample count, a GPU host counting as this
+    # many CPU hosts (engine/exec/dispatch.py); set, never measured, so the records stay a function of the seed and
+    # the layout (benchmarks/gpu_check.py prints seconds per round on the GPU and the CPU to set it from)
+    gpu_speedup: float = bounded(4.0, gt=0.0)
     device: Literal["auto", "cpu", "cuda"] = "auto"  # auto = CUDA when the host holds a GPU share and CUDA works
     gpu_memory_fraction: float = bounded(0.0, ge=0.0, le=1.0)  # CUDA allocator cap per host; 0 = gpus_per_host if < 1
     placement: Literal["spread", "pack"] = "spread"  # outside a placement group: hosts over all nodes, or packed
@@ -459,3 +469,22 @@ class TrackingConfig:
     mlflow: bool = False
     mlflow_uri: str = ""
     mlflow_experiment: str = ""  # "": the run's setting, or "rayfl"
+
+
+def gpu_shares(num_hosts: int, gpus_per_host: float, gpu_hosts: int = 0) -> tuple[float, ...]:
+    """The GPU share each client host reserves, in host order: ``gpus_per_host`` for hosts ``0 .. gpu_hosts - 1``
+    (every host when ``gpu_hosts`` is 0) and none for the rest. The one rule that every layout (spread, pack, a Tune
+    trial's bundles), the in-process backend and the hosts' device choice read."""
+    gpu_count = gpu_hosts or num_hosts
+    return tuple(gpus_per_host if h < gpu_count else 0.0 for h in range(num_hosts))
+
+
+def host_gpu_shares(backend: BackendConfig) -> tuple[float, ...]:
+    """``gpu_shares`` of ``backend``'s hosts."""
+    return gpu_shares(backend.num_hosts, backend.gpus_per_host, backend.gpu_hosts)
+
+
+def is_mixed_pool(backend: BackendConfig) -> bool:
+    """Some hosts hold a GPU share and some do not (the clients are then dealt by kind of host)."""
+    shares = host_gpu_shares(backend)
+    return any(s > 0 for s in shares) and any(s == 0 for s in shares)

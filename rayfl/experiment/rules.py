@@ -24,7 +24,7 @@ from typing import Any
 from rayfl.config.fields import FLOAT32_MAX, WIDTH_RATIOS
 from rayfl.config.model import CellNetConfig
 from rayfl.config.model_rules import mlp_problems, supernet_problems
-from rayfl.config.sections import ServerOptimizerConfig
+from rayfl.config.sections import BackendConfig, ServerOptimizerConfig
 from rayfl.core.errors import KeyPath, Problem
 from rayfl.core.files import is_storage_uri
 from rayfl.experiment.schema import ExperimentConfig, method_activations
@@ -50,6 +50,24 @@ __all__ = [
 MAX_SHARDS = 64
 
 
+def _gpu_host_problems(backend: BackendConfig) -> list[tuple[KeyPath, str]]:
+    """A mixed pool (``backend.gpu_hosts``) names hosts that exist, reserves a GPU share for them and leaves each host
+    to choose its device."""
+    problems: list[tuple[KeyPath, str]] = []
+    if backend.gpu_hosts > backend.num_hosts:
+        problems.append(
+            (("backend", "gpu_hosts"), f"must be <= backend.num_hosts ({backend.num_hosts}), got {backend.gpu_hosts}")
+        )
+    if backend.gpu_hosts > 0 and backend.gpus_per_host == 0:
+        problems.append((("backend", "gpu_hosts"), "needs backend.gpus_per_host > 0 (the share a GPU host reserves)"))
+    if backend.device == "cuda" and 0 < backend.gpu_hosts < backend.num_hosts:
+        # a CPU-only host told to use CUDA would take a GPU that Ray never reserved for it
+        problems.append(
+            (("backend", "device"), "'cuda' would put the CPU-only hosts of a mixed pool on a GPU; use 'auto'")
+        )
+    return problems
+
+
 def semantic_problems(cfg: ExperimentConfig) -> list[Problem]:
     """Every rule that spans fields, in a fixed order (the loader reports the first)."""
     problems: list[tuple[KeyPath, str]] = _learning_rate_problems(cfg)
@@ -59,6 +77,7 @@ def semantic_problems(cfg: ExperimentConfig) -> list[Problem]:
         # a host that reserved no GPU share still sees every GPU (current Ray leaves CUDA_VISIBLE_DEVICES unset
         # at zero), so all hosts would crowd the first GPU behind the scheduler's back
         problems.append((("backend", "device"), "'cuda' on Ray needs backend.gpus_per_host > 0 (a reserved GPU share)"))
+    problems += _gpu_host_problems(cfg.backend)
     if any(not 1.0 <= factor < float("inf") for factor in cfg.backend.slow_hosts):  # NaN fails too
         problems.append(
             (("backend", "slow_hosts"), f"every factor must be finite and >= 1, got {list(cfg.backend.slow_hosts)}")

@@ -6,7 +6,7 @@ placement group, and the Ray backend, when it finds itself in one, pins its acto
 
 * bundle ``0``: the trial's driver process, ``{"CPU": driver_cpus}``;
 * bundles ``1 .. H``: client host ``h`` in bundle ``1 + h``, ``{"CPU": cpus_per_host, "GPU": gpus_per_host}`` (the
-  GPU entry only when ``gpus_per_host > 0``);
+  GPU entry only when ``gpus_per_host > 0``, and in a mixed pool only for the GPU hosts ``h < gpu_hosts``);
 * bundles ``H + 1 .. H + S``: parameter-server shard ``s`` in bundle ``1 + H + s``, ``{"CPU": cpus_per_shard}``, only
   when ``cpus_per_shard > 0``. Ray refuses bundles that hold nothing, so shards that reserve no CPU get no bundle:
   the backend creates them with ``num_cpus=0`` inside the group without a bundle of their own.
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from rayfl.config.fields import bounded
-from rayfl.config.sections import BackendConfig
+from rayfl.config.sections import BackendConfig, host_gpu_shares
 
 __all__ = [
     "DEFAULT_DRIVER_CPUS",
@@ -78,10 +78,8 @@ def trial_bundles(backend: BackendConfig, *, driver_cpus: float = DEFAULT_DRIVER
             "backend.cpus_per_host is 0 ('split the cluster's CPUs'), which a trial cannot reserve: give it an "
             "explicit share (a sweep does so from trial_resources.cpus_per_host)"
         )
-    host: dict[str, float] = {"CPU": float(backend.cpus_per_host)}
-    if backend.gpus_per_host > 0:
-        host["GPU"] = float(backend.gpus_per_host)
-    bundles += [dict(host) for _ in range(backend.num_hosts)]
+    for gpus in host_gpu_shares(backend):  # a mixed pool's CPU-only hosts get bundles without a GPU entry
+        bundles.append({"CPU": float(backend.cpus_per_host), **({"GPU": float(gpus)} if gpus > 0 else {})})
     if backend.cpus_per_shard > 0:
         bundles += [{"CPU": float(backend.cpus_per_shard)} for _ in range(backend.num_shards)]
     return bundles

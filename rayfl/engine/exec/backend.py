@@ -25,7 +25,7 @@ from rayfl.core.messages import Aggregate, ClientOutcome, Params, TrainTask
 from rayfl.core.partials import ArrayPartial, Reduced
 from rayfl.data.federated import FederatedDataset
 from rayfl.engine.exec.client_state import ClientMemory, ClientStateStore, KeptUpload, keeps_state, pads
-from rayfl.engine.exec.dispatch import call_groups, tasks_by_host
+from rayfl.engine.exec.dispatch import call_plan, host_kinds, tasks_by_host
 from rayfl.engine.exec.host import ClientHost, EvalStats, NumpyParams
 from rayfl.engine.exec.param_server import ParamServerShard, plan_shards
 from rayfl.fl.api.algorithm import Algorithm
@@ -190,13 +190,14 @@ class LocalBackend:
         self.algorithm = algorithm
         self.memories = ClientStateStore()  # per-client state across rounds (engine/exec/client_state.py)
         self.dispatch, self.clients_per_call = backend_cfg.dispatch, backend_cfg.clients_per_call
+        self.kinds = host_kinds(backend_cfg)  # a mixed pool's GPU and CPU hosts, or None
 
     def _calls(self, tasks: Sequence[TrainTask]) -> list[tuple[ClientHost, list[TrainTask]]]:
-        """The round's host calls in reduction order (``dispatch.call_groups``), each with the host that makes it:
-        pulled batches go round the hosts (in one process nobody is free sooner; which host trains a batch does not
-        change its numbers), static shares to their own host."""
-        groups = call_groups(tasks, self.sizes, self.num_hosts, self.dispatch, self.clients_per_call)
-        return [(self.hosts[i % self.num_hosts], g) for i, g in enumerate(groups) if g]
+        """The round's host calls in reduction order (``dispatch.call_plan``), each with the host that makes it:
+        pulled batches go round the hosts that may take them (in one process nobody is free sooner; which host of a
+        kind trains a batch does not change its numbers), static shares to their own host."""
+        plan = call_plan(tasks, self.sizes, self.num_hosts, self.dispatch, self.clients_per_call, self.kinds)
+        return [(self.hosts[c.hosts[i % len(c.hosts)]], c.tasks) for i, c in enumerate(plan) if c.tasks]
 
     def clients_per_host(self) -> list[int]:
         """How many clients each host has trained in this run, as the hosts count them."""

@@ -14,18 +14,40 @@ of hosts, so the groups, and with them every partial sum, are the same on every 
 
 Across different host counts (another grouping of the same clients) the records agree because the reducer's float64
 sums are exact (``core/reducers.py``), as they did for the static deal before.
+
+**Mixed pools** (``backend.gpu_hosts``: some hosts on a GPU, the rest on CPUs). A GPU's kernels give other float32
+bits than a CPU's, so a client's update depends on the kind of host that trains it, and letting timing decide the
+kind would make the records irreproducible. So the kind is decided first, by a fixed rule (``split_by_kind``): the
+round's clients are dealt to the two kinds in proportion to their capacity, GPU hosts counting ``gpu_speedup`` times a
+CPU host, by sample count; then each kind's clients are batched and pulled by that kind's hosts only (``static``:
+each host's share is sized by its speed in the same way). The records are then a function of the seed and the layout
+(which host of a kind trains a client still does not matter); without CUDA both kinds compute on the CPU and the
+records equal a uniform pool's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 
+from rayfl.config.sections import BackendConfig, is_mixed_pool
 from rayfl.core.messages import TrainTask
 
-__all__ = ["BATCHES_PER_HOST", "call_groups", "clients_per_call", "pull_batches", "tasks_by_host"]
+__all__ = [
+    "BATCHES_PER_HOST",
+    "Call",
+    "HostKinds",
+    "call_groups",
+    "call_plan",
+    "clients_per_call",
+    "host_kinds",
+    "pull_batches",
+    "split_by_kind",
+    "tasks_by_host",
+]
 
 # pull with clients_per_call 0: about this many calls per host and round. More calls even out the end of a round
 # (the last batch a slow host takes is a smaller share) but send more partial sums to the shards: each batch's
@@ -33,21 +55,81 @@ __all__ = ["BATCHES_PER_HOST", "call_groups", "clients_per_call", "pull_batches"
 BATCHES_PER_HOST = 4
 
 
-def tasks_by_host(tasks: Sequence[TrainTask], sizes: np.ndarray, num_hosts: int) -> list[list[TrainTask]]:
+@dataclass(frozen=True)
+class HostKinds:
+    """A mixed pool's hosts: ``0 .. gpu_hosts - 1`` hold a GPU share, the rest none; ``gpu_speedup``: a GPU host's
+    training throughput in CPU hosts (``backend.gpu_speedup``)."""
+
+    num_hosts: int
+    gpu_hosts: int
+    gpu_speedup: float
+
+    def hosts_of(self, kind: int) -> tuple[int, ...]:
+        """The hosts of kind 0 (GPU) or 1 (CPU)."""
+        return tuple(range(self.gpu_hosts)) if kind == 0 else tuple(range(self.gpu_hosts, self.num_hosts))
+
+    def speeds(self) -> list[float]:
+        """Each host's relative throughput, in host order."""
+        return [self.gpu_speedup if h < self.gpu_hosts else 1.0 for h in range(self.num_hosts)]
+
+
+def host_kinds(backend: BackendConfig) -> HostKinds | None:
+    """The kinds of ``backend``'s hosts when its pool mixes GPU and CPU hosts, else ``None`` (one kind)."""
+    if not is_mixed_pool(backend):
+        return None
+    return HostKinds(backend.num_hosts, backend.gpu_hosts, backend.gpu_speedup)
+
+
+@dataclass(frozen=True)
+class Call:
+    """One host call of a round: its clients, in id order, and the hosts that may make it."""
+
+    tasks: list[TrainTask]
+    hosts: tuple[int, ...]
+
+
+def _largest_first(tasks: Sequence[TrainTask], sizes: np.ndarray) -> list[TrainTask]:
+    return sorted(tasks, key=lambda t: (-int(sizes[t.client_id]), t.client_id))
+
+
+def tasks_by_host(
+    tasks: Sequence[TrainTask], sizes: np.ndarray, num_hosts: int, speeds: Sequence[float] | None = None
+) -> list[list[TrainTask]]:
     """Deal a round's tasks to hosts so that their training work is balanced (``backend.dispatch: static``).
 
     Longest-processing-time first: tasks in decreasing order of sample count (ties by client id) each go to the host
-    with the least work so far (ties by host id). Deterministic, so a client trains on the same host on every
-    backend; where it trains does not change its update (its randomness is derived from its id and the round).
+    with the least work so far (ties by host id), work counted in samples divided by the host's speed (``speeds``,
+    a mixed pool's ``HostKinds.speeds``; all 1 when ``None``). Deterministic, so a client trains on the same host on
+    every backend; where it trains does not change its update (its randomness is derived from its id and the round).
     Every host maps the whole data set from the object store, so any host can train any client.
     """
+    speed = list(speeds) if speeds is not None else [1.0] * num_hosts
     groups: list[list[TrainTask]] = [[] for _ in range(num_hosts)]
     load = [0] * num_hosts
-    for task in sorted(tasks, key=lambda t: (-int(sizes[t.client_id]), t.client_id)):
-        target = min(range(num_hosts), key=lambda h: (load[h], h))
+    for task in _largest_first(tasks, sizes):
+        target = min(range(num_hosts), key=lambda h: (load[h] / speed[h], h))
         groups[target].append(task)
         load[target] += int(sizes[task.client_id])
     return [sorted(g, key=lambda t: t.client_id) for g in groups]
+
+
+def split_by_kind(
+    tasks: Sequence[TrainTask], sizes: np.ndarray, kinds: HostKinds
+) -> tuple[list[TrainTask], list[TrainTask]]:
+    """A mixed pool's round split into the GPU hosts' clients and the CPU hosts' clients.
+
+    Longest-processing-time first over the two kinds, each kind's capacity its host count times its speed: each task
+    (decreasing sample count, ties by client id) goes to the kind that would finish it soonest, counting in samples
+    per unit of capacity (ties to the GPU kind). Only sizes and the configured speed decide, never timing."""
+    capacity = (kinds.gpu_hosts * kinds.gpu_speedup, float(kinds.num_hosts - kinds.gpu_hosts))
+    load = [0, 0]
+    parts: tuple[list[TrainTask], list[TrainTask]] = ([], [])
+    for task in _largest_first(tasks, sizes):
+        size = int(sizes[task.client_id])
+        kind = min((0, 1), key=lambda k: ((load[k] + size) / capacity[k], k))
+        parts[kind].append(task)
+        load[kind] += size
+    return parts
 
 
 def clients_per_call(num_tasks: int, num_hosts: int, configured: int) -> int:
@@ -64,8 +146,35 @@ def pull_batches(tasks: Sequence[TrainTask], sizes: np.ndarray, size: int) -> li
     are the short ones and the last host to finish overshoots the others by little (the longest-processing-time rule
     of ``tasks_by_host``, applied as hosts come free); within a batch, clients in id order, as a host trains them.
     """
-    ordered = sorted(tasks, key=lambda t: (-int(sizes[t.client_id]), t.client_id))
+    ordered = _largest_first(tasks, sizes)
     return [sorted(ordered[i : i + size], key=lambda t: t.client_id) for i in range(0, len(ordered), size)]
+
+
+def call_plan(
+    tasks: Sequence[TrainTask],
+    sizes: np.ndarray,
+    num_hosts: int,
+    dispatch: Literal["pull", "static"],
+    configured: int = 0,
+    kinds: HostKinds | None = None,
+) -> list[Call]:
+    """The round's host calls in reduction order, each with the hosts that may make it: per host (``static``, call
+    ``h`` belongs to host ``h``, possibly empty) or per batch (``pull``; ``configured``: ``backend.clients_per_call``),
+    any host taking any batch, or in a mixed pool (``kinds``) the GPU hosts' batches first, then the CPU hosts', each
+    kind pulling its own."""
+    if dispatch == "static":
+        speeds = kinds.speeds() if kinds is not None else None
+        return [Call(g, (h,)) for h, g in enumerate(tasks_by_host(tasks, sizes, num_hosts, speeds))]
+    if kinds is None:
+        everyone = tuple(range(num_hosts))
+        size = clients_per_call(len(tasks), num_hosts, configured)
+        return [Call(g, everyone) for g in pull_batches(tasks, sizes, size)]
+    calls: list[Call] = []
+    for kind, part in enumerate(split_by_kind(tasks, sizes, kinds)):
+        hosts = kinds.hosts_of(kind)
+        size = clients_per_call(len(part), len(hosts), configured)
+        calls += [Call(g, hosts) for g in pull_batches(part, sizes, size)]
+    return calls
 
 
 def call_groups(
@@ -74,9 +183,7 @@ def call_groups(
     num_hosts: int,
     dispatch: Literal["pull", "static"],
     configured: int = 0,
+    kinds: HostKinds | None = None,
 ) -> list[list[TrainTask]]:
-    """The round's host calls in reduction order: per host (``static``, group ``h`` belongs to host ``h``, possibly
-    empty) or per batch (``pull``, any host may take any batch; ``configured``: ``backend.clients_per_call``)."""
-    if dispatch == "static":
-        return tasks_by_host(tasks, sizes, num_hosts)
-    return pull_batches(tasks, sizes, clients_per_call(len(tasks), num_hosts, configured))
+    """The clients of ``call_plan``'s calls."""
+    return [call.tasks for call in call_plan(tasks, sizes, num_hosts, dispatch, configured, kinds)]

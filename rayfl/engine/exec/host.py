@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from rayfl.config.model import ModelConfig, as_model_config
-from rayfl.config.sections import BackendConfig, CompressionConfig
+from rayfl.config.sections import BackendConfig, CompressionConfig, host_gpu_shares
 from rayfl.core.messages import Assignment, ClientOutcome, ClientUpdate, LinkDraw, TrainTask
 from rayfl.core.reducers import Partial, as_arrays, params_bytes, split_partial
 from rayfl.core.rng import derive_seed
@@ -109,9 +109,8 @@ class ClientHost:
         self.dataset = dataset
         self.algorithm = algorithm
         self.torch_threads = backend_cfg.torch_threads
-        self.device = use_device(
-            backend_cfg.device, backend_cfg.gpus_per_host, backend_cfg.gpu_memory_fraction, host_id=host_id
-        )
+        gpu_share = host_gpu_shares(backend_cfg)[host_id]  # 0 for a mixed pool's CPU-only hosts
+        self.device = use_device(backend_cfg.device, gpu_share, backend_cfg.gpu_memory_fraction, host_id=host_id)
         self.model_cfg = model_cfg
         self.compression = compression or CompressionConfig()  # upload compression of every client's update
         self.input_spec = InputSpec.of(dataset.input_kind, dataset.num_classes, dataset.x, dataset.meta)

@@ -37,7 +37,7 @@ from rayfl.engine.exec.backend import (
     uploads_by_host,
 )
 from rayfl.engine.exec.client_state import KeptUpload, keeps_state, pads
-from rayfl.engine.exec.dispatch import call_groups
+from rayfl.engine.exec.dispatch import call_plan, host_kinds
 from rayfl.engine.exec.param_server import plan_shards
 from rayfl.engine.ray.data_ship import Ship, ship
 from rayfl.engine.ray.dispatch import pull
@@ -103,6 +103,7 @@ class RayBackend:
         self.num_shards = backend_cfg.num_shards
         self.keep_warm = backend_cfg.keep_warm
         self.dispatch, self.clients_per_call = backend_cfg.dispatch, backend_cfg.clients_per_call
+        self.kinds = host_kinds(backend_cfg)  # a mixed pool's GPU and CPU hosts, or None
         self.eval_batch_size = eval_batch_size
         self.num_test = len(dataset.y_test)
         self.sizes = dataset.client_sizes()
@@ -164,7 +165,7 @@ class RayBackend:
         keep = keeps_state(self.algorithm, tasks)
         if keep:
             self.memories.start()
-        groups = self._groups(tasks)
+        groups, hosts_of = self._groups(tasks)
         fetched = self._fetch(groups) if keep else {}
 
         # the driver fetches each call's outcomes (return ``num_shards``); its partial sums go straight to the shards
@@ -172,17 +173,18 @@ class RayBackend:
             submit = partial(self._run_round, h, groups[k], params_ref, initial_ref, fetched.get(k))
             return self._host_step(h, submit, _training(groups[k]), self._reads(groups[k], keep), self.num_shards)
 
-        outcome_lists, results, ran = self._run_and_reduce(list(groups), step_on, params_ref)
+        outcome_lists, results, ran = self._run_and_reduce(list(groups), step_on, params_ref, hosts_of=hosts_of)
         if keep:  # each call's next memories go from its host to the stores directly
             self._keep(groups, ran, self.num_shards + 1)
         outcomes = sorted((o for k in sorted(outcome_lists) for o in outcome_lists[k]), key=lambda o: o.client_id)
         return assemble_aggregate(results, outcomes), outcomes
 
-    def _groups(self, tasks: Sequence[TrainTask]) -> dict[int, list[TrainTask]]:
-        """The round's host calls by their place in the reduction order (``dispatch.call_groups``; static: the host
-        id), empty ones left out."""
-        groups = call_groups(tasks, self.sizes, self.num_hosts, self.dispatch, self.clients_per_call)
-        return {k: g for k, g in enumerate(groups) if g}
+    def _groups(self, tasks: Sequence[TrainTask]) -> tuple[dict[int, list[TrainTask]], dict[int, tuple[int, ...]]]:
+        """The round's host calls by their place in the reduction order (``dispatch.call_plan``; static: the host
+        id), empty ones left out, and the hosts that may make each (a mixed pool's calls go to one kind of host)."""
+        plan = call_plan(tasks, self.sizes, self.num_hosts, self.dispatch, self.clients_per_call, self.kinds)
+        kept = {k: c for k, c in enumerate(plan) if c.tasks}
+        return {k: c.tasks for k, c in kept.items()}, {k: c.hosts for k, c in kept.items()}
 
     def _reads(self, tasks: Sequence[TrainTask], keep: bool) -> str:
         """The client memories a call of ``tasks`` reads (``recovery.Step.state``), or "" when it reads none."""
@@ -204,13 +206,18 @@ class RayBackend:
         )
 
     def _run_calls(
-        self, keys: Sequence[int], step_on: Callable[[int, int], Step], ran: dict[int, list[Any]], static: bool
+        self,
+        keys: Sequence[int],
+        step_on: Callable[[int, int], Step],
+        ran: dict[int, list[Any]],
+        static: bool,
+        hosts_of: Mapping[int, Sequence[int]] | None = None,
     ) -> dict[int, Any]:
         """Run the calls ``keys`` (``step_on(key, host)``): each on its own host (``static``: key ``h`` on host
-        ``h``), or pulled by whichever host is free."""
+        ``h``), or pulled by whichever host is free (among ``hosts_of[key]`` when given)."""
         if static:
             return self.recovery.gather({k: step_on(k, k) for k in keys}, ran)
-        return pull(self.recovery, keys, step_on, self.num_hosts, ran)
+        return pull(self.recovery, keys, step_on, self.num_hosts, ran, hosts_of)
 
     def train_each(
         self, tasks: Sequence[TrainTask], params: Params, initial: Params | None = None
@@ -225,7 +232,7 @@ class RayBackend:
         keep = keeps_state(self.algorithm, tasks)
         if keep:
             self.memories.start()
-        groups = self._groups(tasks)
+        groups, hosts_of = self._groups(tasks)
         held = self._fetch(groups) if keep else {}
         stores = self.memories.count if keep else 0
 
@@ -238,7 +245,7 @@ class RayBackend:
             return self._host_step(h, partial(submit, h, k), _training(groups[k]), self._reads(groups[k], keep))
 
         ran: dict[int, list[Any]] = {}
-        fetched = self._run_calls(list(groups), step_on, ran, self.dispatch == "static")
+        fetched = self._run_calls(list(groups), step_on, ran, self.dispatch == "static", hosts_of)
         if keep:
             self._keep(groups, ran, 1)
         uploads: dict[int, KeptUpload] = {}
@@ -293,13 +300,19 @@ class RayBackend:
         return [ray.put({n: arrays[n] for n in own}) for own in self._names]
 
     def _run_and_reduce(
-        self, keys: Sequence[int], step_on: Callable[[int, int], Step], params_ref: Any, static: bool | None = None
+        self,
+        keys: Sequence[int],
+        step_on: Callable[[int, int], Step],
+        params_ref: Any,
+        static: bool | None = None,
+        hosts_of: Mapping[int, Sequence[int]] | None = None,
     ) -> tuple[dict[int, Any], list[Any], dict[int, list[Any]]]:
         """Run the host calls ``keys`` (``step_on(key, host)``: the call as a ``recovery.Step`` whose first
         ``num_shards`` references are partial sums for the shards and whose probe is the result the driver needs) and
         the shards' reduction of their partial sums in key order: returns each call's fetched result, each shard's
         reduced tensors, and each call's returned references. ``static`` (default: ``backend.dispatch`` is static):
-        key ``h`` runs on host ``h``; else the calls are pulled by free hosts (``engine/ray/dispatch.py``).
+        key ``h`` runs on host ``h``; else the calls are pulled by free hosts (``engine/ray/dispatch.py``; of
+        ``hosts_of[key]`` when given).
 
         Shards are called once every host call has finished (its result fetched): a shard never waits on the
         partial sums of a host that died, and a host call's re-run is all that a host's death costs. Finished partial
@@ -307,7 +320,7 @@ class RayBackend:
         fixed = self.dispatch == "static" if static is None else static
         while True:
             ran: dict[int, list[Any]] = {}
-            fetched = self._run_calls(keys, step_on, ran, fixed)
+            fetched = self._run_calls(keys, step_on, ran, fixed, hosts_of)
             try:
                 results = self.recovery.gather(self._reduce_steps(params_ref, ran))
             except InputsLost:

@@ -7,6 +7,10 @@ batch of clients, whose training takes far longer than the round trip that fetch
 queued on a slow host would be one a free host could have run. No number depends on which host ran a batch: the
 shards reduce the batches' partial sums in batch order (``RayBackend._reduce_steps``).
 
+In a mixed pool (GPU and CPU hosts) each batch names the hosts of the kind it was dealt to (``engine/exec/
+dispatch.py``): a free host takes the first queued batch of its kind, and a host whose kind has none left waits for
+the round's end.
+
 Failures are ``Recovery.gather``'s, one call at a time: a call lost with its host (the actor died, was killed as hung
 by the watchdog as hung or stuck, or an object it reads went with a process) is counted, the driver waits until Ray's
 replacement answers, and the batch goes back to the head of the queue, to be taken by the next free host (the
@@ -18,7 +22,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import ray
@@ -37,10 +41,13 @@ def pull(
     step_on: Callable[[K, int], Step],
     num_hosts: int,
     submitted: dict[K, list[Any]],
+    hosts_of: Mapping[K, Sequence[int]] | None = None,
 ) -> dict[K, Any]:
     """Run the calls ``keys`` (in that order) on ``num_hosts`` hosts, each host taking the next one as soon as its last
     comes back; ``step_on(key, host)`` is the call of ``key`` on ``host``. Returns each call's probe value (key ->
-    value, as ``Recovery.gather``); ``submitted`` receives each call's references (of its successful run)."""
+    value, as ``Recovery.gather``); ``submitted`` receives each call's references (of its successful run).
+    ``hosts_of``: the hosts that may take each call (a mixed pool's kinds, ``engine/exec/dispatch.py``); a free host
+    takes the first queued call it may make. ``None``: any host, any call."""
     queue = deque(keys)
     free = deque(range(num_hosts))  # hosts without a call in flight, lowest id first at the start
     flying: dict[Any, tuple[K, int, Step]] = {}  # probe reference -> (key, host, step)
@@ -50,8 +57,8 @@ def pull(
     # must not hide a hung or stuck one
     next_check = time.monotonic()
     while queue or flying:
-        while queue and free:
-            key, host = queue.popleft(), free.popleft()
+        while (taken := _take(queue, free, hosts_of)) is not None:
+            key, host = taken
             step = step_on(key, host)
             submitted[key] = list(step.submit())
             flying[submitted[key][step.probe]] = (key, host, step)
@@ -66,6 +73,20 @@ def pull(
             watch.check({k: s for k, _, s in flying.values()}, [k for k, _, _ in flying.values()])
             next_check = time.monotonic() + watch.tick_s
     return results
+
+
+def _take(queue: deque[K], free: deque[int], hosts_of: Mapping[K, Sequence[int]] | None) -> tuple[K, int] | None:
+    """The next (call, host) pair: the free hosts in the order they came free, each taking the first queued call it
+    may make; removed from both queues. ``None`` when no free host may take any queued call."""
+    if hosts_of is None:
+        return (queue.popleft(), free.popleft()) if queue and free else None
+    for host in free:
+        for key in queue:
+            if host in hosts_of[key]:
+                queue.remove(key)
+                free.remove(host)
+                return key, host
+    return None
 
 
 def _fetch(recovery: Recovery, step: Step, ref: Any, killed: Killed | None, results: dict[K, Any], key: K) -> bool:

@@ -16,12 +16,17 @@ Three situations, one decision each (pure functions here; ``ray_pool.py`` applie
 On a reserved head (``backend.head``, ``head.py``) the layout names the head in ``avoid``: outside a group every actor
 carries a label selector that excludes it, and a group of the pool's own has each bundle excluded from it; a Tune
 trial's group is excluded by the sweep when it asks for the group (``rayfl/tune/sweep.py``).
+
+In all three a mixed pool (``backend.gpu_hosts``) gives the GPU share to hosts ``0 .. gpu_hosts - 1`` only; the other
+hosts ask for CPUs alone (and their bundles hold no GPU).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+from rayfl.config.sections import gpu_shares
 
 __all__ = ["ANY_BUNDLE", "ActorSlot", "PoolLayout", "layout_in_group", "pack_layout", "spread_layout"]
 
@@ -49,10 +54,13 @@ class PoolLayout:
     avoid: str | None = None
 
 
-def spread_layout(num_hosts: int, num_shards: int, host_cpus: float, gpus: float, shard_cpus: float) -> PoolLayout:
-    """No placement group: every actor on its own, with the resources configured."""
+def spread_layout(
+    num_hosts: int, num_shards: int, host_cpus: float, gpus: float, shard_cpus: float, gpu_hosts: int = 0
+) -> PoolLayout:
+    """No placement group: every actor on its own, with the resources configured (``gpus`` for the first
+    ``gpu_hosts`` hosts, all when 0: ``config.sections.gpu_shares``)."""
     return PoolLayout(
-        hosts=(ActorSlot(host_cpus, gpus),) * num_hosts,
+        hosts=tuple(ActorSlot(host_cpus, g) for g in gpu_shares(num_hosts, gpus, gpu_hosts)),
         shards=(ActorSlot(shard_cpus),) * num_shards,
     )
 
@@ -65,9 +73,11 @@ def layout_in_group(
     gpus_per_host: float,
     cpus_per_shard: float,
     first: int = 1,
+    gpu_hosts: int = 0,
 ) -> PoolLayout:
     """Pin host ``h`` to bundle ``first + h`` and shard ``s`` to ``first + num_hosts + s`` of an existing group
-    (``first = 1``: bundle 0 is the driver's). A host with ``cpus_per_host == 0`` takes its bundle's CPUs. Raises
+    (``first = 1``: bundle 0 is the driver's). A host with ``cpus_per_host == 0`` takes its bundle's CPUs; only the
+    first ``gpu_hosts`` hosts (all when 0) ask for ``gpus_per_host``. Raises
     ``ValueError`` when the group has too few bundles or a bundle is too small for its actor."""
     shard_bundles = num_shards if cpus_per_shard > 0 else 0
     needed = first + num_hosts + shard_bundles
@@ -81,10 +91,10 @@ def layout_in_group(
             f"({' + '.join(parts)}); size the group from the same backend config (trial_bundles in rayfl.tune)"
         )
     hosts = []
-    for h in range(num_hosts):
+    for h, gpus in enumerate(gpu_shares(num_hosts, gpus_per_host, gpu_hosts)):
         index = first + h
         bundle_cpus = float(bundles[index].get("CPU", 0.0))
-        slot = ActorSlot(cpus_per_host if cpus_per_host > 0 else bundle_cpus, gpus_per_host, index)
+        slot = ActorSlot(cpus_per_host if cpus_per_host > 0 else bundle_cpus, gpus, index)
         _check_fits(bundles[index], slot, f"client host {h}")
         hosts.append(slot)
     shards = []
@@ -99,10 +109,11 @@ def layout_in_group(
 
 
 def pack_layout(
-    num_hosts: int, num_shards: int, host_cpus: float, gpus: float, shard_cpus: float
+    num_hosts: int, num_shards: int, host_cpus: float, gpus: float, shard_cpus: float, gpu_hosts: int = 0
 ) -> tuple[list[dict[str, float]], PoolLayout]:
-    """The bundles of the backend's own ``PACK`` group and where each actor goes in it. Actors that reserve nothing
-    get no bundle (Ray refuses empty bundles); with no bundle at all the list is empty and no group is needed."""
+    """The bundles of the backend's own ``PACK`` group and where each actor goes in it (``gpus`` for the first
+    ``gpu_hosts`` hosts, all when 0). Actors that reserve nothing get no bundle (Ray refuses empty bundles); with no
+    bundle at all the list is empty and no group is needed."""
     bundles: list[dict[str, float]] = []
 
     def slot(cpus: float, gpus_: float) -> ActorSlot:
@@ -112,10 +123,10 @@ def pack_layout(
         bundles.append(bundle)
         return ActorSlot(cpus, gpus_, len(bundles) - 1)
 
-    hosts = tuple(slot(host_cpus, gpus) for _ in range(num_hosts))
+    hosts = tuple(slot(host_cpus, g) for g in gpu_shares(num_hosts, gpus, gpu_hosts))
     shards = tuple(slot(shard_cpus, 0.0) for _ in range(num_shards))
     if not bundles:
-        return [], spread_layout(num_hosts, num_shards, host_cpus, gpus, shard_cpus)
+        return [], spread_layout(num_hosts, num_shards, host_cpus, gpus, shard_cpus, gpu_hosts)
     return bundles, PoolLayout(hosts, shards)
 
 

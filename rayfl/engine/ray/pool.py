@@ -364,12 +364,18 @@ def _plan_placement(cfg: BackendConfig) -> tuple[PoolLayout, Any, list[dict[str,
     group = get_current_placement_group()
     if group is not None:  # a Tune trial's group: the sweep kept its bundles off a reserved head
         layout = layout_in_group(
-            group.bundle_specs, cfg.num_hosts, cfg.num_shards, cfg.cpus_per_host, cfg.gpus_per_host, cfg.cpus_per_shard
+            group.bundle_specs,
+            cfg.num_hosts,
+            cfg.num_shards,
+            cfg.cpus_per_host,
+            cfg.gpus_per_host,
+            cfg.cpus_per_shard,
+            gpu_hosts=cfg.gpu_hosts,
         )
         return layout, group, None
     avoid = reserved_head(cfg.head)
     host_cpus = cfg.cpus_per_host or host_cpu_share(cfg.num_hosts, avoid)
-    args = (cfg.num_hosts, cfg.num_shards, host_cpus, cfg.gpus_per_host, cfg.cpus_per_shard)
+    args = (cfg.num_hosts, cfg.num_shards, host_cpus, cfg.gpus_per_host, cfg.cpus_per_shard, cfg.gpu_hosts)
     if cfg.placement == "pack":
         bundles, layout = pack_layout(*args)
         if bundles:

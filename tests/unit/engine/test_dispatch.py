@@ -4,12 +4,22 @@ in-process numbers."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from rayfl.core.messages import Assignment, TrainTask
 from rayfl.engine.build import build_backend, build_setup
 from rayfl.engine.exec.backend import LocalBackend
-from rayfl.engine.exec.dispatch import call_groups, clients_per_call, pull_batches, tasks_by_host
+from rayfl.engine.exec.dispatch import (
+    HostKinds,
+    call_groups,
+    call_plan,
+    clients_per_call,
+    host_kinds,
+    pull_batches,
+    split_by_kind,
+    tasks_by_host,
+)
 from rayfl.experiment.rules import semantic_problems
 from tests.helpers import tiny_config, tiny_image_dataset
 
@@ -66,3 +76,69 @@ def test_in_process_aggregate_is_the_same_for_every_grouping() -> None:
         results.append(aggregate.params)
     for other in results[1:]:
         assert all(torch.equal(results[0][k], other[k]) for k in results[0])
+
+
+def test_a_mixed_pool_deals_clients_to_each_kind_by_capacity() -> None:
+    """One GPU host at speed 4 beside two CPU hosts: capacities 4 and 2. Largest first, each client goes to the kind
+    whose load per unit of capacity after it is least (ties to the GPU kind); then each kind is batched on its own."""
+    sizes = np.array([5, 9, 1, 9, 3, 7])
+    kinds = HostKinds(num_hosts=3, gpu_hosts=1, gpu_speedup=4.0)
+    gpu, cpu = split_by_kind(_tasks([0, 1, 2, 3, 4, 5]), sizes, kinds)
+    # 1 (9): GPU 9/4=2.25 vs CPU 9/2=4.5 -> GPU (9); 3 (9): GPU 18/4=4.5 vs CPU 4.5, tie -> GPU (18);
+    # 5 (7): GPU 25/4=6.25 vs CPU 3.5 -> CPU (7); 0 (5): GPU 23/4=5.75 vs CPU 6 -> GPU (23);
+    # 4 (3): GPU 26/4=6.5 vs CPU 5 -> CPU (10); 2 (1): GPU 24/4=6 vs CPU 5.5 -> CPU (11)
+    assert [t.client_id for t in gpu] == [1, 3, 0] and [t.client_id for t in cpu] == [5, 4, 2]
+    plan = call_plan(_tasks([0, 1, 2, 3, 4, 5]), sizes, 3, "pull", 2, kinds)
+    assert [(sorted(t.client_id for t in c.tasks), c.hosts) for c in plan] == [
+        ([1, 3], (0,)),
+        ([0], (0,)),
+        ([4, 5], (1, 2)),
+        ([2], (1, 2)),
+    ]
+
+
+def test_static_shares_in_a_mixed_pool_are_sized_by_speed() -> None:
+    """Equal clients, one host twice as fast as two others: it takes half of them."""
+    sizes = np.array([4] * 8)
+    groups = tasks_by_host(_tasks(list(range(8))), sizes, 3, [2.0, 1.0, 1.0])
+    assert [len(g) for g in groups] == [4, 2, 2]
+    kinds = HostKinds(num_hosts=3, gpu_hosts=1, gpu_speedup=2.0)
+    plan = call_plan(_tasks(list(range(8))), sizes, 3, "static", 0, kinds)
+    assert [c.tasks for c in plan] == groups and [c.hosts for c in plan] == [(0,), (1,), (2,)]
+
+
+def test_only_a_pool_with_both_kinds_is_mixed() -> None:
+    assert host_kinds(tiny_config(num_hosts=3, gpus_per_host=0.5).backend) is None
+    assert host_kinds(tiny_config(num_hosts=3, gpus_per_host=0.5, gpu_hosts=3).backend) is None
+    assert host_kinds(tiny_config(num_hosts=3, gpus_per_host=0.5, gpu_hosts=1).backend) == HostKinds(3, 1, 4.0)
+
+
+def test_mixed_pool_rules() -> None:
+    def paths(**backend: object) -> list[tuple[object, ...]]:
+        return [path for path, _ in semantic_problems(tiny_config(**backend)) if path[0] == "backend"]
+
+    assert ("backend", "gpu_hosts") in paths(num_hosts=2, gpus_per_host=1.0, gpu_hosts=3)
+    assert ("backend", "gpu_hosts") in paths(num_hosts=2, gpu_hosts=1)  # no GPU share to reserve
+    assert ("backend", "device") in paths(num_hosts=2, gpus_per_host=1.0, gpu_hosts=1, device="cuda")
+    assert not paths(num_hosts=2, gpus_per_host=1.0, gpu_hosts=1)
+    assert not paths(num_hosts=2, gpus_per_host=1.0, gpu_hosts=2, device="cuda")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="without CUDA both kinds of host compute on the CPU")
+def test_in_process_mixed_pools_reduce_to_the_uniform_pools_bits() -> None:
+    """A mixed pool's calls differ from a uniform pool's (each kind batched on its own), but without CUDA every host
+    computes on the CPU, so the aggregate is the same bits; the GPU host trains the clients dealt to its kind."""
+    dataset = tiny_image_dataset()
+    tasks = _tasks(list(range(10)))
+    results, trained = [], []
+    for dispatch, gpu_hosts, gpus in (("pull", 0, 0.0), ("pull", 1, 0.5), ("static", 2, 1.0)):
+        cfg = tiny_config(kind="local", num_hosts=3, dispatch=dispatch, gpu_hosts=gpu_hosts, gpus_per_host=gpus)
+        setup = build_setup(cfg, dataset)
+        backend = build_backend(cfg, setup)
+        assert isinstance(backend, LocalBackend)
+        results.append(backend.train_and_reduce(tasks, setup.params)[0].params)
+        trained.append(backend.clients_per_host())
+    for other in results[1:]:
+        assert all(torch.equal(results[0][k], other[k]) for k in results[0])
+    on_gpu, _ = split_by_kind(tasks, dataset.client_sizes(), HostKinds(3, 1, 4.0))
+    assert trained[1][0] == len(on_gpu)

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
+from rayfl.config.sections import BackendConfig, host_gpu_shares
 from rayfl.engine.ray.placement import ANY_BUNDLE, ActorSlot, layout_in_group, pack_layout, spread_layout
+from rayfl.tune.resources import trial_bundles
 
 DRIVER = {"CPU": 0.5}
 
@@ -63,3 +67,20 @@ def test_pack_layout_with_nothing_to_reserve_needs_no_group() -> None:
     bundles, layout = pack_layout(2, 1, 0.0, 0.0, 0.0)
     assert bundles == []
     assert all(slot.bundle_index is None for slot in (*layout.hosts, *layout.shards))
+
+
+def test_a_mixed_pool_reserves_gpus_for_its_first_hosts_only_in_every_layout() -> None:
+    """``gpu_hosts: 1`` of 3: host 0 asks for the GPU share, hosts 1 and 2 for CPUs alone, whether spread, packed or
+    pinned to a Tune trial's bundles (which then carry no GPU entry for them)."""
+    spread = spread_layout(3, 1, 0.5, 0.25, 0.0, gpu_hosts=1)
+    assert [h.num_gpus for h in spread.hosts] == [0.25, 0.0, 0.0]
+    bundles, packed = pack_layout(3, 1, 0.5, 0.25, 0.0, gpu_hosts=1)
+    assert bundles == [{"CPU": 0.5, "GPU": 0.25}, {"CPU": 0.5}, {"CPU": 0.5}]
+    assert [h.num_gpus for h in packed.hosts] == [0.25, 0.0, 0.0]
+    backend = BackendConfig(kind="ray", num_hosts=3, cpus_per_host=0.5, gpus_per_host=0.25, gpu_hosts=1)
+    trial = trial_bundles(backend, driver_cpus=0.5)
+    assert trial == [{"CPU": 0.5}, {"CPU": 0.5, "GPU": 0.25}, {"CPU": 0.5}, {"CPU": 0.5}]
+    pinned = layout_in_group(trial, 3, 1, 0.5, 0.25, 0.0, gpu_hosts=1)
+    assert [(h.num_gpus, h.bundle_index) for h in pinned.hosts] == [(0.25, 1), (0.0, 2), (0.0, 3)]
+    assert host_gpu_shares(backend) == (0.25, 0.0, 0.0)
+    assert host_gpu_shares(dataclasses.replace(backend, gpu_hosts=0)) == (0.25, 0.25, 0.25)  # 0: every host
