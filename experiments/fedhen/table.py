@@ -139,10 +139,67 @@ def _ordering(setting: str, by_method: dict[str, list[dict[str, object]]], view:
     return f"- {setting}, simple model, mean of the last {LAST}: " + "; ".join(parts)
 
 
+DECIDE_LAST = 3  # the project's rule: each run's figure is the mean of its last three evaluations
+PAIRS = (("fedhen", "noside"), ("fedhen", "decouple"), ("noside", "decouple"))  # the paper's orderings, A >= B
+CHANCE = 0.10
+
+
+def verdict(a: list[float], b: list[float]) -> tuple[str, float, float]:
+    """("holds" | "reversed" | "undecided", gap of the means, the bar): A >= B holds when mean(A) - mean(B) exceeds
+    twice the larger of the two seed ranges (max - min), is reversed when mean(B) - mean(A) does, else undecided."""
+    gap = _mean(a) - _mean(b)
+    bar = 2 * max(max(a) - min(a), max(b) - min(b))
+    return ("holds" if gap > bar else "reversed" if -gap > bar else "undecided"), gap, bar
+
+
+def _figures(group: list[dict[str, object]], seeds: list[int], method: str, view: str, model: str) -> list[float]:
+    """``method``'s figure per seed of ``seeds``: the mean of the last ``DECIDE_LAST`` evaluations of that model."""
+    chosen = {int(r["seed"]): r for r in group if r["method"] == method}  # type: ignore[call-overload]
+    curves: list[Curve] = [chosen[s][(view, model)] for s in seeds]  # type: ignore[misc]
+    return [sum(acc for _, acc in c[-DECIDE_LAST:]) / len(c[-DECIDE_LAST:]) for c in curves]
+
+
+def decisions(runs: list[dict[str, object]]) -> list[str]:
+    """Per setting, view and model, each ordering of ``PAIRS`` decided over the seeds every method has (at least
+    three), each run's figure the mean of its last ``DECIDE_LAST`` evaluations; and the calibration line (the best
+    method's mean against chance)."""
+    lines = [
+        f"### Decided orderings (mean of the last {DECIDE_LAST} evaluations per run; holds / reversed when the gap "
+        "of the means exceeds twice the larger seed range)",
+        "",
+        "| setting | view | model | ordering | per-seed A | per-seed B | mean A | mean B | gap | 2 x range | verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    calibration = []
+    for setting in sorted({str(r["setting"]) for r in runs}):
+        group = [r for r in runs if r["setting"] == setting]
+        seeds = sorted(set.intersection(*({int(r["seed"]) for r in group if r["method"] == m} for m in METHODS)))  # type: ignore[call-overload]
+        if len(seeds) < 3:
+            lines.append(f"| {setting} | - | - | fewer than three seeds of every method ({seeds}) | | | | | | | |")
+            continue
+        for view in VIEWS:
+            for model in ("simple", "complex"):
+                best = max(_mean(_figures(group, seeds, m, view, model)) for m in METHODS)
+                calibration.append(
+                    f"{setting} {view} {model} (seeds {' '.join(map(str, seeds))}): best {best:.3f}, "
+                    f"{100 * (best - CHANCE):+.1f} points"
+                )
+                for a, b in PAIRS:
+                    fa, fb = _figures(group, seeds, a, view, model), _figures(group, seeds, b, view, model)
+                    word, gap, bar = verdict(fa, fb)
+                    lines.append(
+                        f"| {setting} | {view} | {model} | {a} >= {b} | {' '.join(f'{v:.3f}' for v in fa)} | "
+                        f"{' '.join(f'{v:.3f}' for v in fb)} | {_mean(fa):.3f} | {_mean(fb):.3f} | {gap:+.3f} | "
+                        f"{bar:.3f} | {word} |"
+                    )
+    return [*lines, "", f"Calibration (chance {CHANCE:.2f}): " + "; ".join(calibration or ["none decided"]) + ".", ""]
+
+
 def main(root: Path) -> list[dict[str, object]]:
     runs = [_read(p.parent) for p in sorted(root.rglob("evals.csv"))]
     for view in VIEWS:
         print("\n".join(table(runs, view)))
+    print("\n".join(decisions(runs)))
     return runs
 
 
