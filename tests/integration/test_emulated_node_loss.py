@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.emulated_cluster import emulated_cluster, leftovers, unavailable
+from tests.integration.test_faults import load_factor
 from tests.integration.test_node_loss import (
     DRIVER,
     HEALTH,
@@ -43,7 +44,10 @@ def test_a_lost_worker_node_with_client_memories_stops_in_one_line_and_resumes(t
     reason = unavailable()
     if reason is not None:
         pytest.skip(reason)
-    config = _experiment(tmp_path, eval_all_devices=True, backend={"cpus_per_host": 0.5})
+    # the lost host's replacement must start (import torch) on worker 0 within replace_timeout_s: 30 s on an idle
+    # machine, more under load (a suite run beside other work once took longer and gave up waiting for it)
+    backend = {"cpus_per_host": 0.5, "replace_timeout_s": 30 * load_factor()}
+    config = _experiment(tmp_path, eval_all_devices=True, backend=backend)
     want = _undisturbed(config, tmp_path / "local")
     with emulated_cluster(workers=2, worker_cpus=1, head_cpus=0, system_config=HEALTH) as cluster:
         out = tmp_path / "ray"
