@@ -18,6 +18,19 @@ from tests.helpers import tiny_config
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_local")]
 
 
+def _run_file(tmp_path: Path) -> Path:
+    """A two-round Ray run of two 1-CPU hosts that waits 3 s for its actors, writing under ``tmp_path / "runs"``."""
+    cfg = dataclasses.replace(
+        tiny_config(kind="ray", num_hosts=2, cpus_per_host=1.0, start_timeout_s=3.0),
+        rounds=2,
+        data=DataConfig(name="synthetic", partition="iid", num_clients=8, synthetic_samples=16),
+        output_dir=str(tmp_path / "runs"),
+    )
+    path = tmp_path / "run.yaml"
+    dump_config(cfg, path)
+    return path
+
+
 @pytest.mark.parametrize(
     ("override", "named"),
     [
@@ -29,14 +42,7 @@ pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_local")]
 def test_resources_the_cluster_cannot_grant_are_refused_in_one_line_naming_the_key(
     override: str, named: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    cfg = dataclasses.replace(
-        tiny_config(kind="ray", num_hosts=2, cpus_per_host=1.0, start_timeout_s=3.0),
-        rounds=2,
-        data=DataConfig(name="synthetic", partition="iid", num_clients=8, synthetic_samples=16),
-        output_dir=str(tmp_path / "runs"),
-    )
-    path = tmp_path / "run.yaml"
-    dump_config(cfg, path)
+    path = _run_file(tmp_path)
     began = time.monotonic()
     assert main(["run", str(path), override]) == 2
     waited_s = time.monotonic() - began
@@ -55,14 +61,7 @@ def test_resources_the_cluster_cannot_grant_are_refused_in_one_line_naming_the_k
 def test_a_reserved_head_with_no_other_node_is_refused_in_one_line_naming_backend_head(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    cfg = dataclasses.replace(
-        tiny_config(kind="ray", num_hosts=2, cpus_per_host=1.0, start_timeout_s=3.0),
-        rounds=2,
-        data=DataConfig(name="synthetic", partition="iid", num_clients=8, synthetic_samples=16),
-        output_dir=str(tmp_path / "runs"),
-    )
-    path = tmp_path / "run.yaml"
-    dump_config(cfg, path)
+    path = _run_file(tmp_path)
     assert main(["run", str(path), "backend.head=reserved"]) == 2  # this session's Ray is one node: the head
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith(f"rayfl: error: {path}: override 'backend.head=reserved': backend.head: "), line
