@@ -40,7 +40,6 @@ __all__ = [
     "BATCHES_PER_HOST",
     "Call",
     "HostKinds",
-    "call_groups",
     "call_plan",
     "clients_per_call",
     "host_kinds",
@@ -175,15 +174,3 @@ def call_plan(
         size = clients_per_call(len(part), len(hosts), configured)
         calls += [Call(g, hosts) for g in pull_batches(part, sizes, size)]
     return calls
-
-
-def call_groups(
-    tasks: Sequence[TrainTask],
-    sizes: np.ndarray,
-    num_hosts: int,
-    dispatch: Literal["pull", "static"],
-    configured: int = 0,
-    kinds: HostKinds | None = None,
-) -> list[list[TrainTask]]:
-    """The clients of ``call_plan``'s calls."""
-    return [call.tasks for call in call_plan(tasks, sizes, num_hosts, dispatch, configured, kinds)]

@@ -169,9 +169,7 @@ class UniformRateHooks(_SubModelMethod):
     the method gives ``uniform`` and ``selector`` (the one thing that differs between them)."""
 
     uniform: UniformRates
-
-    def selector(self, round_idx: int, client_id: int) -> Selector:
-        raise NotImplementedError(f"{type(self).__name__} must say which units a rate keeps (selector)")
+    selector: RoundSelector  # the method's own ``selector(round_idx, client_id)`` method
 
     def assign(self, state: ServerState, round_idx: int, views: Sequence[ClientView]) -> dict[int, Assignment]:
         return self.uniform.assign(self, state, round_idx, views, self.selector)

@@ -12,7 +12,6 @@ from rayfl.engine.build import build_backend, build_setup
 from rayfl.engine.exec.backend import LocalBackend
 from rayfl.engine.exec.dispatch import (
     HostKinds,
-    call_groups,
     call_plan,
     clients_per_call,
     host_kinds,
@@ -46,12 +45,17 @@ def test_auto_batch_size_gives_about_four_calls_per_host() -> None:
     assert clients_per_call(100, 4, 3) == 3  # configured
 
 
+def _groups(*args: object) -> list[list[TrainTask]]:
+    """The clients of each call of ``call_plan(*args)``, in reduction order."""
+    return [call.tasks for call in call_plan(*args)]  # type: ignore[arg-type]
+
+
 def test_static_groups_are_the_per_host_deal() -> None:
     sizes = np.array([5, 9, 1, 9, 3, 7])
     tasks = _tasks([0, 1, 2, 3, 4, 5])
-    assert call_groups(tasks, sizes, 3, "static") == tasks_by_host(tasks, sizes, 3)
-    assert _ids(call_groups(tasks, sizes, 3, "pull")) == [[1], [3], [5], [0], [4], [2]]  # ceil(6 / 12) = 1 a call
-    assert _ids(call_groups(tasks, sizes, 1, "pull", 4)) == [[0, 1, 3, 5], [2, 4]]
+    assert _groups(tasks, sizes, 3, "static") == tasks_by_host(tasks, sizes, 3)
+    assert _ids(_groups(tasks, sizes, 3, "pull")) == [[1], [3], [5], [0], [4], [2]]  # ceil(6 / 12) = 1 a call
+    assert _ids(_groups(tasks, sizes, 1, "pull", 4)) == [[0, 1, 3, 5], [2, 4]]
 
 
 def test_slow_host_factors_below_one_are_refused() -> None:
