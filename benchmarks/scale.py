@@ -81,6 +81,7 @@ def run_point(
     repeat: int = 1,
     reference: bool = False,
     labels: str = "pool",
+    processes: int | str = 1,
 ) -> dict[str, Any]:
     """One point, in this process, started the way ``rayfl run`` starts (Ray's start overlapping the driver's
     imports); with ``repeat`` > 1 the same run again in the same process, on the first run's warm actors
@@ -93,7 +94,8 @@ def run_point(
     from rayfl.engine.ray.session import prestart, shutdown_ray
 
     # ``auto``: the backend the run's config resolves to, measured as that backend (``engine/backend_choice.py``)
-    cfg, choice = resolve_backend(workload(n, k, noop, backend, rounds, hosts, keep_warm=repeat > 1, labels=labels))
+    point = workload(n, k, noop, backend, rounds, hosts, keep_warm=repeat > 1, labels=labels, processes=processes)
+    cfg, choice = resolve_backend(point)
     asked, backend = backend, cfg.backend.kind
     early: dict[str, float] = {}
     data = []
@@ -156,7 +158,9 @@ def run_point(
         "n": n,
         "k": k,
         "mode": "noop" if noop else "train",
-        "backend": backend if asked == backend else f"{asked}: {backend}",
+        "backend": (backend if asked == backend else f"{asked}: {backend}")
+        + (f" ({processes} processes)" if backend == "local" and processes != 1 else ""),
+        "worker_processes": processes,
         "backend_reason": choice.reason,
         "hosts": hosts,
         "rounds": rounds,
@@ -200,9 +204,18 @@ def bytes_per_client(data_bytes: float, n: int, end_pss: dict[str, float], hosts
 
 
 def workload(
-    n: int, k: int, noop: bool, backend: str, rounds: int, hosts: int, keep_warm: bool = False, labels: str = "pool"
+    n: int,
+    k: int,
+    noop: bool,
+    backend: str,
+    rounds: int,
+    hosts: int,
+    keep_warm: bool = False,
+    labels: str = "pool",
+    processes: int | str = 1,
 ) -> Any:
-    """The issue's FedAvg workload as an ``ExperimentConfig``; ``labels``: ``data.synthetic_labels``."""
+    """The issue's FedAvg workload as an ``ExperimentConfig``; ``labels``: ``data.synthetic_labels``; ``processes``:
+    the in-process backend's worker processes (``backend.processes``)."""
     from rayfl.config.model import CNNConfig
     from rayfl.config.sections import BackendConfig, DataConfig, TrainConfig
     from rayfl.experiment.schema import ExperimentConfig
@@ -219,7 +232,13 @@ def workload(
         model=CNNConfig(channels=(16, 32)),
         algorithm=FedAvgConfig(),
         train=TrainConfig(epochs=1, batch_size=32, lr=0.05, optimizer="sgd", noop=noop),
-        backend=BackendConfig(kind=backend, num_hosts=hosts, num_cpus=hosts, keep_warm=keep_warm),  # type: ignore[arg-type]
+        backend=BackendConfig(
+            kind=backend,  # type: ignore[arg-type]
+            num_hosts=hosts,
+            num_cpus=hosts,
+            keep_warm=keep_warm,
+            processes=processes,  # type: ignore[arg-type]
+        ),
     )
 
 
@@ -525,6 +544,9 @@ def main() -> None:
     parser.add_argument("--labels", choices=["pool", "image"], default="pool", help="data.synthetic_labels")
     parser.add_argument("--shrink", type=int, default=1, help="with --issue13: N and K divided by this (a check)")
     parser.add_argument("--out", type=Path, default=None, help="JSON file for the rows (default: print only)")
+    parser.add_argument(
+        "--processes", default="1", help="the in-process backend's worker processes (backend.processes: N or auto)"
+    )
     parser.add_argument("--point", action="store_true", help=argparse.SUPPRESS)  # internal: one point, JSON out
     args = parser.parse_args()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -540,6 +562,7 @@ def main() -> None:
             args.repeat,
             args.reference,
             args.labels,
+            args.processes if args.processes == "auto" else int(args.processes),
         )
         print("SCALE-ROW " + json.dumps(row))
         return
@@ -548,7 +571,7 @@ def main() -> None:
         cmd = [sys.executable, __file__, "--point", "--n", str(n), "--k", str(k), "--mode", mode]
         cmd += ["--backend", backend, "--rounds", str(rounds), "--hosts", str(args.hosts)]
         cmd += ["--repeat", str(repeat)] + (["--reference"] if reference else [])
-        cmd += ["--labels", "image" if args.issue30 else args.labels]
+        cmd += ["--labels", "image" if args.issue30 else args.labels, "--processes", args.processes]
         load = os.getloadavg()[0]
         out = subprocess.run(cmd, capture_output=True, text=True, check=False)
         found = [ln for ln in out.stdout.splitlines() if ln.startswith("SCALE-ROW ")]

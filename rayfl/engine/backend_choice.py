@@ -2,10 +2,12 @@
 
 Ray costs a run its start (about 3.5 s more than the in-process backend on the 2-core benchmark machine, and a
 1.9 GB process tree instead of 0.7 GB) and repays it with faster rounds: its two client hosts train in parallel
-(154 vs 106 client updates/s). ``python benchmarks/scale.py --n 100 --k 10 --mode train --backend ray local`` put the
-cross-over at 963-1,150 client updates of the benchmark's size (one local epoch of 64 samples on the small CNN), so
-a run takes Ray when it trains at least ``CROSSOVER_UPDATES`` client-epochs (rounds x clients per round x local
-epochs, over its phases), and the in-process backend below that. Whatever the size, it takes Ray when the config asks
+(154 vs 106 client updates/s; measured before the in-process backend ran its hosts' calls on worker processes,
+``backend.processes``, issue 41: to be measured again against that).
+``python benchmarks/scale.py --n 100 --k 10 --mode train --backend ray local`` put the cross-over at 963-1,150
+client updates of the benchmark's size (one local epoch of 64 samples on the small CNN), so a run takes Ray when
+it trains at least ``CROSSOVER_UPDATES`` client-epochs (rounds x clients per round x local epochs, over its phases),
+and the in-process backend below that. Whatever the size, it takes Ray when the config asks
 for what only Ray gives: a cluster (``backend.address``, so more than one node), GPUs reserved per host
 (``backend.gpus_per_host``) or hosts kept warm for the next run (``backend.keep_warm``).
 

@@ -26,6 +26,7 @@ import torch
 from rayfl.core.messages import ServerState
 from rayfl.data.federated import FederatedDataset, LazyRows
 from rayfl.engine.exec.backend import EvalResult
+from rayfl.engine.exec.workers import WorkerLostError
 from rayfl.engine.guard import NonFiniteError, all_finite
 from rayfl.engine.parts import RunParts
 from rayfl.engine.persist.checkpoint import CLIENT_BATCH
@@ -152,7 +153,7 @@ def _run(
         except NonFiniteError:
             status = "stopped: non-finite model"
             raise
-        except ActorFailureError as err:  # Ray actors or a node lost for good (engine/ray/recovery.py)
+        except (ActorFailureError, WorkerLostError) as err:  # Ray actors, a node or an in-process worker lost for good
             status = f"error: {type(err).__name__}"
             err.resume_hint(_resume_hint(run))
             raise

@@ -1,7 +1,8 @@
 """Execution backends: where client hosts and parameter-server shards live.
 
 ``Backend`` is the engine's only view of execution. Two implementations give the same numbers for the same seed:
-``LocalBackend`` (this module) runs hosts and shards as plain objects in this process, for tests and debugging;
+``LocalBackend`` (this module) runs hosts and shards as plain objects in this process (the hosts' calls in
+parallel on forked worker processes with ``backend.processes``, ``engine/exec/workers.py``);
 ``RayBackend`` (``engine/ray/backend.py``) runs them as Ray actors. Both group a round's clients into the same host
 calls (``engine/exec/dispatch.py``: batches pulled by free hosts, or one share per host), use the same shard plan and
 reduce the calls' partial sums in the same canonical order, and both evaluate on fixed-size test batches combined in
@@ -11,7 +12,10 @@ batch order.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
+import multiprocessing as mp
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, cast
@@ -20,7 +24,7 @@ import numpy as np
 import torch
 
 from rayfl.config.model import ModelConfig
-from rayfl.config.sections import BackendConfig, CompressionConfig
+from rayfl.config.sections import BackendConfig, CompressionConfig, host_gpu_shares
 from rayfl.core.messages import Aggregate, ClientOutcome, Params, TrainTask
 from rayfl.core.partials import ArrayPartial, Reduced
 from rayfl.data.federated import FederatedDataset
@@ -28,6 +32,7 @@ from rayfl.engine.exec.client_state import ClientMemory, ClientStateStore, KeptU
 from rayfl.engine.exec.dispatch import call_plan, host_kinds, tasks_by_host
 from rayfl.engine.exec.host import ClientHost, EvalStats, NumpyParams
 from rayfl.engine.exec.param_server import ParamServerShard, plan_shards
+from rayfl.engine.exec.workers import HostCall, HostWorkers, usable_cores
 from rayfl.fl.api.algorithm import Algorithm
 
 __all__ = [
@@ -41,7 +46,10 @@ __all__ = [
     "tasks_by_host",
     "to_numpy",
     "uploads_by_host",
+    "worker_count",
 ]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -146,6 +154,32 @@ def uploads_by_host(handles: Sequence[tuple[int, object]], num_hosts: int) -> li
     return [[h for _, h in handles[bounds[k] : bounds[k + 1]]] for k in range(num_hosts)]
 
 
+def worker_count(backend_cfg: BackendConfig, cuda_available: bool | None = None) -> tuple[int, str]:
+    """How many worker processes the in-process backend runs its hosts' calls on (``backend.processes``; 1: in the
+    driver) and, when that is fewer than asked, why (``""`` otherwise). ``auto`` is one per host, at most one per core
+    this process may use; never more than one per host. Hosts that train on CUDA, a driver whose CUDA is initialised
+    and ``torch_threads`` > 1 keep every call in the driver: a forked process can use neither CUDA nor OpenMP
+    threads (``engine/exec/workers.py``)."""
+    setting = backend_cfg.processes
+    asked = min(backend_cfg.num_hosts, usable_cores()) if setting == "auto" else max(1, setting)
+    count = min(asked, backend_cfg.num_hosts)
+    if count <= 1:
+        return 1, ""
+    if cuda_available is None:
+        cuda_available = torch.cuda.is_available()
+    shares = host_gpu_shares(backend_cfg)
+    cuda = backend_cfg.device == "cuda" or (backend_cfg.device == "auto" and cuda_available and max(shares) > 0)
+    if cuda:
+        return 1, "the hosts train on CUDA, which a forked worker process cannot use"
+    if torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+        return 1, "CUDA is initialised in this process, which makes forking worker processes unsafe"
+    if backend_cfg.torch_threads > 1:
+        return 1, f"backend.torch_threads is {backend_cfg.torch_threads}: a forked worker can run one thread only"
+    if not sys.platform.startswith("linux") or "fork" not in mp.get_all_start_methods():
+        return 1, "worker processes are forked on Linux only (macOS's system libraries are not safe to fork)"
+    return count, ""
+
+
 def assemble_aggregate(results: Sequence[Reduced], outcomes: Sequence[ClientOutcome]) -> Aggregate:
     """The shards' reductions as one aggregate (arrays copied: object-store arrays arrive read-only)."""
     params: Params = {}
@@ -160,7 +194,9 @@ def assemble_aggregate(results: Sequence[Reduced], outcomes: Sequence[ClientOutc
 
 
 class LocalBackend:
-    """Hosts and shards as in-process objects; the same host calls and reduction order as the Ray backend."""
+    """Hosts and shards as in-process objects; the same host calls and reduction order as the Ray backend. With
+    ``backend.processes`` > 1 the hosts live in forked worker processes (``workers.HostWorkers``) that run a round's
+    calls in parallel; their results are taken in the calls' order, so the numbers do not change."""
 
     def __init__(
         self,
@@ -179,10 +215,18 @@ class LocalBackend:
         self.num_shards = backend_cfg.num_shards
         self.eval_batch_size = eval_batch_size
         self.shard_of = plan_shards(shapes, self.num_shards)
-        self.hosts = [
-            ClientHost(h, dataset, model_cfg, algorithm, backend_cfg, init_seed, compression)
-            for h in range(self.num_hosts)
-        ]
+
+        def build(h: int) -> ClientHost:
+            return ClientHost(h, dataset, model_cfg, algorithm, backend_cfg, init_seed, compression)
+
+        count, why = worker_count(backend_cfg)
+        if why:
+            log.info("backend.processes: the hosts' calls run in this process: %s", why)
+        # the hosts: in this process, or in ``count`` worker processes (``hosts`` is then empty)
+        self.workers = HostWorkers(count, self.num_hosts, build) if count > 1 else None
+        self.hosts = [build(h) for h in range(self.num_hosts)] if self.workers is None else []
+        if self.workers is not None:
+            log.info("in-process backend: %d hosts on %d worker processes", self.num_hosts, count)
         self.shards = [
             ParamServerShard(s, [n for n, k in self.shard_of.items() if k == s]) for s in range(self.num_shards)
         ]
@@ -192,16 +236,33 @@ class LocalBackend:
         self.dispatch, self.clients_per_call = backend_cfg.dispatch, backend_cfg.clients_per_call
         self.kinds = host_kinds(backend_cfg)  # a mixed pool's GPU and CPU hosts, or None
 
-    def _calls(self, tasks: Sequence[TrainTask]) -> list[tuple[ClientHost, list[TrainTask]]]:
-        """The round's host calls in reduction order (``dispatch.call_plan``), each with the host that makes it:
-        pulled batches go round the hosts that may take them (in one process nobody is free sooner; which host of a
-        kind trains a batch does not change its numbers), static shares to their own host."""
+    def _calls(self, tasks: Sequence[TrainTask]) -> list[tuple[int, list[TrainTask]]]:
+        """The round's host calls in reduction order (``dispatch.call_plan``), each with the id of the host that makes
+        it: pulled batches go round the hosts that may take them (which host of a kind trains a batch does not change
+        its numbers), static shares to their own host."""
         plan = call_plan(tasks, self.sizes, self.num_hosts, self.dispatch, self.clients_per_call, self.kinds)
-        return [(self.hosts[c.hosts[i % len(c.hosts)]], c.tasks) for i, c in enumerate(plan) if c.tasks]
+        return [(self._host_for(i, c.hosts), c.tasks) for i, c in enumerate(plan) if c.tasks]
+
+    def _host_for(self, i: int, hosts: Sequence[int]) -> int:
+        """The host of call ``i`` among ``hosts``, those that may make it: round the hosts; on worker processes round
+        the workers first, then the hosts each holds, so that a worker with more hosts than another is not given
+        more calls (with one host per worker the two are the same)."""
+        if self.workers is None or len(hosts) == 1:
+            return hosts[i % len(hosts)]
+        count = self.workers.count
+        mine = [h for h in hosts if self.workers.worker_of(h) == i % count]
+        return mine[(i // count) % len(mine)] if mine else hosts[i % len(hosts)]
+
+    def _run(self, calls: Sequence[HostCall], doing: str) -> list[object]:
+        """The results of host calls ``(host id, method, arguments)``, in their order: one after another here, or in
+        parallel on the worker processes."""
+        if self.workers is not None:
+            return self.workers.call(calls, doing)
+        return [getattr(self.hosts[h], method)(*args) for h, method, args in calls]
 
     def clients_per_host(self) -> list[int]:
         """How many clients each host has trained in this run, as the hosts count them."""
-        return [host.trained() for host in self.hosts]
+        return cast(list[int], self._run([(h, "trained", ()) for h in range(self.num_hosts)], "counting clients"))
 
     def _plan(self, params: Params) -> NumpyParams:
         """``params`` as numpy arrays, with the tensors re-dealt to the shards when the global tensors changed (a
@@ -221,13 +282,17 @@ class LocalBackend:
         outcomes: list[ClientOutcome] = []
         keep = keeps_state(self.algorithm, tasks)
         first = to_numpy(initial) if initial is not None and pads(tasks) else None
-        outs: list[tuple[object, ...]] = []
-        for host, host_tasks in self._calls(tasks):
-            held = self.memories.handles_for(host_tasks) if keep else []
-            out = host.run_round(
-                host_tasks, arrays, self.shard_of, self.num_shards, first, *cast(list[ClientMemory | None], held)
-            )
-            outs.append(out)
+        calls = self._calls(tasks)  # a client is in one call of a round: every call's memories can be read first
+        held = [cast(list[ClientMemory | None], self.memories.handles_for(t) if keep else []) for _, t in calls]
+        ran = self._run(
+            [
+                (h, "run_round", (t, arrays, self.shard_of, self.num_shards, first, *m))
+                for (h, t), m in zip(calls, held, strict=True)
+            ],
+            "training clients",
+        )
+        outs = cast(list[tuple[object, ...]], ran)
+        for (_, host_tasks), out in zip(calls, outs, strict=True):
             outcomes.extend(cast(list[ClientOutcome], out[self.num_shards]))
             if keep:
                 self.memories.update(host_tasks, out[self.num_shards + 1 :])
@@ -243,9 +308,13 @@ class LocalBackend:
         first = to_numpy(initial) if initial is not None and pads(tasks) else None
         uploads: dict[int, KeptUpload] = {}
         outcomes: list[ClientOutcome] = []
-        for host, host_tasks in self._calls(tasks):
-            held = self.memories.handles_for(host_tasks) if keep else []
-            out = host.run_clients(host_tasks, arrays, first, *cast(list[ClientMemory | None], held))
+        calls = self._calls(tasks)
+        held = [cast(list[ClientMemory | None], self.memories.handles_for(t) if keep else []) for _, t in calls]
+        ran = self._run(
+            [(h, "run_clients", (t, arrays, first, *m)) for (h, t), m in zip(calls, held, strict=True)],
+            "training clients",
+        )
+        for (_, host_tasks), out in zip(calls, cast(list[tuple[object, ...]], ran), strict=True):
             got, done = cast(tuple[dict[int, KeptUpload], list[ClientOutcome]], out[0])
             uploads.update(got)
             outcomes.extend(done)
@@ -260,11 +329,13 @@ class LocalBackend:
         ``engine/exec/client_state.py``), elements no upload covers keeping ``params``' values; ``num_clients``
         counts the uploads."""
         arrays = self._plan(params)
-        outs = [
-            host.reduce_uploads(arrays, self.shard_of, self.num_shards, *cast(list[ClientMemory | None], held))
-            for host, held in zip(self.hosts, uploads_by_host(self.memories.handles(), self.num_hosts), strict=True)
+        dealt = uploads_by_host(self.memories.handles(), self.num_hosts)
+        calls: list[HostCall] = [
+            (h, "reduce_uploads", (arrays, self.shard_of, self.num_shards, *held))
+            for h, held in enumerate(dealt)
             if held
         ]
+        outs = cast(list[Sequence[object]], self._run(calls, "reducing kept uploads"))
         count = sum(cast(int, out[self.num_shards]) for out in outs)
         return dataclasses.replace(assemble_aggregate(self._reduce(arrays, outs), []), num_clients=count)
 
@@ -282,11 +353,10 @@ class LocalBackend:
     ) -> EvalResult:
         arrays = to_numpy(params)
         batches = eval_batches(len(self.dataset.y_test), self.eval_batch_size, self.num_hosts)
-        stats = [
-            h.evaluate(arrays, b, self.eval_batch_size, units, model_config)
-            for h, b in zip(self.hosts, batches, strict=True)
-            if b
+        calls: list[HostCall] = [
+            (h, "evaluate", (arrays, b, self.eval_batch_size, units, model_config)) for h, b in enumerate(batches) if b
         ]
+        stats = cast(list[EvalStats], self._run(calls, "evaluating"))
         torch.set_num_threads(self._threads)
         return combine_eval(stats)
 
@@ -308,4 +378,7 @@ class LocalBackend:
         return 0
 
     def close(self) -> None:
+        """Stop the worker processes, if any (also after an error or Ctrl-C: none is left behind)."""
+        if self.workers is not None:
+            self.workers.close()
         torch.set_num_threads(self._threads)

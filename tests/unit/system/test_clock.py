@@ -127,7 +127,8 @@ def test_simulated_time_does_not_depend_on_the_host(monkeypatch: pytest.MonkeyPa
         bandwidth_down=ResourceConfig(source="uniform", low=0.01, high=0.1),
         compute=ResourceConfig(source="uniform", low=0.001, high=0.01),
     )
-    cfg = dataclasses.replace(tiny_config(kind="local"), system=system, rounds=4)
+    # the hosts in this process (backend.processes=1): the slowed training's calls are counted here
+    cfg = dataclasses.replace(tiny_config(kind="local", processes=1), system=system, rounds=4)
     fast = run_experiment(cfg, write=False, dataset=tiny_image_dataset())
     calls = _slow(monkeypatch)
     slow = run_experiment(cfg, write=False, dataset=tiny_image_dataset())
