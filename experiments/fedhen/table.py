@@ -34,6 +34,8 @@ import yaml
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from rayfl.report.decide import verdict
+
 LAST = 5
 METHODS = ("fedhen", "noside", "decouple")  # the paper's order
 VIEWS = {"global": "Global models (active devices)", "all": "All-device models (the paper's reported quantity)"}
@@ -142,14 +144,6 @@ def _ordering(setting: str, by_method: dict[str, list[dict[str, object]]], view:
 DECIDE_LAST = 3  # the project's rule: each run's figure is the mean of its last three evaluations
 PAIRS = (("fedhen", "noside"), ("fedhen", "decouple"), ("noside", "decouple"))  # the paper's orderings, A >= B
 CHANCE = 0.10
-
-
-def verdict(a: list[float], b: list[float]) -> tuple[str, float, float]:
-    """("holds" | "reversed" | "undecided", gap of the means, the bar): A >= B holds when mean(A) - mean(B) exceeds
-    twice the larger of the two seed ranges (max - min), is reversed when mean(B) - mean(A) does, else undecided."""
-    gap = _mean(a) - _mean(b)
-    bar = 2 * max(max(a) - min(a), max(b) - min(b))
-    return ("holds" if gap > bar else "reversed" if -gap > bar else "undecided"), gap, bar
 
 
 def _figures(group: list[dict[str, object]], seeds: list[int], method: str, view: str, model: str) -> list[float]:

@@ -41,6 +41,7 @@ from rayfl.fl.methods.fedslim.config import FedSlimConfig
 from rayfl.fl.methods.fjord.config import FjORDConfig
 from rayfl.fl.methods.fjord004.config import FjORD004Config
 from rayfl.fl.methods.heterofl.config import HeteroFLConfig
+from rayfl.report.decide import tail_mean, verdict
 
 HERE = Path(__file__).parent
 CAPACITIES = (0.25, 0.5, 0.75, 1.0)
@@ -99,6 +100,9 @@ def summarise(result: Any, wall_s: float) -> dict[str, Any]:
         "mb_up": sum(r.bytes_up for r in result.records) / 1e6,
         "uploads_lost": sum(r.clients_failed for r in result.records),
         "wall_s": wall_s,
+        "updates": sum(r.clients_run for r in result.records),
+        "train_gmacs": sum(r.train_macs for r in result.records) / 1e9,
+        "sim_s": max((r.sim_time_s for r in result.records), default=0.0),
     }
 
 
@@ -128,11 +132,13 @@ def table(
     rounds: int,
     command: str,
     ers: tuple[float, ...] = ERROR_RATES,
+    setting: str = "cpu.yaml",
+    decide: bool = False,
 ) -> str:
     shown, whole = complete_seeds(runs, labels, seeds, ers)
     partial = [s for s in seeds if s not in whole]
     lines = [
-        f"# FedResCuE vs baselines under unstable links ({rounds} rounds, `{HERE.name}/cpu.yaml`, "
+        f"# FedResCuE vs baselines under unstable links ({rounds} rounds, `{HERE.name}/{setting}`, "
         f"seeds {', '.join(map(str, whole))})",
         "",
         "Produced by (the runs' figures are in the `--runs` file; `--table-only` rewrites this file from it without",
@@ -233,7 +239,65 @@ def table(
             f"Seed {s} is left out, incomplete: {len(have)} of {len(shown) * len(ers)} runs "
             f"({', '.join(k.rsplit('/', 1)[0] for k in have) or 'none'}).",
         ]
+    if decide:
+        lines += decided(runs, shown, whole, ers)
     return "\n".join(lines) + "\n"
+
+
+def figure(run: dict[str, Any]) -> float:
+    """A run's figure for the decision rule: the mean over the widths of each width's last three evaluations."""
+    return float(np.mean([tail_mean([a for _, a in run["curves"][w]]) for w in WIDTHS]))
+
+
+def decided(runs: dict[str, Any], shown: list[str], whole: list[int], ers: tuple[float, ...]) -> list[str]:
+    """Paper 004's orderings by the project's rule (``rayfl.report.decide``) over the complete seeds: FedResCuE's
+    figure above each baseline's at every error rate, and its change from the first error rate to the last above
+    theirs (it degrades least); with each method's client updates, training MACs and simulated hours."""
+
+    def figures(label: str, er: float) -> list[float]:
+        return [figure(runs[run_key(label, er, s)]) for s in whole]
+
+    def mean_of(label: str, key: str) -> float:
+        return float(np.mean([runs[run_key(label, er, s)].get(key, np.nan) for er in ers for s in whole]))
+
+    if len(whole) < 3 or "FedResCuE" not in shown:
+        return ["", f"Nothing decided: fewer than three complete seeds ({whole}), or no FedResCuE run."]
+    best = max((lb for lb in shown if lb != "FedResCuE"), key=lambda lb: float(np.mean(figures(lb, ers[0]))))
+    lines = [
+        "",
+        f"## Decided (seeds {' / '.join(map(str, whole))}; figure: mean over the widths of the last three "
+        "evaluations; holds / reversed only when the gap of the 3-seed means exceeds twice the larger seed range)",
+        "",
+        f"Calibration: strongest baseline at er {ers[0]:g} {best} {np.mean(figures(best, ers[0])):.3f} against chance "
+        f"0.10: **{100 * (np.mean(figures(best, ers[0])) - 0.10):+.1f} points**; runs took "
+        f"{min(r['wall_s'] for k, r in runs.items() if k.split('/')[0] in shown) / 60:.1f}-"
+        f"{max(r['wall_s'] for k, r in runs.items() if k.split('/')[0] in shown) / 60:.1f} min.",
+        "",
+        "| method | " + " | ".join(f"er {er:g}: per seed, mean" for er in ers) + " | client updates | train GMACs "
+        "(the client's own sub-model, one pass a sample) | simulated s |",
+        "|---|" + "---|" * (len(ers) + 3),
+    ]
+    for label in shown:
+        cells = [
+            f"{' / '.join(f'{v:.3f}' for v in figures(label, er))}, **{np.mean(figures(label, er)):.3f}**" for er in ers
+        ]
+        lines.append(
+            f"| {label} | {' | '.join(cells)} | {mean_of(label, 'updates'):.0f} | "
+            f"{mean_of(label, 'train_gmacs'):.2f} | {mean_of(label, 'sim_s'):.2f} |"
+        )
+    lines += ["", "| ordering | gap of means | 2 x larger range | verdict |", "|---|---:|---:|---|"]
+    for other in (lb for lb in shown if lb != "FedResCuE"):
+        for er in ers:
+            word, gap, bar = verdict(figures("FedResCuE", er), figures(other, er))
+            lines.append(f"| FedResCuE above {other} at er {er:g} | {gap:+.3f} | {bar:.3f} | **{word}** |")
+        ours = [b - a for a, b in zip(figures("FedResCuE", ers[0]), figures("FedResCuE", ers[-1]), strict=True)]
+        theirs = [b - a for a, b in zip(figures(other, ers[0]), figures(other, ers[-1]), strict=True)]
+        word, gap, bar = verdict(ours, theirs)
+        lines.append(
+            f"| FedResCuE degrades less than {other} from er {ers[0]:g} to {ers[-1]:g} (changes "
+            f"{np.mean(ours):+.3f} vs {np.mean(theirs):+.3f}) | {gap:+.3f} | {bar:.3f} | **{word}** |"
+        )
+    return lines
 
 
 def sweep_table(
@@ -382,7 +446,11 @@ def run_all(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--config", default="cpu.yaml", help="the setting: a YAML of experiments/fedrescue/ or a path")
     parser.add_argument("--rounds", type=int, default=0, help="override the YAML's rounds")
+    parser.add_argument(
+        "--decide", action="store_true", help="add FedResCuE's orderings decided over the complete seeds (3 or more)"
+    )
     parser.add_argument("--seeds", type=int, nargs="+", default=[], help="default 0; --table-only: all in --runs")
     parser.add_argument("--table-only", action="store_true", help="run nothing; tabulate and plot from --runs")
     parser.add_argument("--methods", nargs="+", default=[], help="labels to run and show (default: all six)")
@@ -405,7 +473,8 @@ def main() -> None:
         "--paper-optimizer", action="store_true", help="paper 004's SGD for every method: lr 0.1, Nesterov, wd 1e-4"
     )
     args = parser.parse_args()
-    base = dataclasses.replace(load_config(HERE / "cpu.yaml"), eval_widths=CAPACITIES)
+    config = HERE / args.config if (HERE / args.config).is_file() else Path(args.config)
+    base = dataclasses.replace(load_config(config), eval_widths=CAPACITIES)
     if args.rounds:
         base = dataclasses.replace(base, rounds=args.rounds)
     if args.eval_every:
@@ -442,7 +511,7 @@ def main() -> None:
     if args.s_sweep:
         text = sweep_table(done, args.methods, args.s_sweep, catalogue, seeds, ers, base.rounds, command)
     else:
-        text = table(done, labels, seeds, base.rounds, command, ers)
+        text = table(done, labels, seeds, base.rounds, command, ers, config.name, args.decide)
     Path(args.out).write_text(text)
     print(f"wrote {args.out}")
     if args.curves:

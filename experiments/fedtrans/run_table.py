@@ -104,15 +104,17 @@ def quiet_logging() -> None:
     logging.getLogger("rayfl.engine").setLevel(logging.WARNING)
 
 
-def heterofl_overrides(largest: list[str]) -> list[str]:
+def heterofl_overrides(largest: list[str], clip: float | None = None) -> list[str]:
     """HeteroFL as the table runs it: on FedTrans's largest model (``largest``, its transformation log; App. A.1),
-    with HeteroFL's scaler, evaluated at each of its rates as well."""
-    return [
+    with HeteroFL's scaler, evaluated at each of its rates as well; ``clip`` replaces its authors' gradient clipping
+    (``algorithm.grad_clip_norm``, 1 by default; 0: none, the other methods' default)."""
+    overrides = [
         "algorithm.name=heterofl",
         "model.scaler=true",
         f"model.transforms={json.dumps(largest)}",
         f"eval_widths={json.dumps(sorted(HETEROFL_RATES))}",
     ]
+    return overrides if clip is None else [*overrides, f"algorithm.grad_clip_norm={clip}"]
 
 
 def run_plans(config: Path, plans: dict[str, list[str]], out: Path, seed: int, records: Path) -> dict[str, Path]:
@@ -144,15 +146,16 @@ def run_seed(
     root: Path,
     methods: tuple[str, ...] = METHODS,
     extra: tuple[str, ...] = (),
+    heterofl_clip: float | None = None,
 ) -> dict[str, Path]:
     """Every method of ``methods`` on one seed (FedTrans always: the baselines take its largest model), each with the
-    overrides ``extra`` (``--set``) as well."""
+    overrides ``extra`` (``--set``) as well, HeteroFL with ``heterofl_clip`` (``heterofl_overrides``)."""
     out = root / f"seed{seed}"
     common = [f"seed={seed}", f"rounds={rounds}", *extra]
     dirs = {"fedtrans": _run(config, [*common, "name=fedtrans"], out)}
     family = json.loads((dirs["fedtrans"] / "summary.json").read_text())["fedtrans"]["models"]
     if "heterofl" in methods:
-        dirs["heterofl"] = _run(config, [*common, "name=heterofl", *heterofl_overrides(family[-1])], out)
+        dirs["heterofl"] = _run(config, [*common, "name=heterofl", *heterofl_overrides(family[-1], heterofl_clip)], out)
 
     def splitmix(cfg: ExperimentConfig) -> ExperimentConfig:
         base = dataclasses.replace(cfg.model, transforms=tuple(family[-1]))
@@ -276,11 +279,18 @@ def main() -> None:
     parser.add_argument("--from-records", type=Path, default=None, help="tables from copied records; runs nothing")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="an override for every run")
     parser.add_argument("--tag", default=None, help="the output names' suffix (default: the config's stem)")
+    parser.add_argument(
+        "--heterofl-clip",
+        type=float,
+        default=None,
+        help="HeteroFL's algorithm.grad_clip_norm (default: its authors' 1; 0: no clipping, as the other methods)",
+    )
     args = parser.parse_args()
     quiet_logging()
     config = resolve_config(args.config)
     tag = f"_{args.tag}" if args.tag else "" if config.stem == "cpu" else f"_{config.stem}"
     sets = "".join(f" --set {o}" for o in args.set) + (f" --tag {args.tag}" if args.tag else "")
+    sets += "" if args.heterofl_clip is None else f" --heterofl-clip {args.heterofl_clip:g}"
     runs_root = args.runs or Path("runs/fedtrans" + tag.replace("_", "-"))
     if args.from_records is not None:
         seeds = from_records(args.from_records)
@@ -289,7 +299,9 @@ def main() -> None:
     else:
         seeds = {}
         for seed in args.seeds:
-            seeds[seed] = run_seed(config, seed, args.rounds, runs_root, tuple(args.methods), tuple(args.set))
+            seeds[seed] = run_seed(
+                config, seed, args.rounds, runs_root, tuple(args.methods), tuple(args.set), args.heterofl_clip
+            )
             if args.records is not None:
                 copy_records({seed: seeds[seed]}, args.records)
     ablations = " --ablations" if args.ablations else ""

@@ -29,6 +29,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from rayfl.report import decide
+
 HERE = Path(__file__).resolve().parent
 SEEDS = (0, 1, 2)
 METHODS = [
@@ -175,16 +177,10 @@ def fmt(value: float, digits: int = 1) -> str:
 
 
 def verdict(a: list[float], b: list[float]) -> tuple[str, float, float]:
-    mean_a, range_a = stats(a)
-    mean_b, range_b = stats(b)
-    if math.isnan(mean_a) or math.isnan(mean_b):
+    """The project's rule (``rayfl.report.decide.verdict``) once both methods have every seed, else "not run"."""
+    if math.isnan(stats(a)[0]) or math.isnan(stats(b)[0]):
         return "not run", math.nan, math.nan
-    gap, bar = mean_a - mean_b, 2 * max(range_a, range_b)
-    if gap > bar:
-        return "holds", gap, bar
-    if -gap > bar:
-        return "reversed", gap, bar
-    return "undecided", gap, bar
+    return decide.verdict(a, b)
 
 
 def wall_minutes(setting: int) -> dict[str, float]:
