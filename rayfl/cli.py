@@ -589,10 +589,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO if ns.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
-    from rayfl.core.errors import ConfigError
-    from rayfl.engine.exec.workers import WorkerLostError
+    from rayfl.core.errors import ConfigError, RunLostError
     from rayfl.engine.persist.write_errors import RunWriteError
-    from rayfl.engine.ray.recovery import ActorFailureError
     from rayfl.traces.format import TraceError
 
     try:
@@ -601,8 +599,8 @@ def main(argv: list[str] | None = None) -> int:
         # errors a user can cause (config, data, caches, traces, cluster address): one line, no traceback
         print(f"rayfl: error: {' '.join(str(err).split())}", file=sys.stderr)
         return 2
-    except (ActorFailureError, WorkerLostError) as err:  # Ray actors kept dying (engine/ray/recovery.py), or an
-        # in-process worker died (engine/exec/workers.py): one line, no traceback
+    except RunLostError as err:  # Ray actors kept dying (engine/ray/recovery.py), or an in-process worker died
+        # (engine/exec/workers.py): one line, no traceback
         print(f"rayfl: error: {' '.join(str(err).split())}", file=sys.stderr)
         return EXIT_ACTORS_FAILED
     except RunWriteError as err:  # a full disk or a read-only directory (engine/persist/write_errors.py): one line

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["ConfigError", "KeyPath", "Problem"]
+__all__ = ["ConfigError", "KeyPath", "Problem", "RunLostError"]
 
 # A key path inside the raw tree: mapping keys are strings, list positions are ints.
 KeyPath = tuple[str | int, ...]
@@ -46,3 +46,21 @@ class ConfigError(ValueError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.reason, self.key_path, self.file, self.line, self.override))
+
+
+class RunLostError(RuntimeError):
+    """A run gave up on what trains its clients (dead Ray actors or a node: ``engine/ray/recovery.py``; a dead
+    in-process worker: ``engine/exec/workers.py``). Its message is one line, for the CLI; the driver of a written run
+    adds where to resume from (``resume_hint``)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = ""
+
+    def resume_hint(self, hint: str) -> None:
+        """Add ``hint`` (how to resume the run) to the message."""
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return f"{self.message}{self.hint}"

@@ -23,10 +23,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from rayfl.core.errors import RunLostError
 from rayfl.core.messages import ServerState
 from rayfl.data.federated import FederatedDataset, LazyRows
 from rayfl.engine.exec.backend import EvalResult
-from rayfl.engine.exec.workers import WorkerLostError
 from rayfl.engine.guard import NonFiniteError, all_finite
 from rayfl.engine.parts import RunParts
 from rayfl.engine.persist.checkpoint import CLIENT_BATCH
@@ -37,7 +37,6 @@ from rayfl.engine.persist.tracking import open_trackers
 from rayfl.engine.persist.write_errors import RunWriteError
 from rayfl.engine.phases import PhaseSchedule
 from rayfl.engine.policies import build_policy
-from rayfl.engine.ray.recovery import ActorFailureError
 from rayfl.engine.round_record import RoundEvaluation
 from rayfl.engine.startup import StartPlan, plan_start, start_run
 from rayfl.engine.steps import write_round
@@ -153,7 +152,7 @@ def _run(
         except NonFiniteError:
             status = "stopped: non-finite model"
             raise
-        except (ActorFailureError, WorkerLostError) as err:  # Ray actors, a node or an in-process worker lost for good
+        except RunLostError as err:  # Ray actors, a node or an in-process worker lost for good
             status = f"error: {type(err).__name__}"
             err.resume_hint(_resume_hint(run))
             raise

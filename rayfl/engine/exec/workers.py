@@ -32,6 +32,8 @@ from collections.abc import Callable, Sequence
 from multiprocessing.process import BaseProcess
 from typing import Any
 
+from rayfl.core.errors import RunLostError
+
 __all__ = ["HostCall", "HostWorkers", "WorkerLostError", "usable_cores"]
 
 HostCall = tuple[int, str, tuple[Any, ...]]  # (host id, ClientHost method, its arguments)
@@ -40,21 +42,9 @@ _POLL_S = 0.5  # how often a waiting driver looks whether a worker is still aliv
 _CLOSE_S = 10.0  # how long close() waits for an idle worker to leave before it terminates it
 
 
-class WorkerLostError(RuntimeError):
-    """A worker process of the in-process backend died (its calls' results are lost). Its message is one line, for
-    the CLI; the driver of a written run adds where to resume from (``resume_hint``, as for lost Ray actors)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
-        self.hint = ""
-
-    def resume_hint(self, hint: str) -> None:
-        """Add ``hint`` (how to resume the run) to the message."""
-        self.hint = hint
-
-    def __str__(self) -> str:
-        return f"{self.message}{self.hint}"
+class WorkerLostError(RunLostError):
+    """A worker process of the in-process backend died (its calls' results are lost); one line, with the driver's
+    resume hint (``RunLostError``)."""
 
 
 def usable_cores() -> int:

@@ -68,6 +68,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from rayfl.core.errors import RunLostError
 from rayfl.engine.ray.watchdog import Killed, Pace, Watchdog
 
 __all__ = [
@@ -88,22 +89,9 @@ K = TypeVar("K", bound=Hashable)
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-class ActorFailureError(RuntimeError):
+class ActorFailureError(RunLostError):
     """The run gave up on dead Ray actors: more failures in one round than allowed, or a replacement that did not
-    come. Its message is one line, for the CLI; the driver of a written run adds where to resume from
-    (``resume_hint``)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
-        self.hint = ""
-
-    def resume_hint(self, hint: str) -> None:
-        """Add ``hint`` (how to resume the run) to the message."""
-        self.hint = hint
-
-    def __str__(self) -> str:
-        return f"{self.message}{self.hint}"
+    come (one line, with the driver's resume hint: ``RunLostError``)."""
 
 
 class StateLostError(ActorFailureError):
