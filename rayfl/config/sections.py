@@ -48,6 +48,10 @@ class DataConfig:
     # that ``partition`` (any but natural) splits into ``num_clients`` clients; ``kwargs`` are passed to it
     factory: str = ""
     kwargs: dict[str, Any] = field(default_factory=dict)
+    # the data set's own seed (the split into clients, synthetic images and labels, the held-out client test and
+    # validation samples); None = the run's ``seed``. Set it to hold the data fixed while ``seed`` varies the rest of
+    # the run (initial model, sampling, system draws), so that seeds differ in the method's luck, not the data's
+    seed: int | None = bounded(None, ge=0)
     root: str | None = bounded(None, path="dir")  # local copy of the data; None = rayfl's cache directory ('hf': cache)
     download: bool = False  # allow torchvision to download CIFAR-10 (needs internet)
     # how the training samples become clients: 'natural' the source's own users; 'iid' equal random shares;

@@ -66,8 +66,8 @@ def build_setup(cfg: ExperimentConfig, dataset: FederatedDataset | None = None, 
     from rayfl.data import build_federated_dataset, with_validation
 
     if dataset is None:
-        dataset = build_federated_dataset(cfg.data, cfg.seed, cache_dir)
-    dataset = with_validation(dataset, cfg.data, cfg.seed)  # a given data set gets data.val_fraction's split too
+        dataset = build_federated_dataset(cfg.data, cfg.data_seed, cache_dir)
+    dataset = with_validation(dataset, cfg.data, cfg.data_seed)  # a given data set gets data.val_fraction's split too
     if dataset.meta.get("normalize", "dataset") != cfg.data.normalize:
         # the client hosts read it from the data set they are given (``ClientHost._spec_of``)
         dataset = dataclasses.replace(dataset, meta={**dataset.meta, "normalize": cfg.data.normalize})

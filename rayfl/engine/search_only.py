@@ -100,7 +100,7 @@ def run_search_only(
     if dataset is None:
         from rayfl.data import build_federated_dataset
 
-        dataset = build_federated_dataset(cfg.data, cfg.seed, cache_dir)
+        dataset = build_federated_dataset(cfg.data, cfg.data_seed, cache_dir)
     check_clients_per_round(cfg, dataset.num_clients)
     spec = InputSpec.of(dataset.input_kind, dataset.num_classes, dataset.x, dataset.meta)
     params = meta_params(cfg, spec)

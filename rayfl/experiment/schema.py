@@ -97,6 +97,11 @@ class ExperimentConfig:
                 object.__setattr__(self, "model", replace(model, act=act))
 
     @property
+    def data_seed(self) -> int:
+        """The seed the data set is built from: ``data.seed``, or the run's ``seed`` when that is unset."""
+        return self.seed if self.data.seed is None else self.data.seed
+
+    @property
     def algorithm_label(self) -> str:
         """The run's algorithm in summaries and messages: its name, or the phases' names joined by ``+``."""
         return "+".join(p.algorithm.name for p in self.phases) if self.phases else self.algorithm.name

@@ -152,7 +152,7 @@ def prestart(cfg: ExperimentConfig, modules: Sequence[str] = ()) -> Prestarted:
         from rayfl.data import build_federated_dataset
 
         began = time.perf_counter()
-        dataset = build_federated_dataset(cfg.data, cfg.seed)
+        dataset = build_federated_dataset(cfg.data, cfg.data_seed)
         timed["load_s"] = time.perf_counter() - began
         return dataset
 
