@@ -15,10 +15,10 @@ placement group, and the Ray backend, when it finds itself in one, pins its acto
 and wrong inside a sweep (every trial would claim the whole cluster), so a sweep first replaces it by an explicit
 share (``TrialResources.cpus_per_host``, see ``trial_backend``) and the hosts then ask for exactly what their bundles
 hold. Trials on the in-process backend (``backend.kind: local``) and search-only trials run everything in the driver:
-one bundle. ``backend.processes: auto`` (one worker process per core the process may use) is likewise right for one
-run and wrong in a sweep (a trial would fork one per core of its node whatever it reserved), so a local trial runs
-its hosts in its driver (``processes: 1``) unless the sweep names a count, which its driver's bundle then reserves
-(a CPU per worker process).
+one bundle. ``backend.processes`` (worker processes forked from the driver) does not apply in a sweep: a trial's
+driver is a Ray worker process, which must not fork (its Ray connections would be shared with the child: Ray's
+"forking new processes in application code" anti-pattern), so a local trial runs its hosts in its driver
+(``processes: 1``) whatever the experiment asks.
 """
 
 from __future__ import annotations
@@ -55,10 +55,10 @@ class TrialResources:
 
 def trial_backend(backend: BackendConfig, resources: TrialResources) -> BackendConfig:
     """``backend`` with an explicit host CPU share: ``cpus_per_host: 0`` becomes ``resources.cpus_per_host``; an
-    in-process trial's ``processes: auto`` becomes 1 (module docstring)."""
+    in-process trial's ``processes`` becomes 1 (module docstring)."""
     if backend.kind == "ray" and backend.cpus_per_host == 0:
         return dataclasses.replace(backend, cpus_per_host=resources.cpus_per_host)
-    if backend.kind == "local" and backend.processes == "auto":
+    if backend.kind == "local" and backend.processes not in (0, 1):
         return dataclasses.replace(backend, processes=1)
     return backend
 
@@ -77,9 +77,8 @@ def trial_bundles(backend: BackendConfig, *, driver_cpus: float = DEFAULT_DRIVER
     ``trial_backend`` first): a host bundle must say how much it holds.
     """
     bundles = driver_bundles(driver_cpus)
-    if backend.kind == "local":  # its worker processes (``backend.processes``), a CPU each, in the driver's bundle
-        workers = min(backend.processes, backend.num_hosts) if isinstance(backend.processes, int) else 1
-        return driver_bundles(max(driver_cpus, float(workers))) if workers > 1 else bundles
+    if backend.kind == "local":  # everything in the driver (a trial forks no worker processes: module docstring)
+        return bundles
     if backend.cpus_per_host <= 0:
         raise ValueError(
             "backend.cpus_per_host is 0 ('split the cluster's CPUs'), which a trial cannot reserve: give it an "

@@ -159,7 +159,7 @@ def worker_count(backend_cfg: BackendConfig, cuda_available: bool | None = None)
     driver) and, when that is fewer than asked, why (``""`` otherwise). ``auto`` is one per host, at most one per core
     this process may use; never more than one per host. Hosts that train on CUDA, a driver whose CUDA is initialised
     and ``torch_threads`` > 1 keep every call in the driver: a forked process can use neither CUDA nor OpenMP
-    threads (``engine/exec/workers.py``)."""
+    threads (``engine/exec/workers.py``); so does a process connected to Ray."""
     setting = backend_cfg.processes
     asked = min(backend_cfg.num_hosts, usable_cores()) if setting == "auto" else max(1, setting)
     count = min(asked, backend_cfg.num_hosts)
@@ -173,6 +173,9 @@ def worker_count(backend_cfg: BackendConfig, cuda_available: bool | None = None)
         return 1, "the hosts train on CUDA, which a forked worker process cannot use"
     if torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
         return 1, "CUDA is initialised in this process, which makes forking worker processes unsafe"
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        return 1, "Ray is connected in this process, and a forked worker process cannot share its connections"
     if backend_cfg.torch_threads > 1:
         return 1, f"backend.torch_threads is {backend_cfg.torch_threads}: a forked worker can run one thread only"
     if not sys.platform.startswith("linux") or "fork" not in mp.get_all_start_methods():

@@ -15,12 +15,14 @@ one line (``WorkerLostError``) instead of a hang.
 
 Forking is safe only where the child uses neither CUDA nor OpenMP threads (GNU OpenMP's thread pool does not survive
 ``fork``: a child that runs a parallel region after the parent did hangs), so ``worker_count`` keeps the hosts in the
-driver when they train on CUDA, when CUDA is initialised in the driver, or when ``backend.torch_threads`` > 1.
+driver when they train on CUDA, when CUDA is initialised in the driver, or when ``backend.torch_threads`` > 1; nor
+where Ray is connected in the driver (its core worker's threads and connections are not the child's to use).
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import multiprocessing as mp
 import os
 import pickle
@@ -140,6 +142,12 @@ class HostWorkers:
         # a backend dropped without close() (a script, a test) stops its workers when it is collected
         self._finalizer = weakref.finalize(self, _stop, self._procs, self._requests, self._replies, [False])
         driver = os.getpid()
+        # The children must not free what the driver holds: garbage awaiting the collector (a Ray object reference
+        # of an earlier run in a cycle, whose release would talk to the driver's Ray connections from the child) is
+        # collected here, in the driver, and every object left is frozen for the fork, so that no collection in a
+        # child ever visits (or, copy-on-write, copies) the driver's objects (Python's ``gc.freeze`` recipe).
+        gc.collect()
+        gc.freeze()
         try:
             for w in range(count):
                 proc = ctx.Process(
@@ -150,11 +158,13 @@ class HostWorkers:
                 )
                 proc.start()
                 self._procs.append(proc)
+            gc.unfreeze()
             self._busy = True
             errors = [self._reply(w, "building its hosts") for w in range(count)]
             self._busy = False
             self._raise_first(errors)
         except BaseException:
+            gc.unfreeze()
             self.close()
             raise
 

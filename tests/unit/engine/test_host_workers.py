@@ -5,6 +5,7 @@ refused in one line, and no worker process outlives its run (nor an error, nor a
 from __future__ import annotations
 
 import dataclasses
+import gc
 import multiprocessing as mp
 import os
 import re
@@ -13,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,7 +28,7 @@ from rayfl.data.federated import FederatedDataset
 from rayfl.engine.build import build_backend, build_setup
 from rayfl.engine.driver import run_experiment
 from rayfl.engine.exec.backend import LocalBackend, worker_count
-from rayfl.engine.exec.workers import WorkerLostError
+from rayfl.engine.exec.workers import HostWorkers, WorkerLostError
 from rayfl.experiment.loader import load_config
 from rayfl.experiment.schema import ExperimentConfig
 from tests.helpers import tiny_config, tiny_image_dataset, tiny_yaml
@@ -36,6 +38,23 @@ from tests.resume_cases import assert_same_run, case, case_names, keep_checkpoin
 @pytest.fixture(scope="module")
 def data() -> FederatedDataset:
     return tiny_image_dataset()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _ray_disconnected() -> Iterator[None]:
+    """This module's runs fork worker processes, which a process connected to Ray refuses to do (``worker_count``): a
+    Ray that an earlier test of this process started (the session's ``ray_local``) is stopped for the module and
+    started again after it, as ``ray_local`` starts it."""
+    import ray
+
+    was = ray.is_initialized()
+    if was:
+        ray.shutdown()
+    try:
+        yield
+    finally:
+        if was and not ray.is_initialized():
+            ray.init(num_cpus=2, include_dashboard=False, object_store_memory=512 << 20, log_to_driver=False)
 
 
 def _with(cfg: ExperimentConfig, processes: int | str, out: Path, name: str) -> ExperimentConfig:
@@ -175,6 +194,56 @@ def test_the_worker_count() -> None:
     assert worker_count(shared, cuda_available=False) == (2, "")  # no CUDA: the share trains on the CPU
     count, why = worker_count(BackendConfig(num_hosts=2, processes=2, torch_threads=2), cuda_available=False)
     assert count == 1 and "torch_threads" in why
+
+
+def test_a_process_connected_to_ray_forks_no_workers(data: FederatedDataset) -> None:
+    """Ray's own rule (its "forking new processes in application code" anti-pattern): a forked child shares the
+    parent's Ray connections without synchronisation. Connected, the backend keeps the calls in the driver and says
+    why; once Ray is stopped it forks again."""
+    import ray
+
+    asked = BackendConfig(kind="local", num_hosts=2, processes=2)
+    ray.init(num_cpus=1, include_dashboard=False, object_store_memory=128 << 20, log_to_driver=False)
+    try:
+        count, why = worker_count(asked, cuda_available=False)
+        assert count == 1 and "Ray is connected" in why, (count, why)
+        cfg = dataclasses.replace(tiny_config(kind="local", num_hosts=2, processes=2), rounds=1)
+        backend = build_backend(cfg, build_setup(cfg, data))
+        try:
+            assert isinstance(backend, LocalBackend) and backend.workers is None
+        finally:
+            backend.close()
+    finally:
+        ray.shutdown()
+    assert worker_count(asked, cuda_available=False) == (2, "")
+
+
+def test_garbage_the_driver_left_is_freed_in_the_driver_not_in_a_forked_worker(tmp_path: Path) -> None:
+    """An object the driver dropped in a reference cycle (say, a Ray object reference of an earlier run) is collected
+    before the fork, in the driver; a worker that collects its own garbage never frees the driver's objects."""
+    freed = tmp_path / "freed"
+    freed.mkdir()
+
+    class Cycle:
+        def __init__(self) -> None:
+            self.me = self
+
+        def __del__(self) -> None:
+            (freed / str(os.getpid())).touch()
+
+    def build(host: int) -> object:
+        gc.collect()  # a worker's own collection, as training's allocations trigger
+        return object()
+
+    gc.disable()  # the cycle waits for the collector, as garbage does between two of its runs
+    try:
+        Cycle()
+        workers = HostWorkers(2, 2, build)
+        workers.close()
+    finally:
+        gc.enable()
+    gc.collect()
+    assert sorted(p.name for p in freed.iterdir()) == [str(os.getpid())], "freed in a forked worker, not the driver"
 
 
 def _load(tmp_path: Path, processes: str) -> ExperimentConfig:

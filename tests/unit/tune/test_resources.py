@@ -27,13 +27,11 @@ def test_gpu_entries_only_when_hosts_reserve_gpus() -> None:
 
 def test_in_process_and_search_only_trials_reserve_one_bundle() -> None:
     assert trial_bundles(BackendConfig(kind="local", num_hosts=4), driver_cpus=1.0) == [{"CPU": 1.0}]
-    # issue 41: an in-process trial's worker processes reserve a CPU each in the driver's bundle; ``auto`` (one per
-    # core of the node, whatever the trial reserved) becomes 1, the hosts in the driver
-    local = BackendConfig(kind="local", num_hosts=4, processes=3)
-    assert trial_bundles(local, driver_cpus=0.25) == [{"CPU": 3.0}]
-    assert trial_bundles(BackendConfig(kind="local", num_hosts=2, processes=8), driver_cpus=0.25) == [{"CPU": 2.0}]
-    auto = trial_backend(BackendConfig(kind="local", num_hosts=4, processes="auto"), TrialResources())
-    assert auto.processes == 1 and trial_bundles(auto, driver_cpus=0.25) == [{"CPU": 0.25}]
+    # issue 41: a trial's driver is a Ray worker process, which must not fork: an in-process trial's hosts stay in
+    # its driver whatever ``backend.processes`` asks (``auto`` or a count), and it reserves the driver's bundle only
+    for asked in ("auto", 3, 8):
+        local = trial_backend(BackendConfig(kind="local", num_hosts=4, processes=asked), TrialResources())
+        assert local.processes == 1 and trial_bundles(local, driver_cpus=0.25) == [{"CPU": 0.25}], asked
     assert driver_bundles(0.5) == [{"CPU": 0.5}]
     with pytest.raises(ValueError, match="must be > 0"):
         driver_bundles(0.0)
