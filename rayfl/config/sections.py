@@ -311,7 +311,8 @@ class BackendConfig:
     # data; engine/exec/workers.py); 0 or 1 (the default) = every call in the driver, one after another; auto = one
     # per host, at most one per core this process may use. The records are the same bits whatever the count; hosts
     # that train on CUDA or with torch_threads > 1 stay in the driver (a forked process can use neither), as do all
-    # hosts off Linux. Opt-in until a crash seen once under the full test suite with auto as the default is understood
+    # hosts off Linux and in a process connected to Ray (Ray forbids forks there: a Tune trial, a notebook that ran on
+    # Ray). Opt-in until a full test suite passes with auto as the default (docs/performance.md)
     processes: int | Literal["auto"] = bounded(1, ge=0)
     cpus_per_host: float = bounded(0.0, ge=0.0)  # 0 = the cluster's CPUs split evenly over the hosts (at most 1)
     # GPU share Ray reserves per GPU host; a host trains on one GPU (at most one: docs/clusters.md, "GPU hosts")

@@ -24,8 +24,13 @@ FEDRESCUE = (
 )
 TABLES = [
     (["experiments/fedhen/table.py", "experiments/fedhen/runs-iid-3seeds"], "experiments/fedhen/results-iid-3seeds.md"),
+    (
+        ["experiments/fedhen/table.py", "experiments/fedhen/runs-fixeddata-3seeds"],
+        "experiments/fedhen/results-fixeddata-3seeds.md",
+    ),
     (["experiments/issue40/table.py"], "experiments/issue40/table.md"),
     (["experiments/fedtrans/decided.py"], "experiments/fedtrans/decided.md"),
+    (["experiments/fedoras/decided.py"], "experiments/fedoras/decided.md"),
     (FEDRESCUE.split(), "experiments/fedrescue/results_mnist.md"),
 ]
 
