@@ -149,22 +149,23 @@ class HostWorkers:
         gc.collect()
         gc.freeze()
         try:
-            for w in range(count):
-                proc = ctx.Process(
-                    target=_serve,
-                    args=(build, self.hosts_of[w], self._requests[w], self._replies[w], driver),
-                    name=f"rayfl-host-worker-{w}",
-                    daemon=True,  # ended by multiprocessing at the driver's exit, whatever happened before
-                )
-                proc.start()
-                self._procs.append(proc)
-            gc.unfreeze()
+            try:
+                for w in range(count):
+                    proc = ctx.Process(
+                        target=_serve,
+                        args=(build, self.hosts_of[w], self._requests[w], self._replies[w], driver),
+                        name=f"rayfl-host-worker-{w}",
+                        daemon=True,  # ended by multiprocessing at the driver's exit, whatever happened before
+                    )
+                    proc.start()
+                    self._procs.append(proc)
+            finally:
+                gc.unfreeze()
             self._busy = True
             errors = [self._reply(w, "building its hosts") for w in range(count)]
             self._busy = False
             self._raise_first(errors)
         except BaseException:
-            gc.unfreeze()
             self.close()
             raise
 
