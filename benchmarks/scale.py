@@ -81,7 +81,7 @@ def run_point(
     repeat: int = 1,
     reference: bool = False,
     labels: str = "pool",
-    processes: int | str = 1,
+    processes: int | str = "auto",
 ) -> dict[str, Any]:
     """One point, in this process, started the way ``rayfl run`` starts (Ray's start overlapping the driver's
     imports); with ``repeat`` > 1 the same run again in the same process, on the first run's warm actors
@@ -159,7 +159,7 @@ def run_point(
         "k": k,
         "mode": "noop" if noop else "train",
         "backend": (backend if asked == backend else f"{asked}: {backend}")
-        + (f" ({processes} processes)" if backend == "local" and processes != 1 else ""),
+        + (f" (processes {processes})" if backend == "local" and processes != "auto" else ""),
         "worker_processes": processes,
         "backend_reason": choice.reason,
         "hosts": hosts,
@@ -212,7 +212,7 @@ def workload(
     hosts: int,
     keep_warm: bool = False,
     labels: str = "pool",
-    processes: int | str = 1,
+    processes: int | str = "auto",
 ) -> Any:
     """The issue's FedAvg workload as an ``ExperimentConfig``; ``labels``: ``data.synthetic_labels``; ``processes``:
     the in-process backend's worker processes (``backend.processes``)."""
@@ -545,7 +545,9 @@ def main() -> None:
     parser.add_argument("--shrink", type=int, default=1, help="with --issue13: N and K divided by this (a check)")
     parser.add_argument("--out", type=Path, default=None, help="JSON file for the rows (default: print only)")
     parser.add_argument(
-        "--processes", default="1", help="the in-process backend's worker processes (backend.processes: N or auto)"
+        "--processes",
+        default="auto",
+        help="the in-process backend's worker processes (backend.processes: N or auto, the default)",
     )
     parser.add_argument("--point", action="store_true", help=argparse.SUPPRESS)  # internal: one point, JSON out
     args = parser.parse_args()
