@@ -48,7 +48,10 @@ class TrialPlan:
         source = dataclasses.replace(self.base.part(()), override_dir=self.override_dir)
         for text in [*self.overrides, *trial_overrides(point)]:
             source.apply_override(text)
-        cfg = resolve_backend(experiment_config(source))[0]  # backend.kind: auto decided per trial
+        cfg = experiment_config(source)
+        if cfg.backend.processes not in (0, 1):  # a trial forks no worker processes (resources.py): auto decides so
+            cfg = dataclasses.replace(cfg, backend=dataclasses.replace(cfg.backend, processes=1))
+        cfg = resolve_backend(cfg)[0]  # backend.kind: auto decided per trial
         return dataclasses.replace(
             cfg,
             name=name or point_label(point),

@@ -32,7 +32,7 @@ from rayfl.engine.exec.client_state import ClientMemory, ClientStateStore, KeptU
 from rayfl.engine.exec.dispatch import call_plan, host_kinds, tasks_by_host
 from rayfl.engine.exec.host import ClientHost, EvalStats, NumpyParams
 from rayfl.engine.exec.param_server import ParamServerShard, plan_shards
-from rayfl.engine.exec.workers import HostCall, HostWorkers, usable_cores
+from rayfl.engine.exec.workers import HostCall, HostWorkers, planned_workers
 from rayfl.fl.api.algorithm import Algorithm
 
 __all__ = [
@@ -160,9 +160,7 @@ def worker_count(backend_cfg: BackendConfig, cuda_available: bool | None = None)
     this process may use; never more than one per host. Hosts that train on CUDA, a driver whose CUDA is initialised
     and ``torch_threads`` > 1 keep every call in the driver: a forked process can use neither CUDA nor OpenMP
     threads (``engine/exec/workers.py``); so does a process connected to Ray."""
-    setting = backend_cfg.processes
-    asked = min(backend_cfg.num_hosts, usable_cores()) if setting == "auto" else max(1, setting)
-    count = min(asked, backend_cfg.num_hosts)
+    count = planned_workers(backend_cfg.processes, backend_cfg.num_hosts)
     if count <= 1:
         return 1, ""
     if cuda_available is None:

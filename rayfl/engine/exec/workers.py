@@ -36,7 +36,7 @@ from typing import Any
 
 from rayfl.core.errors import RunLostError
 
-__all__ = ["HostCall", "HostWorkers", "WorkerLostError", "usable_cores"]
+__all__ = ["HostCall", "HostWorkers", "WorkerLostError", "planned_workers", "usable_cores"]
 
 HostCall = tuple[int, str, tuple[Any, ...]]  # (host id, ClientHost method, its arguments)
 
@@ -55,6 +55,13 @@ def usable_cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         return os.cpu_count() or 1
+
+
+def planned_workers(processes: int | str, num_hosts: int) -> int:
+    """``backend.processes`` as a count: ``auto`` is one per host, at most one per usable core; a count is capped at
+    the hosts (a host lives in one worker); 0 and 1 are one process (the driver)."""
+    asked = min(num_hosts, usable_cores()) if processes == "auto" else max(1, int(processes))
+    return max(1, min(asked, num_hosts))
 
 
 def _dumps(obj: object) -> bytes:

@@ -167,3 +167,14 @@ def test_every_shipped_sweep_validates_and_opens_with_its_command(path: Path) ->
             raise
         pytest.skip(f"{path.name} reads a trace set this machine has not fetched: {err}")
     assert sweep.checked
+
+
+def test_a_trial_decides_auto_as_the_one_process_it_runs_in_process_on(tmp_path: Path) -> None:
+    """A sweep trial forks no worker processes (``tune/resources.py``), so ``backend.kind: auto`` takes the
+    cross-over measured against one process: a large trial goes to Ray, a small one stays in its driver."""
+    for rounds, kind in ((300, "ray"), (3, "local")):  # 300 x 4 = 1,200 client-epochs, over the 1,000 cross-over
+        (tmp_path / "base.yaml").write_text(BASE.replace("kind: ray", "kind: auto, processes: auto"))
+        path = tmp_path / "sweep.yaml"
+        path.write_text(SWEEP.replace("{path}", str(path)).replace("rounds=3", f"rounds={rounds}"))
+        cfg = load_sweep(path).plan.config({"algorithm.epsilon": 0.6, "algorithm.t_max": 5}, name="t1")
+        assert (cfg.backend.kind, cfg.backend.processes) == (kind, 1), (rounds, cfg.backend)
