@@ -28,6 +28,11 @@ TABLES = [
         ["experiments/fedhen/table.py", "experiments/fedhen/runs-fixeddata-3seeds"],
         "experiments/fedhen/results-fixeddata-3seeds.md",
     ),
+    (["experiments/fedhen/control.py", "experiments/fedhen/runs-control"], "experiments/fedhen/control.md"),
+    (
+        ["experiments/fedhen/control.py", "experiments/fedhen/runs-control-mnist", "--horizons", "100", "200"],
+        "experiments/fedhen/control_mnist.md",
+    ),
     (["experiments/issue40/table.py"], "experiments/issue40/table.md"),
     (["experiments/fedtrans/decided.py"], "experiments/fedtrans/decided.md"),
     (["experiments/fedoras/decided.py"], "experiments/fedoras/decided.md"),
