@@ -54,6 +54,14 @@ def _train_loss(rounds: list[dict[str, str]]) -> Curve:
     return [(int(r["round_idx"]) + 1, float(r["train_loss"])) for r in rounds if r["train_loss"] not in ("", "nan")]
 
 
+def _costs(run_dir: Path, horizon: int) -> tuple[float, float, float]:
+    """(client updates, training GMACs, simulated seconds) over the run's first ``horizon`` rounds."""
+    rounds = [r for r in csv.DictReader((run_dir / "rounds.csv").open()) if int(r["round_idx"]) < horizon]
+    updates = sum(float(r["clients_run"]) for r in rounds)
+    gmacs = sum(float(r["train_macs"]) for r in rounds if r["train_macs"] not in ("", "nan")) / 1e9
+    return updates, gmacs, float(rounds[-1]["sim_time_s"]) if rounds else math.nan
+
+
 def _losses(run_dir: Path, curve: str, horizon: int) -> tuple[float, float]:
     """(training loss over the ten rounds up to ``horizon``, test loss as the mean of its last three evaluations)."""
     train = [loss for round_no, loss in _curves(run_dir)["train_loss"] if horizon - 10 < round_no <= horizon]
@@ -137,6 +145,20 @@ def main() -> None:
             word, gap, bar = verdict(figures[(a, h)], figures[(b, h)])
             cells.append(f"{gap:+.3f} vs {bar:.3f}: **{word}**" if not math.isnan(gap) else word)
         print(f"| {text} | " + " | ".join(cells) + " |")
+    print()
+    print(
+        "Cost per run up to each horizon (mean over the seeds): client updates, training GMACs (the engine's count: "
+        "one pass of the client's own model per sample), simulated seconds:\n"
+    )
+    print("| run | " + " | ".join(f"round {h}" for h in horizons) + " |")
+    print("|---|" + "---|" * len(horizons))
+    for label, run in (("simple alone", "simplealone"), ("complex alone", "complexalone"), ("FedHeN", "fedhen")):
+        cells = []
+        for h in horizons:
+            got = [_costs(runs[(run, seed)], h) for seed in seeds if (run, seed) in runs]
+            mean = [sum(c[i] for c in got) / len(got) for i in range(3)] if got else [math.nan] * 3
+            cells.append(f"{mean[0]:,.0f} updates, {mean[1]:,.1f} GMACs, {mean[2]:.2f} s")
+        print(f"| {label} | " + " | ".join(cells) + " |")
     print()
     print(
         "Each model alone: the clients' training loss (mean over the ten rounds up to the horizon) against the test "

@@ -58,6 +58,12 @@ def _read(run_dir: Path) -> dict[str, object]:
         "setting": cfg.get("setting") or run_dir.parent.name,
         "method": cfg["algorithm"]["name"],
         "seed": int(cfg["seed"]),
+        # the run's cost: client updates, training GMACs (one pass of the client's own model per sample), simulated s
+        "cost": (
+            sum(float(r["clients_run"]) for r in rounds),
+            sum(float(r["train_macs"]) for r in rounds if r.get("train_macs") not in (None, "", "nan")) / 1e9,
+            float(rounds[-1]["sim_time_s"]) if rounds else math.nan,
+        ),
         ("global", "simple"): named("simple"),
         ("global", "complex"): _curve(rounds, "test_acc"),
         ("global", "devices"): _curve(rounds, "device_acc"),
@@ -189,11 +195,33 @@ def decisions(runs: list[dict[str, object]]) -> list[str]:
     return [*lines, "", f"Calibration (chance {CHANCE:.2f}): " + "; ".join(calibration or ["none decided"]) + ".", ""]
 
 
+def costs(runs: list[dict[str, object]]) -> list[str]:
+    """Per setting and method, the mean over its seeds of the run's client updates, training GMACs and simulated
+    seconds (the same local work for every method: what differs is the models' size)."""
+    lines = [
+        "### Cost per run (mean over the seeds)",
+        "",
+        "The engine counts one pass of the client's own model per sample; FedHeN's side objective on a complex device "
+        "adds its side head's pass, which the count leaves out.",
+        "",
+        "| setting | method | client updates | train GMACs | simulated s |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for setting in sorted({str(r["setting"]) for r in runs}):
+        for method in METHODS:
+            got = [r["cost"] for r in runs if r["setting"] == setting and r["method"] == method]
+            if got:
+                mean = [_mean([c[i] for c in got]) for i in range(3)]  # type: ignore[index]
+                lines.append(f"| {setting} | {method} | {mean[0]:,.0f} | {mean[1]:,.1f} | {mean[2]:.2f} |")
+    return [*lines, ""]
+
+
 def main(root: Path) -> list[dict[str, object]]:
     runs = [_read(p.parent) for p in sorted(root.rglob("evals.csv"))]
     for view in VIEWS:
         print("\n".join(table(runs, view)))
     print("\n".join(decisions(runs)))
+    print("\n".join(costs(runs)))
     return runs
 
 
