@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import csv
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -60,6 +61,26 @@ def _costs(run_dir: Path, horizon: int) -> tuple[float, float, float]:
     updates = sum(float(r["clients_run"]) for r in rounds)
     gmacs = sum(float(r["train_macs"]) for r in rounds if r["train_macs"] not in ("", "nan")) / 1e9
     return updates, gmacs, float(rounds[-1]["sim_time_s"]) if rounds else math.nan
+
+
+def _by_horizon(head: str, horizons: tuple[int, ...], rows: list[tuple[str, Callable[[int], str]]]) -> None:
+    """A markdown table: one row per ``(label, cell)``, one column per horizon (``cell(h)``), then a blank line."""
+    print(f"| {head} | " + " | ".join(f"round {h}" for h in horizons) + " |")
+    print("|---|" + "---|" * len(horizons))
+    for label, cell in rows:
+        print(f"| {label} | " + " | ".join(cell(h) for h in horizons) + " |")
+    print()
+
+
+def _verdict_cell(a: list[float], b: list[float]) -> str:
+    word, gap, bar = verdict(a, b)
+    return f"{gap:+.3f} vs {bar:.3f}: **{word}**" if not math.isnan(gap) else word
+
+
+def _cost_cell(run_dirs: list[Path], horizon: int) -> str:
+    got = [_costs(d, horizon) for d in run_dirs]
+    mean = [sum(c[i] for c in got) / len(got) for i in range(3)] if got else [math.nan] * 3
+    return f"{mean[0]:,.0f} updates, {mean[1]:,.1f} GMACs, {mean[2]:.2f} s"
 
 
 def _losses(run_dir: Path, curve: str, horizon: int) -> tuple[float, float]:
@@ -137,42 +158,42 @@ def main() -> None:
             cells += [" / ".join(f"{v:.3f}" for v in figures[(label, h)]), f"{mean:.3f}", f"{rng:.3f}"]
         print(f"| {label} | " + " | ".join(cells) + " |")
     print()
-    print("| ordering | " + " | ".join(f"round {h}" for h in horizons) + " |")
-    print("|---|" + "---|" * len(horizons))
-    for text, a, b in ORDERINGS:
-        cells = []
-        for h in horizons:
-            word, gap, bar = verdict(figures[(a, h)], figures[(b, h)])
-            cells.append(f"{gap:+.3f} vs {bar:.3f}: **{word}**" if not math.isnan(gap) else word)
-        print(f"| {text} | " + " | ".join(cells) + " |")
-    print()
+    _by_horizon(
+        "ordering",
+        horizons,
+        [(text, lambda h, a=a, b=b: _verdict_cell(figures[(a, h)], figures[(b, h)])) for text, a, b in ORDERINGS],
+    )
     print(
         "Cost per run up to each horizon (mean over the seeds): client updates, training GMACs (the engine's count: "
         "one pass of the client's own model per sample), simulated seconds:\n"
     )
-    print("| run | " + " | ".join(f"round {h}" for h in horizons) + " |")
-    print("|---|" + "---|" * len(horizons))
-    for label, run in (("simple alone", "simplealone"), ("complex alone", "complexalone"), ("FedHeN", "fedhen")):
-        cells = []
-        for h in horizons:
-            got = [_costs(runs[(run, seed)], h) for seed in seeds if (run, seed) in runs]
-            mean = [sum(c[i] for c in got) / len(got) for i in range(3)] if got else [math.nan] * 3
-            cells.append(f"{mean[0]:,.0f} updates, {mean[1]:,.1f} GMACs, {mean[2]:.2f} s")
-        print(f"| {label} | " + " | ".join(cells) + " |")
-    print()
+    costs = (("simple alone", "simplealone"), ("complex alone", "complexalone"), ("FedHeN", "fedhen"))
+    _by_horizon(
+        "run",
+        horizons,
+        [
+            (label, lambda h, run=run: _cost_cell([runs[(run, s)] for s in seeds if (run, s) in runs], h))
+            for label, run in costs
+        ],
+    )
     print(
         "Each model alone: the clients' training loss (mean over the ten rounds up to the horizon) against the test "
         "loss (mean of the last three evaluations), per seed (train / test):\n"
     )
-    print("| model | " + " | ".join(f"round {h}" for h in horizons) + " |")
-    print("|---|" + "---|" * len(horizons))
-    for label, run, curve in MODELS[:2]:
-        cells = []
-        for h in horizons:
-            pairs = [_losses(runs[(run, seed)], curve, h) for seed in seeds if (run, seed) in runs]
-            cells.append(", ".join(f"{a:.3f} / {b:.3f}" for a, b in pairs))
-        print(f"| {label} | " + " | ".join(cells) + " |")
-    print()
+    pairs = [(label, run, curve) for label, run, curve in MODELS[:2]]
+    _by_horizon(
+        "model",
+        horizons,
+        [
+            (
+                label,
+                lambda h, run=run, curve=curve: ", ".join(
+                    "{:.3f} / {:.3f}".format(*_losses(runs[(run, s)], curve, h)) for s in seeds if (run, s) in runs
+                ),
+            )
+            for label, run, curve in pairs
+        ],
+    )
     checks = [
         f"seed {seed}: {_same_start(runs[('fedhen', seed)], args.fixed / f'iid-fedhen-s{seed}')}"
         for seed in seeds
