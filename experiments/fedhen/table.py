@@ -35,11 +35,17 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from rayfl.report.decide import verdict
+from rayfl.report.runs import RunRecords, load_run
 
 LAST = 5
 METHODS = ("fedhen", "noside", "decouple")  # the paper's order
 VIEWS = {"global": "Global models (active devices)", "all": "All-device models (the paper's reported quantity)"}
 Curve = list[tuple[int, float]]
+
+
+def _cost(run: RunRecords) -> tuple[float, float, float]:
+    """(client updates, training GMACs, simulated seconds) over the whole run."""
+    return float(run.rounds["clients_run"].sum()), (run.total_train_macs or 0.0) / 1e9, run.sim_time_s
 
 
 def _curve(rows: list[dict[str, str]], key: str) -> Curve:
@@ -59,11 +65,7 @@ def _read(run_dir: Path) -> dict[str, object]:
         "method": cfg["algorithm"]["name"],
         "seed": int(cfg["seed"]),
         # the run's cost: client updates, training GMACs (one pass of the client's own model per sample), simulated s
-        "cost": (
-            sum(float(r["clients_run"]) for r in rounds),
-            sum(float(r["train_macs"]) for r in rounds if r.get("train_macs") not in (None, "", "nan")) / 1e9,
-            float(rounds[-1]["sim_time_s"]) if rounds else math.nan,
-        ),
+        "cost": _cost(load_run(run_dir)),
         ("global", "simple"): named("simple"),
         ("global", "complex"): _curve(rounds, "test_acc"),
         ("global", "devices"): _curve(rounds, "device_acc"),

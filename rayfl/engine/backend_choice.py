@@ -26,11 +26,10 @@ ignored.
 from __future__ import annotations
 
 import dataclasses
-import sys
 from dataclasses import dataclass
 from typing import Literal
 
-from rayfl.engine.exec.workers import planned_workers
+from rayfl.engine.exec.workers import fork_refusal, planned_workers
 from rayfl.experiment.schema import ExperimentConfig
 
 __all__ = [
@@ -120,7 +119,7 @@ def in_process_workers(cfg: ExperimentConfig) -> int:
     process may use (``exec.backend.worker_count`` without what only the running driver knows: CUDA initialised in
     it, Ray connected to it; either keeps that run on one process, and neither changes its records)."""
     backend = cfg.backend
-    if backend.device == "cuda" or backend.torch_threads > 1 or not sys.platform.startswith("linux"):
+    if backend.device == "cuda" or fork_refusal(backend.torch_threads):
         return 1
     return planned_workers(backend.processes, backend.num_hosts)
 

@@ -35,6 +35,7 @@ __all__ = [
     "DEFAULT_HOST_CPUS",
     "TrialResources",
     "driver_bundles",
+    "one_process",
     "trial_backend",
     "trial_bundles",
 ]
@@ -58,9 +59,12 @@ def trial_backend(backend: BackendConfig, resources: TrialResources) -> BackendC
     in-process trial's ``processes`` becomes 1 (module docstring)."""
     if backend.kind == "ray" and backend.cpus_per_host == 0:
         return dataclasses.replace(backend, cpus_per_host=resources.cpus_per_host)
-    if backend.kind == "local" and backend.processes not in (0, 1):
-        return dataclasses.replace(backend, processes=1)
-    return backend
+    return one_process(backend) if backend.kind == "local" else backend
+
+
+def one_process(backend: BackendConfig) -> BackendConfig:
+    """``backend`` with its in-process hosts in the trial's driver: ``processes`` 1 (a trial forks no workers)."""
+    return backend if backend.processes in (0, 1) else dataclasses.replace(backend, processes=1)
 
 
 def driver_bundles(driver_cpus: float = DEFAULT_DRIVER_CPUS) -> list[dict[str, float]]:

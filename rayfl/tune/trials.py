@@ -23,7 +23,7 @@ from rayfl.core.errors import ConfigError, KeyPath
 from rayfl.engine.backend_choice import resolve_backend
 from rayfl.experiment.loader import YamlSource, experiment_config
 from rayfl.experiment.schema import ExperimentConfig
-from rayfl.tune.resources import TrialResources, driver_bundles, trial_backend, trial_bundles
+from rayfl.tune.resources import TrialResources, driver_bundles, one_process, trial_backend, trial_bundles
 from rayfl.tune.space import Param, point_label, trial_overrides, validation_points
 
 __all__ = ["Mode", "TrialPlan"]
@@ -49,9 +49,8 @@ class TrialPlan:
         for text in [*self.overrides, *trial_overrides(point)]:
             source.apply_override(text)
         cfg = experiment_config(source)
-        if cfg.backend.processes not in (0, 1):  # a trial forks no worker processes (resources.py): auto decides so
-            cfg = dataclasses.replace(cfg, backend=dataclasses.replace(cfg.backend, processes=1))
-        cfg = resolve_backend(cfg)[0]  # backend.kind: auto decided per trial
+        # backend.kind: auto decided per trial, as for hosts in one process (a trial forks no workers: resources.py)
+        cfg = resolve_backend(dataclasses.replace(cfg, backend=one_process(cfg.backend)))[0]
         return dataclasses.replace(
             cfg,
             name=name or point_label(point),

@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import multiprocessing as mp
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -32,7 +31,7 @@ from rayfl.engine.exec.client_state import ClientMemory, ClientStateStore, KeptU
 from rayfl.engine.exec.dispatch import call_plan, host_kinds, tasks_by_host
 from rayfl.engine.exec.host import ClientHost, EvalStats, NumpyParams
 from rayfl.engine.exec.param_server import ParamServerShard, plan_shards
-from rayfl.engine.exec.workers import HostCall, HostWorkers, planned_workers
+from rayfl.engine.exec.workers import HostCall, HostWorkers, fork_refusal, planned_workers
 from rayfl.fl.api.algorithm import Algorithm
 
 __all__ = [
@@ -174,11 +173,8 @@ def worker_count(backend_cfg: BackendConfig, cuda_available: bool | None = None)
     ray = sys.modules.get("ray")
     if ray is not None and ray.is_initialized():
         return 1, "Ray is connected in this process, and a forked worker process cannot share its connections"
-    if backend_cfg.torch_threads > 1:
-        return 1, f"backend.torch_threads is {backend_cfg.torch_threads}: a forked worker can run one thread only"
-    if not sys.platform.startswith("linux") or "fork" not in mp.get_all_start_methods():
-        return 1, "worker processes are forked on Linux only (macOS's system libraries are not safe to fork)"
-    return count, ""
+    refusal = fork_refusal(backend_cfg.torch_threads)
+    return (1, refusal) if refusal else (count, "")
 
 
 def assemble_aggregate(results: Sequence[Reduced], outcomes: Sequence[ClientOutcome]) -> Aggregate:

@@ -28,6 +28,7 @@ import os
 import pickle
 import queue
 import signal
+import sys
 import traceback
 import weakref
 from collections.abc import Callable, Sequence
@@ -36,7 +37,7 @@ from typing import Any
 
 from rayfl.core.errors import RunLostError
 
-__all__ = ["HostCall", "HostWorkers", "WorkerLostError", "planned_workers", "usable_cores"]
+__all__ = ["HostCall", "HostWorkers", "WorkerLostError", "fork_refusal", "planned_workers", "usable_cores"]
 
 HostCall = tuple[int, str, tuple[Any, ...]]  # (host id, ClientHost method, its arguments)
 
@@ -62,6 +63,16 @@ def planned_workers(processes: int | str, num_hosts: int) -> int:
     the hosts (a host lives in one worker); 0 and 1 are one process (the driver)."""
     asked = min(num_hosts, usable_cores()) if processes == "auto" else max(1, int(processes))
     return max(1, min(asked, num_hosts))
+
+
+def fork_refusal(torch_threads: int) -> str:
+    """Why worker processes cannot be forked for hosts at ``torch_threads`` on this platform, whatever the driver has
+    done (``""`` when they can): a forked child runs one OpenMP thread only, and only Linux forks safely."""
+    if torch_threads > 1:
+        return f"backend.torch_threads is {torch_threads}: a forked worker can run one thread only"
+    if not sys.platform.startswith("linux") or "fork" not in mp.get_all_start_methods():
+        return "worker processes are forked on Linux only (macOS's system libraries are not safe to fork)"
+    return ""
 
 
 def _dumps(obj: object) -> bytes:
