@@ -308,12 +308,12 @@ class BackendConfig:
     num_hosts: int = bounded(2, ge=1)  # ClientHost actors (the in-process backend emulates the same partition)
     num_shards: int = bounded(1, ge=1)  # parameter-server shard actors
     # in-process backend: worker processes its hosts' calls run on in parallel (forked from the driver, sharing its
-    # data; engine/exec/workers.py); auto = one per host, at most one per core this process may use; 0 or 1 (the
-    # default) = every call in the driver, one after another. The records are the same bits whatever the count; hosts
+    # data; engine/exec/workers.py); auto (the default) = one per host, at most one per core this process may use;
+    # 0 or 1 = every call in the driver, one after another. The records are the same bits whatever the count; hosts
     # that train on CUDA or with torch_threads > 1 stay in the driver (a forked process can use neither), as do all
     # hosts off Linux and in a process connected to Ray (Ray forbids forks there: a Tune trial, a notebook that ran on
-    # Ray). Opt-in while a Ray start-up test hangs under the load auto adds (docs/performance.md)
-    processes: int | Literal["auto"] = bounded(1, ge=0)
+    # Ray)
+    processes: int | Literal["auto"] = bounded("auto", ge=0)
     cpus_per_host: float = bounded(0.0, ge=0.0)  # 0 = the cluster's CPUs split evenly over the hosts (at most 1)
     # GPU share Ray reserves per GPU host; a host trains on one GPU (at most one: docs/clusters.md, "GPU hosts")
     gpus_per_host: float = bounded(0.0, ge=0.0, le=1.0)

@@ -1,8 +1,8 @@
 """``backend.kind: auto`` (the default): which backend a run takes, and why.
 
-On one machine the in-process backend can run its hosts' calls on worker processes (``backend.processes: auto``,
-opt-in for now; ``engine/exec/workers.py``), as many as Ray would run host actors, without Ray's start (5-6 s more here)
-or its processes (a 1.8-2.0 GB tree instead of 0.8-0.9 GB). ``python benchmarks/scale.py --n 100 --k 10 --mode train
+On one machine the in-process backend now runs its hosts' calls on worker processes (``backend.processes: auto``,
+the default; ``engine/exec/workers.py``), as many as Ray would run host actors, without Ray's start (3-6 s more here)
+or its processes (a 1.8 GB tree instead of 0.6 GB). ``python benchmarks/scale.py --n 100 --k 10 --mode train
 --backend ray local --rounds 8`` on the 2-core benchmark machine, twice (issue 41): Ray 36.8 and 60.3 client
 updates/s against 82.5 and 79.7 in-process on two worker processes, so Ray's rounds are not faster and its start is
 never repaid: a run that gets worker processes stays in-process whatever its size. Where the in-process backend

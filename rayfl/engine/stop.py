@@ -12,6 +12,11 @@ written, so the first signal stops at once with ``SetupInterrupted`` (a ``Keyboa
 absent, or a resumed run is left as it was. The handlers are installed whatever the process inherited: a job started
 in the background of a script inherits SIGINT *ignored*, and Python then never turns it into ``KeyboardInterrupt``.
 
+``ray.init`` is never interrupted: a handler's exception inside it can hang the process for good (Ray 2.60), so
+``hold_signals_during`` runs it with handlers that only note a signal and hands the signal on once it returns; a
+``KeyboardInterrupt`` that Ray's own signal check re-raises bare (``ray.wait`` in the set-up) is turned back into the
+set-up's ``SetupInterrupted`` with its signal.
+
 Handlers can only be installed from the main thread; elsewhere (a Tune trial's thread) ``StopRequests`` does nothing
 and the process's own handling applies. The previous handlers are restored on exit.
 """
@@ -22,12 +27,14 @@ import contextlib
 import os
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType, TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["RunInterrupted", "SetupInterrupted", "StopRequests", "keep_sigterm_handler"]
+T = TypeVar("T")
+
+__all__ = ["RunInterrupted", "SetupInterrupted", "StopRequests", "hold_signals_during"]
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -80,6 +87,10 @@ class StopRequests:
 
     def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None) -> None:
         self.release()
+        if self.in_setup and self.signum is not None and type(value) is KeyboardInterrupt:
+            # the set-up's stop, turned into a bare KeyboardInterrupt by the Ray call it landed in (Ray's signal check
+            # raises a new one for any KeyboardInterrupt): the signal that stopped the set-up is known
+            raise SetupInterrupted(self.signum) from value
 
     def release(self) -> None:
         """Put the previous handlers back (at most once; ``__exit__`` calls it)."""
@@ -136,19 +147,41 @@ class StopRequests:
         raise KeyboardInterrupt
 
 
-@contextlib.contextmanager
-def keep_sigterm_handler() -> Iterator[None]:
-    """Around ``ray.init``, which replaces the SIGTERM handler with one that exits with status 15 at once: a handler
-    installed in Python before it (``StopRequests``) is put back afterwards, so SIGTERM still stops a run cleanly, and
-    a SIGTERM that arrives while Ray's handler is in place is handed to it."""
-    main = threading.current_thread() is threading.main_thread()
-    before = signal.getsignal(signal.SIGTERM) if main else None
+def hold_signals_during(call: Callable[[], T]) -> T:
+    """Run ``call`` (``ray.init``) in the main thread with SIGINT/SIGTERM handlers that only note the signal, and hand
+    the first signal noted to the handler in place before, once ``call`` has returned (the run's ``StopRequests``
+    then stops the set-up cleanly). A second signal while ``call`` runs is not held: it goes to that handler at once,
+    for a ``ray.init`` that never returns. ``call`` must not replace the handlers (``ray/session.py`` keeps Ray from
+    doing so). Off the main thread ``call`` simply runs."""
+    if threading.current_thread() is not threading.main_thread():
+        return call()
+    noted: list[int] = []
+    previous: dict[int, Any] = {}
+
+    def note(signum: int, frame: FrameType | None) -> None:
+        noted.append(signum)
+        if len(noted) > 1:  # the caller insists
+            restore()
+            deliver(signum)
+
+    def restore() -> None:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        previous.clear()
+
+    def deliver(signum: int) -> None:
+        handler = signal.getsignal(signum)
+        if callable(handler):
+            handler(signum, None)
+        elif handler != signal.SIG_IGN:  # the default action (or a handler set outside Python)
+            signal.raise_signal(signum)
+
+    for sig in _SIGNALS:
+        previous[sig] = signal.signal(sig, note)
     try:
-        yield
-    except SystemExit as err:
-        if callable(before) and err.code == signal.SIGTERM:  # Ray's handler ran: the signal goes to the run's own
-            before(signal.SIGTERM, None)
-        raise
+        value = call()
     finally:
-        if callable(before) and signal.getsignal(signal.SIGTERM) is not before:
-            signal.signal(signal.SIGTERM, before)
+        restore()
+    if noted:
+        deliver(noted[0])
+    return value

@@ -72,10 +72,13 @@ def test_sigint_during_start_up_stops_at_once_and_leaves_no_run_directory(tmp_pa
 
 
 @pytest.mark.ray
-def test_sigterm_once_ray_is_up_still_stops_cleanly(tmp_path: Path) -> None:
-    # ray.init installs a SIGTERM handler that exits with status 15; the run's own is put back over it
+@pytest.mark.parametrize("delay_s", [0.0, 0.2, 1.0])
+def test_sigterm_once_ray_is_up_still_stops_cleanly(tmp_path: Path, delay_s: float) -> None:
+    # measured on Ray 2.60 before engine/stop.py held signals through ray.init: 0 s hung for good inside ray.init's
+    # connect, 0.2 s aborted (-6) in the driver's absl failure-signal handler, 1.0 s exited 130 (the set-up's stop
+    # re-raised bare by ray.wait); each must exit 143 having written nothing
     proc = _start(tmp_path, "ray")
-    out = _signal_after(proc, "Started a local Ray instance", signal.SIGTERM)
+    out = _signal_after(proc, "Started a local Ray instance", signal.SIGTERM, delay_s)
     assert proc.returncode == 143, out
     assert "SIGTERM: stopped before the first round began" in out
     assert not (tmp_path / "runs" / "early-stop").exists()

@@ -1,14 +1,14 @@
 """The Ray instance rayfl runs on: connect to one or start one, and shut down only the one rayfl started.
 
-This module imports Ray and rayfl's config only (no torch), so that the CLI can start Ray before it imports the
-driver: ``prestart`` runs ``ray.init`` in the main thread (Ray's driver installs signal handlers there) while a second
-thread imports the driver's modules and loads the data. ``ray.init`` spends most of its seconds waiting for the
-processes it spawned to register (its own process is idle meanwhile), and torch's import is the driver's largest
-start-up cost, so the two overlap on any machine with a second core.
-"""
+This module imports Ray and rayfl's config only (no torch), so that the CLI can start Ray before it imports the driver:
+``prestart`` runs ``ray.init`` in the main thread (with signals held until it returns, ``engine/stop.py``'s
+``hold_signals_during``) while a second thread imports the driver's modules and loads the data. ``ray.init`` spends most
+of its seconds waiting for the processes it spawned to register (its own process is idle meanwhile), and torch's import
+is the driver's largest start-up cost, so the two overlap on any machine with a second core."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import os
@@ -16,7 +16,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -25,7 +25,7 @@ import ray
 
 from rayfl.config.sections import BackendConfig
 from rayfl.core.errors import ConfigError
-from rayfl.engine.stop import keep_sigterm_handler
+from rayfl.engine.stop import hold_signals_during
 from rayfl.experiment.schema import ExperimentConfig
 
 if TYPE_CHECKING:
@@ -80,7 +80,6 @@ def ensure_ray(cfg: BackendConfig) -> bool:
     ``run_experiment`` twice) pay Ray's start once. Backends never shut Ray down; one rayfl started stays up until
     ``shutdown_ray`` or the end of the process (Ray's own exit hook), and one rayfl did not start is never shut down.
     """
-    global _started_gcs
     if cfg.address:  # an address named in the config must answer, even when some Ray is connected already
         _probe_address(cfg.address, cfg.start_timeout_s)
     if ray.is_initialized():
@@ -95,9 +94,15 @@ def ensure_ray(cfg: BackendConfig) -> bool:
             "ray.init() does); backend.num_cpus and object_store_mb apply to a Ray rayfl starts",
             joining,
         )
-    with keep_sigterm_handler():  # a run's own handler, if one is installed, stops it cleanly (engine/stop.py)
-        ray.init(**init_kwargs(cfg, joining=bool(joining)))
-    _started_gcs = None if joining else gcs_address()
+
+    def start() -> None:
+        global _started_gcs
+        with _ray_leaves_signals_alone():
+            ray.init(**init_kwargs(cfg, joining=bool(joining)))
+        _started_gcs = None if joining else gcs_address()
+
+    # no signal handler's exception lands inside ray.init; a signal that arrives meanwhile is handled once it returns
+    hold_signals_during(start)
     return True
 
 
@@ -122,6 +127,35 @@ def quiet_token_auth_notice() -> None:
     logger = logging.getLogger("ray._private.authentication.authentication_token_setup")
     if not any(isinstance(f, _TokenAuthNotice) for f in logger.filters):
         logger.addFilter(_TokenAuthNotice())
+
+
+@contextlib.contextmanager
+def _ray_leaves_signals_alone() -> Iterator[None]:
+    """Around ``ray.init`` in the main thread: Ray neither puts in its SIGTERM handler (``sys.exit(15)`` wherever the
+    signal lands) nor absl's failure-signal handler in the driver's core worker (which catches SIGTERM too, and whose
+    process then aborts, exit -6), so the handlers ``hold_signals_during`` put in stay in place through the start.
+
+    Measured on Ray 2.60 (``tests/integration/test_early_stop.py``'s run, SIGTERM sent 0-0.4 s after "Started a local
+    Ray instance", inside ``connect``): with Ray's handler the run hung for good in ``~GlobalStateAccessor`` (the
+    ``SystemExit`` landed in ``connect``) or aborted in absl's handler; with neither, every delay exits 143. Both are
+    Ray's private names (``ray._private.utils.set_sigterm_handler``, read at each ``ray.init``;
+    ``ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER``, read when the core worker is made): a Ray without them is
+    left as it is. The driver's crashes (SIGSEGV) then go without absl's C++ stack; Ray's workers keep the handler.
+    Running ``ray.init`` in another thread instead is not an option: Ray's processes die with the thread that
+    started them (``PR_SET_PDEATHSIG``), measured as a run that lost its GCS when that thread ended."""
+    utils = ray._private.utils
+    constants = ray._private.ray_constants
+    patched = hasattr(utils, "set_sigterm_handler") and hasattr(constants, "RAY_DISABLE_FAILURE_SIGNAL_HANDLER")
+    if not patched:
+        yield
+        return
+    saved = utils.set_sigterm_handler, constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER
+    utils.set_sigterm_handler = lambda handler: None
+    constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = True
+    try:
+        yield
+    finally:
+        utils.set_sigterm_handler, constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = saved
 
 
 @dataclass

@@ -1,17 +1,16 @@
-"""Signals before a run's first round (``engine/stop.py``): they stop at once, except while the run directory is
-being made, where they wait for it to be whole and then ask the first round to be the last; ``ray.init``'s own SIGTERM
-handler does not replace the run's."""
+"""Signals before a run's first round (``engine/stop.py``): they stop at once, except while the run directory is being
+made, where they wait for it to be whole and then ask the first round to be the last; a signal while ``ray.init``
+runs waits for it to return."""
 
 from __future__ import annotations
 
 import os
 import signal
-import sys
 import time
 
 import pytest
 
-from rayfl.engine.stop import SetupInterrupted, StopRequests, keep_sigterm_handler
+from rayfl.engine.stop import SetupInterrupted, StopRequests, hold_signals_during
 
 
 def _deliver(sig: int) -> None:
@@ -36,15 +35,44 @@ def test_a_signal_while_the_run_directory_is_made_waits_for_it() -> None:
         _deliver(signal.SIGINT)  # still in set-up when the section ends: stopped then
 
 
-def test_ray_inits_sigterm_handler_does_not_replace_the_runs() -> None:
-    def exits(signum: int, frame: object) -> None:  # what ray.init installs
-        sys.exit(signum)
+def test_a_signal_during_ray_init_waits_for_it_to_return_then_stops_the_set_up() -> None:
+    # ray.init must not be interrupted (an exception inside its connect can hang the process for good): a signal that
+    # arrives while it runs is held until it has returned, then handed to the run's own handler
+    done: list[str] = []
+
+    def init() -> str:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)  # Python runs the handler here, at the next instruction: it must not raise
+        done.append("init")
+        return "up"
 
     with StopRequests(setup=True) as stop:
-        with keep_sigterm_handler():
-            signal.signal(signal.SIGTERM, exits)
-        assert signal.getsignal(signal.SIGTERM) == stop._handle
-        with pytest.raises(SetupInterrupted), keep_sigterm_handler():
-            signal.signal(signal.SIGTERM, exits)
-            _deliver(signal.SIGTERM)  # while Ray's handler is in place: handed to the run's
-    assert signal.getsignal(signal.SIGTERM) is not exits
+        with pytest.raises(SetupInterrupted) as caught:
+            hold_signals_during(init)
+        assert done == ["init"], "the signal cut the call short"
+        assert caught.value.signum == signal.SIGTERM
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            assert signal.getsignal(sig) == stop._handle, f"{signal.Signals(sig).name}'s handler was not put back"
+        assert hold_signals_during(lambda: "up") == "up"  # no signal: the call's value
+
+
+def test_an_error_of_the_held_call_reaches_the_caller() -> None:
+    def init() -> None:
+        raise RuntimeError("the GCS did not start")
+
+    with StopRequests(setup=True) as stop, pytest.raises(RuntimeError, match="the GCS did not start"):
+        hold_signals_during(init)
+    assert stop.signum is None
+
+
+def test_a_bare_keyboard_interrupt_in_set_up_after_a_signal_becomes_that_signals_stop() -> None:
+    # Ray's signal check (ray.wait, ray.get) re-raises the handler's SetupInterrupted as a bare KeyboardInterrupt
+    with pytest.raises(SetupInterrupted) as caught, StopRequests(setup=True):
+        try:
+            _deliver(signal.SIGTERM)
+        except SetupInterrupted:
+            raise KeyboardInterrupt from None
+    assert caught.value.signum == signal.SIGTERM
+    with pytest.raises(KeyboardInterrupt) as bare, StopRequests(setup=True):
+        raise KeyboardInterrupt  # no signal came: left as it is
+    assert type(bare.value) is KeyboardInterrupt
