@@ -8,10 +8,11 @@ to the new global model: the clients' training, the aggregation and the server u
 HeteroFL's static-BN pass, which is part of ``eval``), ``search`` (the model search, part of ``train``),
 ``checkpoint`` and ``eval %`` (eval over total). The methods and their overrides are ``experiments/paper/run_cpu.sh``'s
 (HeteroFL and FedRolex with their official set-up, so HeteroFL evaluates with static BN), except FedAvg smallest in
-setting 5, which is ViT-tiny-tiny as in ``experiments/issue40/``. One torch thread; every
-run evaluates every round so each part is measured each round.
+setting 5, which is ViT-tiny-tiny as in ``experiments/issue40/``. One torch thread. ``--eval-every 1`` (the default,
+so each part is measured each round) evaluates every round; ``--eval-every 0`` keeps the setting's own schedule
+(``eval_every: 2`` in every CPU setting), which is what a research run pays.
 
-Run: ``python benchmarks/research_runs.py [--settings 1 3 5] [--rounds 2] [--methods largest heterofl ...]``
+Run: ``python benchmarks/research_runs.py [--settings 1 3 5] [--rounds 2] [--eval-every 1] [--methods largest ...]``
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--settings", nargs="+", type=int, default=[1, 3, 5])
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--eval-every", type=int, default=1, help="0: the setting's own eval_every")
     parser.add_argument("--methods", nargs="+", default=METHODS, choices=METHODS)
     args = parser.parse_args()
 
@@ -90,7 +92,7 @@ def main() -> None:
             with tempfile.TemporaryDirectory() as out:
                 common = [
                     f"rounds={args.rounds}",
-                    "eval_every=1",
+                    *([f"eval_every={args.eval_every}"] if args.eval_every else []),
                     f"output_dir={out}",
                     "checkpoint.every=0",
                     "export.final=false",

@@ -147,6 +147,7 @@ def run_point(
     calls: list[tuple[float, list[float]]] = []
     first_call: list[float] = []
     with host_busy_log(calls if backend == "ray" else None), first_client_log(backend, first_call):
+        called = time.perf_counter()
         result = run_experiment(cfg, write=False, callbacks=[mark], dataset=data.pop() if data else None)
     end_to_end_s = time.perf_counter() - began - sampled_s[0]
     steady = steady_figures(result.records, calls, window, k, hosts, last_steady) if backend == "ray" else {}
@@ -181,6 +182,8 @@ def run_point(
         "first_update_s": first_update[0] if first_update else float("nan"),
         # as pfl_side.py's first_update_s: to the first client's trained update (round 0's first call's first client)
         "first_client_update_s": first_call[0] + first_call[1] - began if first_call else float("nan"),
+        # as pfl_side.py's first_update_after_call_s: from the run's call (imports and Ray's start before it left out)
+        "first_client_update_after_call_s": first_call[0] + first_call[1] - called if first_call else float("nan"),
         **bytes_per_client(data_bytes, n, end_pss, hosts),
         "start_s": end_to_end_s - sum(walls),  # everything but the rounds: imports, Ray, data, actors, close
         "again": again,

@@ -6,7 +6,8 @@ auto``) and with each backend forced (in-process on one process, in-process on w
 pfl-research through its own harness ``pfl_side.py`` (torch's default threads, one per core). For every N the five
 run one after another, ``--repeat`` times, so that a drift of the machine hits them all alike. Printed: end to end
 (from the process's first import to the last round), the first client update (both harnesses: when the first
-client's trained update exists), steady client updates/s (rounds after the first) and the process tree's peak PSS.
+client's trained update exists; from the process's start, and from the run's call, imports and Ray's start left out),
+steady client updates/s (rounds after the first) and the process tree's peak PSS.
 
 Run (pfl in its own venv, ``pfl_side.py``'s docstring)::
 
@@ -54,6 +55,7 @@ def point(label: str, n: int, k: int, rounds: int, pfl_python: Path, labels: str
         first, peak = row["first_update_s"], row["peak_pss_mib"]
     else:
         first, peak = row["first_client_update_s"], row["peak_pss_total_mib"]
+    after_call = row["first_update_after_call_s" if extra is None else "first_client_update_after_call_s"]
     return {
         "label": label,
         "n": n,
@@ -61,6 +63,7 @@ def point(label: str, n: int, k: int, rounds: int, pfl_python: Path, labels: str
         "taken": row.get("backend", row.get("framework")),
         "end_to_end_s": row["end_to_end_s"],
         "first_update_s": first,
+        "first_update_after_call_s": after_call,
         "steady_updates_per_s": row["steady_updates_per_s"],
         "peak_pss_mib": peak,
         "load_before": os.getloadavg()[0],
@@ -70,8 +73,9 @@ def point(label: str, n: int, k: int, rounds: int, pfl_python: Path, labels: str
 def table(rows: list[dict[str, Any]]) -> str:
     """Per N and variant: the runs' figures side by side (run 1, run 2, ...)."""
     out = [
-        "| N | run | taken | end to end s | first client update s | steady updates/s | peak PSS MiB |",
-        "|---|---|---|---:|---:|---:|---:|",
+        "| N | run | taken | end to end s | first client update s | from the run's call s | steady updates/s "
+        "| peak PSS MiB |",
+        "|---|---|---|---:|---:|---:|---:|---:|",
     ]
     for n in sorted({r["n"] for r in rows}):
         for label in VARIANTS:
@@ -84,7 +88,8 @@ def table(rows: list[dict[str, Any]]) -> str:
 
             out.append(
                 f"| {n:,} | {label} | {got[0]['taken']} | {cells('end_to_end_s', '.2f')} | "
-                f"{cells('first_update_s', '.2f')} | {cells('steady_updates_per_s', '.1f')} | "
+                f"{cells('first_update_s', '.2f')} | {cells('first_update_after_call_s', '.2f')} | "
+                f"{cells('steady_updates_per_s', '.1f')} | "
                 f"{cells('peak_pss_mib', '.0f')} |"
             )
     return "\n".join(out)

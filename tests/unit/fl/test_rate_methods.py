@@ -6,6 +6,7 @@ Everything trains real (tiny) models through the real engine pieces; nothing is 
 from __future__ import annotations
 
 import dataclasses
+import threading
 from typing import Any, cast
 
 import numpy as np
@@ -237,9 +238,7 @@ def _three_label_dataset(num_clients: int = 6, per_client: int = 16) -> Federate
     return from_client_arrays("three", "image", 4, train, x_test, y_test, meta={"mean": [0.5] * 3, "std": [0.25] * 3})
 
 
-def _train_client(
-    alg: RateMethod, setup: Setup, client: int, rate: float
-) -> tuple[ClientUpdate, nn.Module, Params]:
+def _train_client(alg: RateMethod, setup: Setup, client: int, rate: float) -> tuple[ClientUpdate, nn.Module, Params]:
     """One client's local training on its extracted sub-model: the update, the trained model, its start weights."""
     assert alg.family is not None
     selection = uniform_selection(alg.family, alg.init_state(setup.params), rate, alg.selector(0, client))
@@ -431,6 +430,22 @@ def test_static_bn_in_chunks_gives_the_batch_by_batch_statistics(n: int, batch: 
     assert chunked.keys() == reference.keys() and len(chunked) >= 2 * 17  # every norm of the ResNet18
     for k in reference:
         torch.testing.assert_close(chunked[k], reference[k], rtol=2e-5, atol=2e-6, msg=k)
+    # chunks on three threads at once (each at one intra-op thread, sums added in chunk order): the same bits
+    model = tracked_global_model(family)
+    assert model is not None
+    model.load_state_dict(weights, strict=False)
+    ran_on: set[str] = set()
+    model.register_forward_pre_hook(lambda module, args: ran_on.add(threading.current_thread().name))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the driver's default (backend.server_threads 1), where the pass may use threads
+    try:
+        threaded = static_bn_statistics(model, x, spec, batch, derive_rng(3, "static_bn", 0), 100, 3)
+        one = stats(static_bn_statistics, batch, derive_rng(3, "static_bn", 0), 100, 1)
+    finally:
+        torch.set_num_threads(threads)
+    unequal = [k for k in one if not torch.equal(threaded[k], one[k])]
+    assert not unequal, f"threaded pass differs from one thread in {unequal}"
+    assert n <= 100 or len(ran_on) > 1, f"the chunks ran on {ran_on} only"
     if n // batch == 1:
         return
     # not simply the statistics of the whole set: the per-batch variances differ from the pooled one
@@ -448,8 +463,8 @@ def test_per_batch_norm_reads_a_sample_major_chunk_in_place() -> None:
         norm.weight.uniform_(0.5, 1.5)
         norm.bias.uniform_(-1.0, 1.0)
     x = torch.randn(b * k, 5, 3, 3, generator=torch.Generator().manual_seed(0))
-    per_batch = _PerBatchNorm(norm)
-    per_batch.batch = b
+    per_batch = _PerBatchNorm("norm", norm)
+    _PerBatchNorm.local.batch, _PerBatchNorm.local.sums = b, {}
     read: list[int] = []
     kernel = nn.functional.batch_norm
 
@@ -466,7 +481,7 @@ def test_per_batch_norm_reads_a_sample_major_chunk_in_place() -> None:
         alone = kernel(batch, None, None, norm.weight, norm.bias, training=True, eps=norm.eps)
         assert torch.equal(y[g::k], alone), g
     means = torch.stack([x[g::k].double().mean(dim=(0, 2, 3)) for g in range(k)])
-    torch.testing.assert_close(per_batch.mean_sum, means.sum(0) * b, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(_PerBatchNorm.local.sums["norm"][0], means.sum(0) * b, rtol=1e-6, atol=1e-6)
 
 
 def test_static_bn_pass_runs_once_per_evaluated_state(tmp_path: Any) -> None:

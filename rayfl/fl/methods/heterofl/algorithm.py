@@ -41,8 +41,10 @@ from __future__ import annotations
 
 import inspect
 import math
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -52,6 +54,7 @@ from torch import nn
 from rayfl.core.messages import Params, ServerState
 from rayfl.core.rng import derive_rng
 from rayfl.data.federated import Rows
+from rayfl.fl.common.distill.copies import usable_cores
 from rayfl.fl.common.init import official_init
 from rayfl.fl.common.rates import UniformRateHooks, UniformRates, with_clip
 from rayfl.fl.common.submodel import SubModelAlgorithm
@@ -104,6 +107,7 @@ def static_bn_statistics(
     batch_size: int,
     rng: np.random.Generator | None = None,
     chunk: int = STATIC_BN_CHUNK,
+    workers: int = 1,
 ) -> Params:
     """Running means and variances of every batch norm of ``model`` over the samples ``x`` (see module docstring),
     in the batches of ``static_bn_batches``; ``model`` must hold the weights and track statistics. Returns the
@@ -120,7 +124,13 @@ def static_bn_statistics(
     A chunk's rows are sample-major (row ``s * k + g`` is sample ``s`` of the chunk's batch ``g``, of ``k``), an order
     no operation but batch norm can tell from batch-major, so that each batch norm reads its input as one batch of
     ``b`` samples with the ``k`` batches' channels side by side without copying it (``_PerBatchNorm``); the pass runs
-    under ``torch.inference_mode``."""
+    under ``torch.inference_mode``.
+
+    ``workers`` > 1 runs the chunks on that many Python threads at once (torch releases the interpreter lock in its
+    kernels), each at one intra-op thread, and adds the chunks' sums in chunk order afterwards: every chunk is computed
+    as on one thread and the sums are added in the same order, so the statistics are the same bits whatever
+    ``workers`` is. Only where this process computes on one intra-op thread (``backend.server_threads`` 1, the
+    default); with more the pass stays on them, as before."""
     norms = [(name, m) for name, m in model.named_modules() if isinstance(m, _BATCH_NORMS)]
     n = len(x)
     if n == 0:
@@ -129,23 +139,45 @@ def static_bn_statistics(
     if has_dropout(model):
         return static_bn_statistics_sequential(model, x, input_spec, batches)
     model.train()
-    grouped = {name: _PerBatchNorm(m) for name, m in norms}
+    grouped = {name: _PerBatchNorm(name, m) for name, m in norms}
+    runs = _same_size_runs(batches, max(1, chunk))
+
+    def forward(run: tuple[int, list[np.ndarray]]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        size, members = run
+        sums: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        _PerBatchNorm.local.batch, _PerBatchNorm.local.sums = size, sums
+        rows = np.stack([np.sort(b) for b in members], axis=1).reshape(-1)  # sample-major (see above)
+        with torch.inference_mode():  # per thread, as grad modes are
+            model(to_input(x[rows], input_spec))
+        return sums
+
+    threads = torch.get_num_threads()
+    workers = max(1, min(workers, len(runs))) if threads == 1 else 1
+    mean_sum = {name: torch.zeros(m.num_features, dtype=torch.float64) for name, m in norms}
+    var_sum = {name: torch.zeros(m.num_features, dtype=torch.float64) for name, m in norms}
     _swap(model, grouped)
     try:
-        with torch.inference_mode():
-            for size, run in _same_size_runs(batches, max(1, chunk)):
-                for g in grouped.values():
-                    g.batch = size
-                rows = np.stack([np.sort(b) for b in run], axis=1).reshape(-1)  # sample-major (see above)
-                model(to_input(x[rows], input_spec))
+        chunks: Iterator[dict[str, tuple[torch.Tensor, torch.Tensor]]]
+        if workers == 1:
+            chunks = map(forward, runs)
+        else:
+            executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rayfl-static-bn")
+            chunks = executor.map(forward, runs)  # in chunk order
+        try:
+            for sums in chunks:  # the chunks' sums added in chunk order, whatever thread made them
+                for name, (mean, var) in sums.items():
+                    mean_sum[name] += mean
+                    var_sum[name] += var
+        finally:
+            if workers > 1:
+                executor.shutdown(cancel_futures=True)
     finally:
         _swap(model, {name: m for name, m in norms})
     with torch.no_grad():
         for name, m in norms:
-            g = grouped[name]
             assert m.running_mean is not None and m.running_var is not None and m.num_batches_tracked is not None
-            m.running_mean.copy_(g.mean_sum / n)
-            m.running_var.copy_(g.var_sum / n)
+            m.running_mean.copy_(mean_sum[name] / n)
+            m.running_var.copy_(var_sum[name] / n)
             m.num_batches_tracked.fill_(len(batches))
     return {k: v.detach().clone() for k, v in model.state_dict().items() if k.endswith(_STAT_SUFFIXES)}
 
@@ -190,21 +222,21 @@ def _swap(model: nn.Module, modules: Mapping[str, nn.Module]) -> None:
 
 
 class _PerBatchNorm(nn.Module):
-    """Training-mode batch norm of a chunk of equal batches of ``batch`` samples in sample-major order (row
+    """Training-mode batch norm of a chunk of equal batches of ``local.batch`` samples in sample-major order (row
     ``s * k + g``: sample ``s`` of batch ``g``), each batch normalised with its own statistics (as the wrapped norm
-    would normalise it alone); sums each batch's mean and unbiased variance, times its sample count, in float64
-    (``mean_sum``, ``var_sum``)."""
+    would normalise it alone); puts the sums over the chunk's batches of each batch's mean and unbiased variance,
+    times its sample count, in float64, into ``local.sums[name]``. ``local`` is per thread, so threads can run
+    chunks through one model at once."""
 
-    def __init__(self, norm: nn.modules.batchnorm._BatchNorm) -> None:
+    local = threading.local()
+
+    def __init__(self, name: str, norm: nn.modules.batchnorm._BatchNorm) -> None:
         super().__init__()
+        self.name = name
         self.norm = norm
-        self.batch = 1
-        channels = norm.num_features
-        self.mean_sum = torch.zeros(channels, dtype=torch.float64)
-        self.var_sum = torch.zeros(channels, dtype=torch.float64)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, norm = self.batch, self.norm
+        b, norm = self.local.batch, self.norm
         groups = x.shape[0] // b
         # the batches side by side as channels of one batch, (samples, batches x channels, positions): a view of the
         # sample-major rows; the native kernel normalises each (batch, channel) over its own samples and positions,
@@ -217,8 +249,10 @@ class _PerBatchNorm(nn.Module):
         weight = None if norm.weight is None else norm.weight.repeat(groups)
         bias = None if norm.bias is None else norm.bias.repeat(groups)
         y = nn.functional.batch_norm(folded, mean, var, weight, bias, training=True, momentum=1.0, eps=norm.eps)
-        self.mean_sum += mean.double().view(groups, -1).sum(0) * b  # momentum 1: the batches' own statistics
-        self.var_sum += var.double().view(groups, -1).sum(0) * b  # (the running variance: unbiased)
+        self.local.sums[self.name] = (
+            mean.double().view(groups, -1).sum(0) * b,  # momentum 1: the batches' own statistics
+            var.double().view(groups, -1).sum(0) * b,  # (the running variance: unbiased)
+        )
         return y.reshape(x.shape)
 
 
@@ -287,7 +321,10 @@ class HeteroFL(UniformRateHooks, SubModelAlgorithm):
         ctx = self.server
         cfg = self.config
         rng = derive_rng(ctx.seed, "static_bn", state.round_idx) if cfg.static_bn_shuffle else None
-        stats = static_bn_statistics(model, ctx.dataset.x, ctx.input_spec, cfg.static_bn_batch_size, rng)
+        workers = cfg.static_bn_workers or usable_cores()
+        stats = static_bn_statistics(
+            model, ctx.dataset.x, ctx.input_spec, cfg.static_bn_batch_size, rng, workers=workers
+        )
         spent = time.perf_counter() - began
         previous = self._server_train_s
         self._server_train_s = spent if math.isnan(previous) else previous + spent

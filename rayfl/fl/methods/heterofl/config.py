@@ -20,7 +20,8 @@ class HeteroFLConfig:
     (``label_mask``, with absent classes' logits masked to 0 in the loss); static BN on the server for evaluation
     (``static_bn``, models with batch norm only); ``official_init``: the official code's initial model (norm weight
     1 and bias 0, linear biases 0); the static-BN pass runs over a seeded shuffle of the pooled training set
-    (``static_bn_shuffle``) in batches of ``static_bn_batch_size`` samples, as the official code.
+    (``static_bn_shuffle``) in batches of ``static_bn_batch_size`` samples, as the official code, on
+    ``static_bn_workers`` threads (0: every core; the same statistics whatever the count).
 
     The official code's training set-up as defaults, so that a paper setting run with ``algorithm.name=heterofl`` is
     set up as its authors ran it: ``grad_clip_norm``, the gradient-norm clipping of every local step (both official
@@ -38,6 +39,10 @@ class HeteroFLConfig:
     official_init: bool = True
     static_bn_shuffle: bool = True
     static_bn_batch_size: int = 10
+    # threads the static-BN pass runs its chunks on at once, one intra-op thread each (0 = every core this process may
+    # use; the clients are idle meanwhile); the statistics are the same bits whatever the count. 1 where runs share
+    # the cores (two runs side by side). Only with backend.server_threads 1 (the default)
+    static_bn_workers: int = bounded(0, ge=0)
     grad_clip_norm: float | None = bounded(1.0, ge=0.0)
     act: Literal["official", "model"] = "official"
     distill: DistillConfig = field(default_factory=DistillConfig)
