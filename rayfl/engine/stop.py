@@ -152,8 +152,9 @@ def hold_signals_during(call: Callable[[], T]) -> T:
     the first signal noted to the handler in place before, once ``call`` has returned (the run's ``StopRequests``
     then stops the set-up cleanly). A second signal while ``call`` runs is not held: it goes to that handler at once,
     for a ``ray.init`` that never returns. ``call`` must not replace the handlers (``ray/session.py`` keeps Ray from
-    doing so). Off the main thread ``call`` simply runs."""
-    if threading.current_thread() is not threading.main_thread():
+    doing so). Off the main thread, or where a handler was put in outside Python (which Python cannot put back),
+    ``call`` simply runs."""
+    if threading.current_thread() is not threading.main_thread() or any(signal.getsignal(s) is None for s in _SIGNALS):
         return call()
     noted: list[int] = []
     previous: dict[int, Any] = {}

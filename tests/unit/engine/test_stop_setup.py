@@ -56,6 +56,22 @@ def test_a_signal_during_ray_init_waits_for_it_to_return_then_stops_the_set_up()
         assert hold_signals_during(lambda: "up") == "up"  # no signal: the call's value
 
 
+def test_a_second_signal_during_the_held_call_goes_through_at_once() -> None:
+    # for a ray.init that never returns: the caller insists, and the run's handler stops the set-up in the call
+    done: list[str] = []
+
+    def init() -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)  # noted, held
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)  # handed on: raises here
+        done.append("init")
+
+    with StopRequests(setup=True) as stop, pytest.raises(SetupInterrupted):
+        hold_signals_during(init)
+    assert done == [] and stop.signum == signal.SIGINT
+
+
 def test_an_error_of_the_held_call_reaches_the_caller() -> None:
     def init() -> None:
         raise RuntimeError("the GCS did not start")
