@@ -148,12 +148,12 @@ class StopRequests:
 
 
 def hold_signals_during(call: Callable[[], T]) -> T:
-    """Run ``call`` (``ray.init``) in the main thread with SIGINT/SIGTERM handlers that only note the signal, and hand
-    the first signal noted to the handler in place before, once ``call`` has returned (the run's ``StopRequests``
-    then stops the set-up cleanly). A second signal while ``call`` runs is not held: it goes to that handler at once,
-    for a ``ray.init`` that never returns. ``call`` must not replace the handlers (``ray/session.py`` keeps Ray from
-    doing so). Off the main thread, or where a handler was put in outside Python (which Python cannot put back),
-    ``call`` simply runs."""
+    """Run ``call`` (``ray.init``) in the main thread with SIGINT/SIGTERM handlers that only note the signal (and say
+    so on stderr), and hand the first signal noted to the handler in place before, once ``call`` has returned or
+    raised (the run's ``StopRequests`` then stops the set-up cleanly). A second signal while ``call`` runs ends the
+    process at once by the signal's default action, for a ``ray.init`` that never returns: raising inside ``call`` is
+    what can hang it. ``call`` must not replace the handlers (``ray/session.py`` keeps Ray from doing so). Off the
+    main thread, or where a handler was put in outside Python (which Python cannot put back), ``call`` simply runs."""
     if threading.current_thread() is not threading.main_thread() or any(signal.getsignal(s) is None for s in _SIGNALS):
         return call()
     noted: list[int] = []
@@ -161,28 +161,40 @@ def hold_signals_during(call: Callable[[], T]) -> T:
 
     def note(signum: int, frame: FrameType | None) -> None:
         noted.append(signum)
-        if len(noted) > 1:  # the caller insists
-            restore()
-            deliver(signum)
+        name = signal.Signals(signum).name
+        if len(noted) == 1:  # os.write, not logging: the handler may interrupt a logging call holding its lock
+            os.write(2, f"rayfl: {name}: stopping once Ray's start returns (again: at once)\n".encode())
+            return
+        os.write(2, f"rayfl: {name} again: stopping now\n".encode())
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
 
     def restore() -> None:
-        for sig, handler in previous.items():
+        handlers = list(previous.items())
+        previous.clear()  # before any handler is put back: a signal in between finds nothing left to restore
+        for sig, handler in handlers:
             signal.signal(sig, handler)
-        previous.clear()
 
     def deliver(signum: int) -> None:
         handler = signal.getsignal(signum)
         if callable(handler):
             handler(signum, None)
-        elif handler != signal.SIG_IGN:  # the default action (or a handler set outside Python)
+        elif handler != signal.SIG_IGN:  # the default action
             signal.raise_signal(signum)
 
     for sig in _SIGNALS:
         previous[sig] = signal.signal(sig, note)
     try:
         value = call()
-    finally:
+    except BaseException as err:
         restore()
+        if noted:  # the signal still stops the set-up, with the call's error as its cause
+            try:
+                deliver(noted[0])
+            except BaseException as stop:
+                raise stop from err
+        raise
+    restore()
     if noted:
         deliver(noted[0])
     return value

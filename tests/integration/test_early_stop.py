@@ -92,3 +92,22 @@ def test_sigint_after_a_round_stops_resumably_with_a_report(tmp_path: Path) -> N
     assert f"resume with: rayfl run --resume {run_dir}" in out
     assert (run_dir / "report.md").is_file() and (run_dir / "accuracy_vs_rounds.png").is_file()  # the rounds done
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "interrupted"
+
+
+def test_a_process_without_a_sigterm_handler_keeps_rays_exit_on_sigterm() -> None:
+    # ray.init is kept from putting in its SIGTERM handler (engine/ray/session.py); a script with none of its own
+    # still gets one like it, so that SIGTERM runs atexit hooks (Ray's shutdown) instead of killing the process
+    script = (
+        "import signal\n"
+        "from rayfl.config.sections import BackendConfig\n"
+        "from rayfl.engine.ray.session import ensure_ray, shutdown_ray\n"
+        "assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL\n"
+        "ensure_ray(BackendConfig(kind='ray', num_cpus=1))\n"
+        "print('handler', getattr(signal.getsignal(signal.SIGTERM), '__name__', None))\n"
+        "shutdown_ray()\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_USAGE_STATS_ENABLED": "0"}
+    env.pop("RAY_ADDRESS", None)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "handler _exit_on_sigterm" in done.stdout, (done.stdout, done.stderr[-3000:])

@@ -12,6 +12,7 @@ import contextlib
 import importlib
 import logging
 import os
+import signal
 import socket
 import sys
 import threading
@@ -19,6 +20,7 @@ import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import ray
@@ -101,9 +103,18 @@ def ensure_ray(cfg: BackendConfig) -> bool:
             ray.init(**init_kwargs(cfg, joining=bool(joining)))
         _started_gcs = None if joining else gcs_address()
 
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        # what ray.init would have put in (a process with no SIGTERM handler of its own: a script, a notebook, a
+        # sweep's driver): SIGTERM exits through SystemExit, so atexit hooks (Ray's shutdown) and finally blocks run
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
     # no signal handler's exception lands inside ray.init; a signal that arrives meanwhile is handled once it returns
     hold_signals_during(start)
     return True
+
+
+def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    """Ray's own SIGTERM handler, which ``_ray_leaves_signals_alone`` keeps ``ray.init`` from putting in."""
+    sys.exit(signum)
 
 
 class _TokenAuthNotice(logging.Filter):
@@ -133,7 +144,8 @@ def quiet_token_auth_notice() -> None:
 def _ray_leaves_signals_alone() -> Iterator[None]:
     """Around ``ray.init`` in the main thread: Ray neither puts in its SIGTERM handler (``sys.exit(15)`` wherever the
     signal lands) nor absl's failure-signal handler in the driver's core worker (which catches SIGTERM too, and whose
-    process then aborts, exit -6), so the handlers ``hold_signals_during`` put in stay in place through the start.
+    process then aborts, exit -6), so the handlers ``hold_signals_during`` put in stay in place through the start (a
+    process without a SIGTERM handler of its own gets Ray's, ``_exit_on_sigterm``, from ``ensure_ray`` before it).
 
     Measured on Ray 2.60 (``tests/integration/test_early_stop.py``'s run, SIGTERM sent 0-0.4 s after "Started a local
     Ray instance", inside ``connect``): with Ray's handler the run hung for good in ``~GlobalStateAccessor`` (the

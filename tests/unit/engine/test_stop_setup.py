@@ -6,11 +6,16 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from rayfl.engine.stop import SetupInterrupted, StopRequests, hold_signals_during
+
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _deliver(sig: int) -> None:
@@ -56,20 +61,36 @@ def test_a_signal_during_ray_init_waits_for_it_to_return_then_stops_the_set_up()
         assert hold_signals_during(lambda: "up") == "up"  # no signal: the call's value
 
 
-def test_a_second_signal_during_the_held_call_goes_through_at_once() -> None:
-    # for a ray.init that never returns: the caller insists, and the run's handler stops the set-up in the call
-    done: list[str] = []
+def test_a_second_signal_during_the_held_call_ends_the_process_at_once() -> None:
+    # for a ray.init that never returns: the caller insists, and raising inside ray.init could hang it
+    script = (
+        "import os, signal, time\n"
+        "from rayfl.engine.stop import StopRequests, hold_signals_during\n"
+        "def init():\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    time.sleep(0.2)\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    time.sleep(5)\n"
+        "    print('the call went on')\n"
+        "with StopRequests(setup=True):\n"
+        "    hold_signals_during(init)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == -signal.SIGTERM, (done.returncode, done.stdout, done.stderr)
+    assert "the call went on" not in done.stdout
+    assert "SIGTERM: stopping once Ray's start returns" in done.stderr and "SIGTERM again" in done.stderr
 
+
+def test_a_signal_held_while_the_call_fails_still_stops_the_set_up() -> None:
     def init() -> None:
         os.kill(os.getpid(), signal.SIGINT)
-        time.sleep(0.05)  # noted, held
-        os.kill(os.getpid(), signal.SIGINT)
-        time.sleep(0.05)  # handed on: raises here
-        done.append("init")
+        time.sleep(0.05)
+        raise RuntimeError("the GCS did not start")
 
-    with StopRequests(setup=True) as stop, pytest.raises(SetupInterrupted):
+    with StopRequests(setup=True), pytest.raises(SetupInterrupted) as caught:
         hold_signals_during(init)
-    assert done == [] and stop.signum == signal.SIGINT
+    assert isinstance(caught.value.__cause__, RuntimeError)
 
 
 def test_an_error_of_the_held_call_reaches_the_caller() -> None:

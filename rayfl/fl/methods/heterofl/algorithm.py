@@ -144,6 +144,8 @@ def static_bn_statistics(
 
     def forward(run: tuple[int, list[np.ndarray]]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         size, members = run
+        if workers > 1:  # a pool thread takes torch's thread count lazily: one intra-op thread from its first op
+            torch.set_num_threads(1)
         sums: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
         _PerBatchNorm.local.batch, _PerBatchNorm.local.sums = size, sums
         rows = np.stack([np.sort(b) for b in members], axis=1).reshape(-1)  # sample-major (see above)
