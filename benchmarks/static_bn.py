@@ -29,10 +29,10 @@ def main() -> None:
 
     import torch
 
+    from rayfl.core.cores import usable_cores
     from rayfl.core.rng import derive_rng
     from rayfl.engine.build import build_setup
     from rayfl.experiment.loader import load_config
-    from rayfl.fl.common.distill.copies import usable_cores
     from rayfl.fl.methods.heterofl.algorithm import (
         static_bn_batches,
         static_bn_statistics,

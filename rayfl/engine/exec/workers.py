@@ -35,9 +35,10 @@ from collections.abc import Callable, Sequence
 from multiprocessing.process import BaseProcess
 from typing import Any
 
+from rayfl.core.cores import usable_cores
 from rayfl.core.errors import RunLostError
 
-__all__ = ["HostCall", "HostWorkers", "WorkerLostError", "fork_refusal", "planned_workers", "usable_cores"]
+__all__ = ["HostCall", "HostWorkers", "WorkerLostError", "fork_refusal", "planned_workers"]
 
 HostCall = tuple[int, str, tuple[Any, ...]]  # (host id, ClientHost method, its arguments)
 
@@ -48,14 +49,6 @@ _CLOSE_S = 10.0  # how long close() waits for an idle worker to leave before it 
 class WorkerLostError(RunLostError):
     """A worker process of the in-process backend died (its calls' results are lost); one line, with the driver's
     resume hint (``RunLostError``)."""
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (its CPU affinity, else the machine's count)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 def planned_workers(processes: int | str, num_hosts: int) -> int:

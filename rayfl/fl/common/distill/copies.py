@@ -38,13 +38,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import os
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
 from torch import nn
 
+from rayfl.core.cores import usable_cores
 from rayfl.core.messages import ClientUpdate, Params
 from rayfl.core.reducers import MaskedWeightedMean, Partial
 from rayfl.core.rng import derive_seed
@@ -85,12 +85,6 @@ def distill_workers(setting: int, device: torch.device, num_copies: int, dropout
         return 1
     wanted = setting or usable_cores()
     return max(1, min(wanted, num_copies))
-
-
-def usable_cores() -> int:
-    """The CPU cores this process may run on (its affinity where the platform says, else all of them)."""
-    affinity = getattr(os, "sched_getaffinity", None)
-    return len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
 
 
 def train_copies(

@@ -43,7 +43,7 @@ import inspect
 import math
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, cast
 
@@ -51,10 +51,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from rayfl.core.cores import usable_cores
 from rayfl.core.messages import Params, ServerState
 from rayfl.core.rng import derive_rng
 from rayfl.data.federated import Rows
-from rayfl.fl.common.distill.copies import usable_cores
 from rayfl.fl.common.init import official_init
 from rayfl.fl.common.rates import UniformRateHooks, UniformRates, with_clip
 from rayfl.fl.common.submodel import SubModelAlgorithm
@@ -141,6 +141,7 @@ def static_bn_statistics(
     model.train()
     grouped = {name: _PerBatchNorm(name, m) for name, m in norms}
     runs = _same_size_runs(batches, max(1, chunk))
+    workers = max(1, min(workers, len(runs))) if torch.get_num_threads() == 1 else 1
 
     def forward(run: tuple[int, list[np.ndarray]]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         size, members = run
@@ -153,26 +154,20 @@ def static_bn_statistics(
             model(to_input(x[rows], input_spec))
         return sums
 
-    threads = torch.get_num_threads()
-    workers = max(1, min(workers, len(runs))) if threads == 1 else 1
     mean_sum = {name: torch.zeros(m.num_features, dtype=torch.float64) for name, m in norms}
     var_sum = {name: torch.zeros(m.num_features, dtype=torch.float64) for name, m in norms}
     _swap(model, grouped)
     try:
-        chunks: Iterator[dict[str, tuple[torch.Tensor, torch.Tensor]]]
-        if workers == 1:
-            chunks = map(forward, runs)
-        else:
-            executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rayfl-static-bn")
-            chunks = executor.map(forward, runs)  # in chunk order
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rayfl-static-bn") if workers > 1 else None
         try:
-            for sums in chunks:  # the chunks' sums added in chunk order, whatever thread made them
+            # the chunks' sums added in chunk order, whatever thread made them (``Executor.map`` keeps the order)
+            for sums in pool.map(forward, runs) if pool is not None else map(forward, runs):
                 for name, (mean, var) in sums.items():
                     mean_sum[name] += mean
                     var_sum[name] += var
         finally:
-            if workers > 1:
-                executor.shutdown(cancel_futures=True)
+            if pool is not None:
+                pool.shutdown(cancel_futures=True)
     finally:
         _swap(model, {name: m for name, m in norms})
     with torch.no_grad():
