@@ -1,17 +1,27 @@
 """A trial's rayfl checkpoints as Tune checkpoints, so that ``rayfl sweep --resume`` (Tune's ``Tuner.restore``)
 continues an interrupted trial mid-run instead of starting it over.
 
-Every round whose record says a rayfl checkpoint was written (``checkpoint_bytes > 0``), the trial reports it to Tune
-with its metrics: a directory holding copies of the checkpoint's state file and manifest, plus ``rayfl.json`` (their
-names and what the trial's metrics carry forward: the last accuracy and loss, client accuracy, MACs so far). Nothing
-in it is pickled: the state file is the checkpoint's safetensors file, the rest JSON, and ``restore_into`` checks
-``rayfl.json`` (its names must be a checkpoint's own, in the folder, so a hostile one cannot copy files from
-elsewhere); a checkpoint of the older, pickled format is refused in one line (``CheckpointRefused``). Tune
-keeps the last few in its own storage. When Tune restores the trial, ``restore_into`` puts that checkpoint back into
-the trial's run directory, removing any later one there (the trial continues from what Tune reported, exactly as
-Tune's restore semantics say), and the trial resumes its run directory (``run_experiment(..., resume=run_dir)``),
-whose record files are cut back to the checkpoint. The trial's run directory is the same folder of the sweep as
-before (``<sweep>/trials/<trial>``).
+The checkpoint itself stays where the run wrote it: in the trial's run directory (``<sweep>/trials/<trial>``), on the
+sweep's storage before the round's callbacks run (``engine/driver.py`` commits and pushes it first). What the trial
+reports to Tune every round that wrote one is a marker: a folder holding only ``rayfl.json``, the names of that
+checkpoint's manifest and state file. Tune keeps every marker (``sweep.py``: ``num_to_keep`` unset; each is one small
+JSON file), so the experiment state Tune last saved never names a Tune checkpoint that is gone.
+
+Why a marker, not a copy (as up to stop 58): with ``num_to_keep`` Tune deletes a trial's older checkpoints as it
+registers new ones, but saves its experiment state only every few seconds, so a driver killed in between (SIGKILL, a
+lost head) left a state naming a deleted checkpoint, and ``--resume`` failed on that trial ("Could not recover from
+checkpoint as it does not exist on storage anymore": 1 of 4 runs of the two resume tests of
+``tests/integration/test_cluster_sweeps.py``, and the CI of stop 58). Kept copies would double the checkpoints' bytes
+(they also left out a checkpoint's client part files).
+
+When Tune restores the trial, ``restore_into`` checks the marker (its names must be a checkpoint's own, so a hostile
+one names nothing else) and the trial resumes its run directory from the newest checkpoint there, as ``rayfl run
+--resume`` does: the one the marker names or, when Tune's state was saved before the trial's later checkpoints
+(which the run's own ``checkpoint.keep`` may have pruned it for), a later one. Either way the records are cut back to
+it, and the Tune metrics' running figures are rebuilt from the records before it (``RoundMetrics.replay``).
+
+A marker of an earlier rayfl, which held copies of the state file and manifest, still restores: the copies go into the
+run directory first. A state file of the older pickled format is refused in one line (``CheckpointRefused``).
 """
 
 from __future__ import annotations
@@ -20,7 +30,6 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,67 +39,63 @@ __all__ = ["TrialCheckpoint", "pack", "restore_into"]
 
 _INFO = "rayfl.json"
 _STATE = re.compile(r"(round-\d{6,})\.safetensors")
+_KEYS = frozenset({"manifest", "state"})
+_EARLIER_KEYS = _KEYS | {"carried"}  # an earlier rayfl's marker: the Tune metrics it carried are rebuilt now
 
 
 @dataclass(frozen=True)
 class TrialCheckpoint:
-    """What ``rayfl.json`` says about a reported checkpoint."""
+    """What a marker says (the checkpoint it was reported for), and which checkpoint the trial resumes from."""
 
     manifest: str
     state: str
-    carried: dict[str, float]  # ``RoundMetrics.carried`` when the checkpoint was reported
+    resumes_from: str = ""  # the newest manifest in the run directory after the restore
 
 
-def pack(run_dir: Path, rounds_done: int, into: Path, carried: Mapping[str, float]) -> Path:
-    """Copy the checkpoint after ``rounds_done`` of ``run_dir`` into the empty folder ``into`` (for
-    ``tune.Checkpoint.from_directory``); hard links where the file system allows, copies elsewhere."""
+def pack(run_dir: Path, rounds_done: int, into: Path) -> Path:
+    """Write the marker of ``run_dir``'s checkpoint after ``rounds_done`` rounds into the empty folder ``into`` (for
+    ``tune.Checkpoint.from_directory``)."""
     stem = CheckpointStore.stem(rounds_done)
-    source = run_dir / CHECKPOINT_DIR
-    for name in (f"{stem}.safetensors", f"{stem}.json"):
-        _link_or_copy(source / name, into / name)
-    info = TrialCheckpoint(f"{stem}.json", f"{stem}.safetensors", dict(carried))
-    (into / _INFO).write_text(json.dumps(info.__dict__))
+    manifest = run_dir / CHECKPOINT_DIR / f"{stem}.json"
+    if not manifest.is_file():
+        raise FileNotFoundError(f"{manifest}: the round's checkpoint is not in the run directory")
+    (into / _INFO).write_text(json.dumps({"manifest": manifest.name, "state": f"{stem}.safetensors"}))
     return into
 
 
 def restore_into(checkpoint_dir: Path, run_dir: Path) -> TrialCheckpoint:
-    """Put a reported checkpoint back into ``run_dir``'s checkpoints and drop later ones there."""
+    """Check Tune's marker ``checkpoint_dir`` and get ``run_dir`` ready to resume: an earlier rayfl's copies put into
+    its checkpoints; a ``ValueError`` when it holds no checkpoint at all (its storage lost it)."""
     info = _read_info(checkpoint_dir / _INFO)
     target = run_dir / CHECKPOINT_DIR
-    target.mkdir(parents=True, exist_ok=True)
-    for name in (info.state, info.manifest):  # the state file first: a manifest always finds its state
-        tmp = target / f"{name}.tmp"
-        shutil.copyfile(checkpoint_dir / name, tmp)
-        os.replace(tmp, target / name)
-    store = CheckpointStore(run_dir, keep=1)
-    for manifest in store.manifests():
-        if manifest.name > info.manifest:  # zero-padded round numbers sort as numbers
-            manifest.unlink()
-    return info
+    if (checkpoint_dir / info.state).is_file() and (checkpoint_dir / info.manifest).is_file():
+        target.mkdir(parents=True, exist_ok=True)
+        for name in (info.state, info.manifest):  # the state file first: a manifest always finds its state
+            tmp = target / f"{name}.tmp"
+            shutil.copyfile(checkpoint_dir / name, tmp)
+            os.replace(tmp, target / name)
+    manifests = CheckpointStore(run_dir, keep=1).manifests()
+    if not manifests:
+        raise ValueError(
+            f"{run_dir}: Tune restored the trial from its checkpoint {info.manifest}, but the trial's run directory "
+            f"holds no checkpoint (its {CHECKPOINT_DIR}/ folder is gone): restart the sweep"
+        )
+    return TrialCheckpoint(info.manifest, info.state, manifests[-1].name)
 
 
 def _read_info(path: Path) -> TrialCheckpoint:
-    """``rayfl.json``, checked: the names of a checkpoint's manifest and state file (no other file), numbers carried."""
+    """``rayfl.json``, checked: the names of one checkpoint's manifest and state file, and nothing else."""
     try:
         data = json.loads(path.read_bytes())
     except (ValueError, UnicodeDecodeError) as err:
         raise ValueError(f"{path}: not JSON ({err})") from err
-    if not isinstance(data, dict) or set(data) != {"manifest", "state", "carried"}:
-        raise ValueError(f"{path}: not a rayfl trial checkpoint (manifest, state, carried)")
-    state, manifest, carried = data["state"], data["manifest"], data["carried"]
+    if not isinstance(data, dict) or set(data) not in (_KEYS, _EARLIER_KEYS):
+        raise ValueError(f"{path}: not a rayfl trial checkpoint (manifest, state)")
+    state, manifest = data["state"], data["manifest"]
     if isinstance(state, str) and state.endswith(".state"):
         reason = "is a trial checkpoint of an older rayfl (a pickle), which this rayfl does not load: restart the sweep"
         raise CheckpointRefused(reason, path)
     found = _STATE.fullmatch(state) if isinstance(state, str) else None
     if found is None or manifest != f"{found.group(1)}.json":
         raise ValueError(f"{path}: {state!r} and {manifest!r} are not one checkpoint's state file and manifest")
-    if not isinstance(carried, dict) or not all(isinstance(v, int | float) for v in carried.values()):
-        raise ValueError(f"{path}: carried is not a map of numbers")
-    return TrialCheckpoint(manifest, state, dict(carried))
-
-
-def _link_or_copy(source: Path, target: Path) -> None:
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copyfile(source, target)
+    return TrialCheckpoint(manifest, state)

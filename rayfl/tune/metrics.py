@@ -14,7 +14,7 @@ Nothing here imports Ray; ``trainable.py`` hands these dicts to ``tune.report``.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -78,7 +78,7 @@ TABLE_METRICS: tuple[str, ...] = (
 )
 
 
-# running sums kept between rounds (and in a trial's checkpoint, through ``carried``)
+# running sums kept between rounds (a resumed trial rebuilds them with ``replay``)
 _RUNNING = (
     "best_acc",
     "evaluations",
@@ -104,26 +104,12 @@ class RoundMetrics:
         self._macs = 0.0
         self._sums: dict[str, float] = dict.fromkeys(_RUNNING, 0.0)
 
-    @property
-    def carried(self) -> dict[str, float]:
-        """What is carried from round to round (a checkpoint keeps it for a resumed trial): the last evaluation's
-        accuracy and loss, the last average client accuracy and the training MACs so far."""
-        return {
-            "test_acc": self._acc,
-            "test_loss": self._loss,
-            "client_acc": self._client_acc,
-            "train_macs": self._macs,
-            **self._sums,
-        }
-
-    def carry(self, carried: Mapping[str, float]) -> None:
-        """Continue from ``carried`` (as ``carried`` gave it; a value it lacks keeps its start)."""
-        self._acc = carried.get("test_acc", self._acc)
-        self._loss = carried.get("test_loss", self._loss)
-        self._client_acc = carried.get("client_acc", self._client_acc)
-        self._macs = carried.get("train_macs", self._macs)
-        for key in _RUNNING:
-            self._sums[key] = carried.get(key, self._sums[key])
+    def replay(self, records: Iterable[RoundRecord]) -> None:
+        """Take in the rounds a resumed trial ran before its checkpoint (its ``rounds.csv`` rows, read back exactly),
+        so that the rounds after it report what an uninterrupted trial's would: the carried accuracies and the running
+        figures are a function of the rounds so far, in order."""
+        for record in records:
+            self(record)
 
     def __call__(self, record: RoundRecord) -> dict[str, Any]:
         evaluated = math.isfinite(record.test_acc)

@@ -1,15 +1,16 @@
 """The sweep's results table: one row per trial, built from the trials' run directories.
 
 Each row holds the trial's swept values, its status (``completed``; ``stopped`` when the scheduler ended it early;
-``error``), and figures read back from its run directory with ``rayfl.report.load_run`` (the same reader as
-``rayfl report``): final and best test accuracy, the most-frequent-label baseline (a final accuracy at or below it is
-flagged), final test loss, simulated hours, memory and bandwidth utilisation (means over rounds), failed clients,
-distinct structures, hit rate and search time (model search), rounds done, wall time, the average client accuracy,
-training GMACs, network MB and global models (paper 002), and the run directory. Reading the run directories rather
-than Tune's last report keeps a stopped or failed trial's rows as complete as its records. Where a trial's run
-directory cannot be read here (it was written on another node's own disk, or not at all) the row is built from the
-trial's last report to Tune instead (``TrialOutcome.reported``: the running figures ``metrics.RoundMetrics`` reports),
-and its ``figures_from`` column says so (``run_dir``, ``tune_report`` or ``none``), as does a note under the
+``interrupted`` when the sweep was, before the trial ended: ``rayfl sweep --resume`` continues it; ``error``), and
+figures read back from its run directory with ``rayfl.report.load_run`` (the same reader as ``rayfl report``): final
+and best test accuracy, the most-frequent-label baseline (a final accuracy at or below it is flagged), final test
+loss, simulated hours, memory and bandwidth utilisation (means over rounds), failed clients, distinct structures, hit
+rate and search time (model search), rounds done, wall time, the average client accuracy, training GMACs, network MB
+and global models (paper 002), and the run directory. Reading the run directories rather than Tune's last report keeps
+a stopped or failed trial's rows as complete as its records. Where a trial's run directory cannot be read here (it was
+written on another node's own disk, or not at all) the row is built from the trial's last report to Tune instead
+(``TrialOutcome.reported``: the running figures ``metrics.RoundMetrics`` reports), and its ``figures_from`` column
+says so (``run_dir``, ``tune_report`` or ``none``), as does a note under the
 Markdown table: no row is silently empty.
 """
 
@@ -40,7 +41,7 @@ __all__ = [
     "write_table",
 ]
 
-Status = Literal["completed", "stopped", "error"]
+Status = Literal["completed", "stopped", "interrupted", "error"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ class TrialOutcome:
     error: str = ""
     reported: Mapping[str, Any] = field(default_factory=dict)  # Tune's last result for the trial ({} if none)
     planned_rounds: int | None = None  # the rounds the trial's config asks for (when known without its run dir)
+    interrupted: bool = False  # the sweep was interrupted before the trial ended (or started)
 
 
 def _mean(series: pd.Series | None) -> float:
@@ -157,6 +159,8 @@ def trial_row(outcome: TrialOutcome) -> dict[str, Any]:
     status: Status = "completed"
     if outcome.errored:
         status = "error"
+    elif outcome.interrupted:
+        status = "interrupted"
     elif planned is None or figures["rounds_done"] < planned:
         status = "stopped"
     return {

@@ -11,7 +11,7 @@ A sweep file is YAML, opening with a comment that gives the exact command (``# r
     search: random                    # grid (default; lists only) | random (draws num_samples per grid point)
     num_samples: 2
     max_concurrent_trials: 2          # 0 = as many as the cluster fits
-    max_failures: 1                   # retries of a failed trial, each from its last reported checkpoint
+    max_failures: 1                   # retries of a failed trial, each from its newest checkpoint
     scheduler: {kind: asha, metric: test_acc, mode: max, grace_period_s: 600, max_t_s: 7200, reduction_factor: 2}
     metric: test_acc                  # the results-table column that ranks trials (default: test_acc, or
                                       # memory_util for search-only sweeps) ...
@@ -98,7 +98,7 @@ class SweepConfig:
     num_samples: int = bounded(1, ge=1)  # draws per grid point (search: random)
     search_seed: int = bounded(0, ge=0)  # seeds Tune's draws for search: random
     max_concurrent_trials: int = bounded(0, ge=0)  # 0 = as many as the cluster fits
-    max_failures: int = bounded(1, ge=0)  # Tune's FailureConfig: retries of a failed trial from its last checkpoint
+    max_failures: int = bounded(1, ge=0)  # Tune's FailureConfig: retries of a failed trial from its newest checkpoint
     scheduler: SchedulerConfig | None = None  # none: every trial runs all its rounds
     metric: str = ""  # "" = test_acc for training sweeps, memory_util for search-only ones
     metric_mode: Literal["max", "min"] = "max"  # whether a larger metric is better (`mode` is the run mode)

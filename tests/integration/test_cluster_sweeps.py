@@ -157,9 +157,15 @@ def _env(cluster: EmulatedCluster) -> dict[str, str]:
 
 
 def _sweep(argv: list[str], cluster: EmulatedCluster) -> None:
-    """Run a sweep command on the emulated cluster to its end; a failure shows the end of its output."""
+    """Run a sweep command on the emulated cluster to its end; a failure shows the end of its output and the end of
+    each errored trial's error file (on the head's disk, named in Tune's output)."""
     done = subprocess.run(argv, capture_output=True, text=True, env=_env(cluster), timeout=420, check=False)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    if done.returncode != 0:
+        errors = ""
+        for name in sorted(set(re.findall(r"Error file: (\S+)", done.stdout + done.stderr))):
+            with contextlib.suppress(OSError):
+                errors += f"\n--- {name}:\n{Path(name).read_text(errors='replace')[-2000:]}"
+        raise AssertionError(done.stdout[-3000:] + done.stderr[-3000:] + errors)
 
 
 def _wait_for(pattern: str, root: Path, proc: subprocess.Popen[str], count: int, timeout_s: float = 300) -> None:
@@ -173,6 +179,32 @@ def _wait_for(pattern: str, root: Path, proc: subprocess.Popen[str], count: int,
             raise AssertionError(f"the sweep ended before it was killed:\n{out[-3000:]}\n{err[-3000:]}")
         time.sleep(0.5)
     raise AssertionError(f"fewer than {count} trials with {pattern} under {root} after {timeout_s} s")
+
+
+def _trial_pids(cluster: EmulatedCluster) -> list[int]:
+    """The trials' processes (Tune's function actors) alive on the workers."""
+    found = []
+    for worker in cluster.workers:  # found in each worker node's namespace
+        for pid in worker.pids():
+            with contextlib.suppress(OSError):
+                if "ImplicitFunc" in Path(f"/proc/{pid}/cmdline").read_text(errors="replace"):
+                    found.append(pid)
+    return found
+
+
+def _kill_driver(proc: subprocess.Popen[str], cluster: EmulatedCluster, timeout_s: float = 60) -> None:
+    """SIGKILL the sweep's driver and its trials' processes with it. Ray ends the actors of a dead driver itself, but
+    not at once: here a trial was seen still pruning its checkpoints while the test read its run directory back, which
+    neither the test nor a resume may read half-way."""
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=60)
+    began = time.monotonic()
+    while (left := _trial_pids(cluster)) and time.monotonic() - began < timeout_s:
+        for pid in left:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.2)
+    assert not left, f"trial processes {left} still alive {timeout_s} s after their driver was killed"
 
 
 def _node_ips(trial_dir: Path) -> set[str]:
@@ -236,10 +268,9 @@ def test_a_sweep_on_shared_storage_runs_on_both_workers_and_resumes_after_the_dr
         # both trials have reported a second checkpoint (round 4 or later) to Tune, in the shared folder (Tune keeps
         # the last two, so the first may be gone already)
         _wait_for("checkpoint_00000[1-9]/rayfl.json", out, proc, count=2)
-        time.sleep(1.5)  # past Tune's next experiment-state save
+        time.sleep(1.5)  # past Tune's next save: the trials' result.json (their nodes' IPs) on the shared folder
     finally:
-        proc.send_signal(signal.SIGKILL)  # the driver dies; Ray ends its trials with it
-        proc.communicate(timeout=60)
+        _kill_driver(proc, cluster)  # the driver dies; Ray ends its trials with it
     sweep_dir = out / "sweep"
     trials = sorted((sweep_dir / "trials").iterdir())
     assert len(trials) == 2
@@ -305,12 +336,9 @@ def test_a_trial_whose_process_dies_is_retried_from_its_checkpoint(cluster: Emul
         _wait_for("checkpoint_00000[1-9]/rayfl.json", out, proc, count=1)
         trial_dir = next((out / "sweep" / "trials").iterdir())
         head = (trial_dir / "rounds.csv").read_text().splitlines()[:3]
-        for worker in cluster.workers:  # the trial's process: ours, found in the worker node's namespace
-            for pid in worker.pids():
-                with contextlib.suppress(OSError):
-                    if "ImplicitFunc" in Path(f"/proc/{pid}/cmdline").read_text(errors="replace"):
-                        os.kill(pid, signal.SIGKILL)
-                        killed.append(pid)
+        for pid in _trial_pids(cluster):  # the trial's process
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
         stdout, stderr = proc.communicate(timeout=420)
     finally:
         if proc.poll() is None:
@@ -328,6 +356,9 @@ def test_a_trial_whose_process_dies_is_retried_from_its_checkpoint(cluster: Emul
 
 
 LATER_CHECKPOINT = r"/checkpoint_00000[1-9]/rayfl\.json$"  # a trial's second reported checkpoint or later
+# rounds as short as 0.1 s (CI's log): with 16, both trials were seen to have run them all by the time the test read
+# their records back after killing the driver
+S3_ROUNDS = 24
 
 
 def test_a_sweep_on_s3_resumes_after_the_driver_dies_with_the_records_of_an_uninterrupted_sweep(
@@ -348,7 +379,7 @@ def test_a_sweep_on_s3_resumes_after_the_driver_dies_with_the_records_of_an_unin
         path = _sweep_file(tmp_path / "sweep_file", cluster, Path("unused"))
         sweep = yaml.safe_load(path.read_text())
         sweep["output_dir"] = out
-        sweep["overrides"] = ["rounds=16"]
+        sweep["overrides"] = [f"rounds={S3_ROUNDS}"]
         path.write_text(f"# rayfl sweep {path}\n" + yaml.safe_dump(sweep, sort_keys=False))
         command = [sys.executable, "-m", "rayfl.cli", "sweep"]
         fs = s3.filesystem()
@@ -366,15 +397,13 @@ def test_a_sweep_on_s3_resumes_after_the_driver_dies_with_the_records_of_an_unin
                     raise AssertionError(f"the sweep ended before it was killed:\n{proc.communicate()[1][-3000:]}")
                 assert time.monotonic() - began < 300, "no checkpoints on the emulator after 300 s"
                 time.sleep(0.5)
-            time.sleep(1.5)  # past Tune's next experiment-state save
         finally:
-            proc.send_signal(signal.SIGKILL)
-            proc.communicate(timeout=60)
+            _kill_driver(proc, cluster)
         killed = tmp_path / "killed"
         download(open_storage(s3.uri("sweeps-bucket", "sweeps/sweep/trials")), killed)
         heads = {t.name: (t / "rounds.csv").read_text().splitlines()[:3] for t in killed.iterdir()}
         done = [len(pd.read_csv(t / "rounds.csv")) for t in killed.iterdir()]
-        assert len(heads) == 2 and min(done) < 16, done  # a trial was cut mid-run
+        assert len(heads) == 2 and min(done) < S3_ROUNDS, done  # a trial was cut mid-run
 
         _sweep([*command, "--resume", s3.uri("sweeps-bucket", "sweeps/sweep")], cluster)
         _sweep([*command, str(path), "name=plain"], cluster)
@@ -389,7 +418,7 @@ def test_a_sweep_on_s3_resumes_after_the_driver_dies_with_the_records_of_an_unin
     assert trials == sorted(p.name for p in (uninterrupted / "trials").iterdir()) == sorted(heads)
     for name in trials:
         trial = after / "trials" / name
-        assert list(pd.read_csv(trial / "rounds.csv")["round_idx"]) == list(range(16))
+        assert list(pd.read_csv(trial / "rounds.csv")["round_idx"]) == list(range(S3_ROUNDS))
         assert (trial / "rounds.csv").read_text().splitlines()[:3] == heads[name]  # continued, not restarted
         assert_same_run(uninterrupted / "trials" / name, trial)
     tune_trials = [t for t in (after / "tune").iterdir() if t.is_dir() and t.name.startswith("0000")]

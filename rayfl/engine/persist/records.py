@@ -39,6 +39,7 @@ __all__ = [
     "RunWriter",
     "check_run_name",
     "make_run_dir",
+    "read_round_records",
 ]
 
 log = logging.getLogger(__name__)
@@ -275,15 +276,7 @@ class _CsvTable:
             raise ValueError(f"{path}: holds {have} bytes, fewer than the {size} the checkpoint recorded")
         with path.open("r+b") as raw:
             raw.truncate(size)
-        kinds = {f.name: _PARSERS.get(str(f.type), float) for f in fields(record)}
-        with path.open(newline="") as text:
-            reader = csv.DictReader(text)
-            columns = list(reader.fieldnames or [])
-            # a run written by an earlier rayfl has fewer columns, in the same order: later fields take their
-            # defaults in the rows read back, and the file keeps its own columns (its checkpoints measure it)
-            if [k for k in kinds if k in columns] != columns or not columns:
-                raise ValueError(f"{path}: its columns are not the ones this version of rayfl writes")
-            rows = [record(**{k: kinds[k](v) for k, v in row.items()}) for row in reader]
+        rows, columns = _read_rows(path, record)
         return cls(run_dir, name, record, schema, rows, columns)
 
     def append(self, records: Sequence[Any]) -> None:
@@ -331,6 +324,27 @@ class _CsvTable:
 
 
 _PARSERS: dict[str, Callable[[str], Any]] = {"int": int, "str": str}
+
+
+def _read_rows(path: Path, record: type) -> tuple[list[Any], list[str]]:
+    """The rows of a record file as ``record``s, exactly as they were written (floats round-trip through ``repr``),
+    and the file's columns."""
+    kinds = {f.name: _PARSERS.get(str(f.type), float) for f in fields(record)}
+    with path.open(newline="") as text:
+        reader = csv.DictReader(text)
+        columns = list(reader.fieldnames or [])
+        # a run written by an earlier rayfl has fewer columns, in the same order: later fields take their
+        # defaults in the rows read back, and the file keeps its own columns (its checkpoints measure it)
+        if [k for k in kinds if k in columns] != columns or not columns:
+            raise ValueError(f"{path}: its columns are not the ones this version of rayfl writes")
+        return [record(**{k: kinds[k](v) for k, v in row.items()}) for row in reader], columns
+
+
+def read_round_records(run_dir: Path) -> list[RoundRecord]:
+    """The rows of ``run_dir/rounds.csv`` as written so far (a run in progress flushes every row)."""
+    return _read_rows(run_dir / "rounds.csv", RoundRecord)[0]
+
+
 _TABLES: tuple[tuple[str, type, pa.Schema], ...] = (
     ("rounds", RoundRecord, _SCHEMA),
     ("clients", ClientRecord, _CLIENT_SCHEMA),

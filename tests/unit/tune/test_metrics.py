@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 
 import pytest
@@ -59,9 +58,9 @@ def test_client_accuracy_is_carried_and_training_macs_add_up() -> None:
     assert (third["client_acc"], third["train_gmacs"]) == (0.6, 6.0)
 
 
-def test_a_resumed_trial_carries_on_from_what_its_checkpoint_kept() -> None:
-    """``carried`` goes through the trial checkpoint's JSON; a fresh ``RoundMetrics`` given it reports the next
-    rounds exactly as the uninterrupted one does (accuracy, loss, client accuracy, MACs so far)."""
+def test_a_resumed_trial_carries_on_from_the_rounds_before_its_checkpoint() -> None:
+    """A fresh ``RoundMetrics`` that replays the rounds before the checkpoint reports the next rounds exactly as the
+    uninterrupted one does (accuracy, loss, client accuracy, MACs so far)."""
     base = record(0, math.nan, math.nan)
     rounds = [
         dataclasses.replace(base, round_idx=0, test_acc=0.3, test_loss=1.5, client_acc=0.2, train_macs=2e9),
@@ -70,10 +69,8 @@ def test_a_resumed_trial_carries_on_from_what_its_checkpoint_kept() -> None:
     ]
     whole = RoundMetrics()
     want = [whole(r) for r in rounds]
-    first = RoundMetrics()
-    first(rounds[0])
     resumed = RoundMetrics()
-    resumed.carry(json.loads(json.dumps(first.carried)))
+    resumed.replay(rounds[:1])
     got = [resumed(r) for r in rounds[1:]]
     assert got == want[1:]
     assert got[-1]["train_gmacs"] == 6.0 and got[-1]["test_acc"] == 0.3 and got[-1]["client_acc"] == 0.2
@@ -82,15 +79,18 @@ def test_a_resumed_trial_carries_on_from_what_its_checkpoint_kept() -> None:
 def test_running_figures_for_a_table_built_from_the_last_report() -> None:
     metrics = RoundMetrics()
     base = record(0, math.nan, math.nan)
-    metrics(dataclasses.replace(base, clients_sampled=4, bytes_down=1_000_000, bytes_up=500_000))
-    metrics(dataclasses.replace(base, round_idx=1, test_acc=0.6, memory_util=0.3, hit_rate=math.nan))
-    last = metrics(dataclasses.replace(record(2, 0.5, 1.0), clients_sampled=4, client_acc=0.7))
+    rows = [
+        dataclasses.replace(base, clients_sampled=4, bytes_down=1_000_000, bytes_up=500_000),
+        dataclasses.replace(base, round_idx=1, test_acc=0.6, memory_util=0.3, hit_rate=math.nan),
+        dataclasses.replace(record(2, 0.5, 1.0), clients_sampled=4, client_acc=0.7),
+    ]
+    last = [metrics(r) for r in rows][-1]
     assert last["best_test_acc"] == 0.6 and last["mean_memory_util"] == pytest.approx((0.5 + 0.3 + 0.5) / 3)
     assert last["mean_hit_rate"] == 0.25  # NaN rounds left out, as the table's means do
     assert (last["total_clients_failed"], last["total_clients_sampled"], last["total_network_mb"]) == (3, 8, 1.5)
     assert last["client_evaluated"] is True and last["evaluated"] is True
     resumed = RoundMetrics()
-    resumed.carry(json.loads(json.dumps(metrics.carried)))  # through a checkpoint's rayfl.json
+    resumed.replay(rows)
     again = resumed(record(3, math.nan, math.nan))
     assert again["best_test_acc"] == 0.6 and again["total_clients_failed"] == 4
     assert again["client_evaluated"] is False
