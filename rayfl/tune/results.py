@@ -55,7 +55,9 @@ class TrialOutcome:
     error: str = ""
     reported: Mapping[str, Any] = field(default_factory=dict)  # Tune's last result for the trial ({} if none)
     planned_rounds: int | None = None  # the rounds the trial's config asks for (when known without its run dir)
-    interrupted: bool = False  # the sweep was interrupted before the trial ended (or started)
+    # Tune's last result for the trial is not marked done (the sweep was interrupted before the trial ended or started;
+    # or, restored from an earlier session, Tune saved its state before the trial's end: its records tell which)
+    interrupted: bool = False
 
 
 def _mean(series: pd.Series | None) -> float:
@@ -159,7 +161,7 @@ def trial_row(outcome: TrialOutcome) -> dict[str, Any]:
     status: Status = "completed"
     if outcome.errored:
         status = "error"
-    elif outcome.interrupted:
+    elif outcome.interrupted and (planned is None or figures["rounds_done"] < planned):
         status = "interrupted"
     elif planned is None or figures["rounds_done"] < planned:
         status = "stopped"

@@ -136,13 +136,14 @@ def run_sweep(
         if mirror is not None:  # the trials' records, for the table (their checkpoints stay on the storage)
             download(mirror.remote.child("trials"), local_trials, frozenset({CHECKPOINT_DIR}))
         outcomes = [_outcome(result, plan, local_trials) for result in grid]
-        # Tune marks every trial terminated as it cleans up after an interrupt (its saved state keeps them running,
-        # for the restore): a trial that ended has a last result marked done (finished, or stopped by the scheduler)
-        unfinished = sum(o.interrupted for o in outcomes) + max(0, expected_trials(sweep) - len(outcomes))
     finally:
         if started:
             ray.shutdown()
     table = results_table(outcomes)
+    # Tune marks every trial terminated as it cleans up after an interrupt (its saved state keeps them running, for
+    # the restore): the table calls a trial interrupted when its last result is not marked done and its records stop
+    # short of its rounds (results.py)
+    unfinished = int((table["status"] == "interrupted").sum()) + max(0, expected_trials(sweep) - len(outcomes))
     files = list(write_table(table, sweep_dir))
     keys = [p.key for p in sweep.params]
     best = best_trial(table, cfg.metric, cfg.metric_mode)
@@ -363,6 +364,8 @@ def _outcome(result: Any, plan: TrialPlan, trials_dir: Path) -> TrialOutcome:
         error=error,
         reported=dict(result.metrics or {}),  # the fallback when the run directory cannot be read here
         planned_rounds=planned,
+        # a finished trial's last result may lack it in a state Tune saved before the end (a restored trial's):
+        # the table also asks its records
         interrupted=result.error is None and not (result.metrics or {}).get("done", False),
     )
 

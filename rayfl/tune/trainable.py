@@ -13,7 +13,6 @@ checkpoints back from the storage before it resumes.
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 import tempfile
@@ -46,6 +45,7 @@ class TuneReporter:
         self._metrics = RoundMetrics()
         self._run_dir = run_dir
         self._replay = resumed
+        self.reported = False
 
     def __call__(self, record: RoundRecord) -> None:
         from ray import tune
@@ -54,6 +54,7 @@ class TuneReporter:
             self._replay = False
             self._metrics.replay(r for r in read_round_records(self._run_dir) if r.round_idx < record.round_idx)
         metrics = {**self._metrics(record), "run_dir": str(self._run_dir)}
+        self.reported = True
         if record.checkpoint_bytes <= 0:
             tune.report(metrics)
             return
@@ -67,6 +68,7 @@ class TuneReporter:
 
         *before, last = read_round_records(self._run_dir)
         self._metrics.replay(before)
+        self.reported = True
         tune.report({**self._metrics(last), "run_dir": str(self._run_dir)})
 
 
@@ -88,12 +90,6 @@ def run_trial(config: dict[str, Any], *, plan: TrialPlan) -> None:
             remote.fs.delete_dir(remote.path)
         if run_dir.exists():
             shutil.rmtree(run_dir)
-    elif _finished(run_dir, cfg.rounds):  # it ended before Tune's state said so (its driver killed meanwhile)
-        log.info("trial %s: finished all %d rounds already", trial_name, cfg.rounds)
-        TuneReporter(run_dir, resumed=True).report_last()
-        if remote is not None:  # read back for this only: the storage holds it all
-            shutil.rmtree(run_dir.parent, ignore_errors=True)
-        return
     reporter = TuneReporter(run_dir, resumed=resume is not None)
     log.info("trial %s: %s", trial_name, point)
     if plan.mode == "search_only":
@@ -104,6 +100,10 @@ def run_trial(config: dict[str, Any], *, plan: TrialPlan) -> None:
         from rayfl.engine.driver import run_experiment
 
         run_experiment(cfg, callbacks=[reporter], resume=resume)
+        # a run whose checkpoint came after its last round (it had ended before Tune's state said so, its driver
+        # killed meanwhile) resumes to no round at all: its last round is reported again, from its records
+        if resume is not None and not reporter.reported:
+            reporter.report_last()
     if remote is not None:  # everything is on the storage (the run's last push): the staging folder goes
         shutil.rmtree(run_dir.parent, ignore_errors=True)
 
@@ -126,12 +126,3 @@ def _resumable(run_dir: Path, remote: Storage | None, checkpoint: Any, trial_nam
     said = "" if newest == named else f" (Tune's state names {named or 'none'})"
     log.info("trial %s: resuming from %s%s", trial_name, newest, said)
     return run_dir
-
-
-def _finished(run_dir: Path, rounds: int) -> bool:
-    """The run's summary says it finished all its rounds."""
-    try:
-        summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False  # no summary (killed mid-run) or one half-written: its checkpoint decides
-    return bool(summary.get("status") == "finished" and summary.get("rounds") == rounds)

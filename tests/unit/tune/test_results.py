@@ -57,9 +57,12 @@ def test_stopped_errored_and_missing_trials_are_rows_too(runs: list[TrialOutcome
             TrialOutcome("a", {"algorithm.epsilon": 0.4}, stopped),
             TrialOutcome("b", {"algorithm.epsilon": 0.6}, tmp_path / "never-written", errored=True, error="boom"),
             TrialOutcome("c", {"algorithm.epsilon": 0.8}, stopped, interrupted=True),  # the sweep's interrupt
+            # Tune's saved last result lacks "done" (saved before the trial's end), but its records are whole
+            TrialOutcome("d", {"algorithm.epsilon": 0.9}, runs[0].run_dir, interrupted=True),
         ]
     )
-    assert list(table["status"]) == ["stopped", "error", "interrupted"] and table["rounds_done"].iloc[0] == 2
+    assert list(table["status"]) == ["stopped", "error", "interrupted", "completed"]
+    assert table["rounds_done"].iloc[0] == 2
     assert math.isnan(table["memory_util"].iloc[1]) and table["error"].iloc[1] == "boom"
 
 
