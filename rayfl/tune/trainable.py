@@ -115,14 +115,15 @@ def _resumable(run_dir: Path, remote: Storage | None, checkpoint: Any, trial_nam
     names are the same). On storage by URI the run directory is first read back from the storage."""
     if remote is not None and remote.exists():
         RunMirror(run_dir, remote).pull()
-    named = ""
     if checkpoint is not None:
         with checkpoint.as_directory() as folder:
-            named = restore_into(Path(folder), run_dir).manifest  # a ValueError when the run has lost its checkpoints
-    manifests = CheckpointStore(run_dir, keep=1).manifests()
-    if not manifests:
-        return None
-    newest = manifests[-1].name
-    said = "" if newest == named else f" (Tune's state names {named or 'none'})"
+            info = restore_into(Path(folder), run_dir)  # a ValueError when the run has lost its checkpoints
+        named, newest = info.manifest, info.resumes_from
+    else:  # Tune's state names none (saved before the trial's first checkpoint, or lost)
+        manifests = CheckpointStore(run_dir, keep=1).manifests()
+        if not manifests:
+            return None
+        named, newest = "none", manifests[-1].name
+    said = "" if newest == named else f" (Tune's state names {named})"
     log.info("trial %s: resuming from %s%s", trial_name, newest, said)
     return run_dir
